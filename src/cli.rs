@@ -1,0 +1,279 @@
+//! Command line (SPEC 10). Exit codes: 0 ok, 1 runtime failure, 2 bad config or usage.
+
+use std::path::{Path, PathBuf};
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::config::{Config, Strategy, SystemKind};
+use crate::engine::{build_spec, RunReport, TableRunner};
+use crate::error::{Error, Result};
+use crate::merge::Version;
+use crate::source::file::{content_version, expand, read_csv, read_jsonl};
+use crate::value::{cmp_slices, parse_ts, Value};
+
+#[derive(Parser, Debug)]
+#[command(name = "changelake", version, about = "CDC change streams into SCD1/SCD2 Delta Lake tables, exactly once")]
+pub struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Human)]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+pub enum LogFormat {
+    Human,
+    Json,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq)]
+pub enum OutFormat {
+    Table,
+    Csv,
+    Jsonl,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Cmd {
+    /// Run the pipeline; with --once, one pass over the input, then exit.
+    Run {
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long)]
+        once: bool,
+    },
+    /// Validate the config and report every error (exit 2 if any).
+    Check {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Print a table ordered by business key, then version order.
+    Show {
+        table: String,
+        #[arg(long)]
+        config: PathBuf,
+        /// all | active | as-of=<RFC 3339 timestamp>
+        #[arg(long, default_value = "all")]
+        view: String,
+        #[arg(long, value_enum, default_value_t = OutFormat::Table)]
+        format: OutFormat,
+    },
+}
+
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    init_tracing(cli.log_format);
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start runtime: {e}");
+            return 1;
+        }
+    };
+    match rt.block_on(dispatch(cli.cmd)) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("error: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+fn init_tracing(f: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CHANGELAKE_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,deltalake=warn"));
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = match f {
+        LogFormat::Human => b.try_init(),
+        LogFormat::Json => b.json().try_init(),
+    };
+}
+
+async fn dispatch(cmd: Cmd) -> Result<()> {
+    match cmd {
+        Cmd::Check { config } => {
+            let c = Config::load(&config)?;
+            println!("{}: ok ({} table{}, {} system{})", config.display(), c.tables.len(), if c.tables.len() == 1 { "" } else { "s" }, c.systems.len(), if c.systems.len() == 1 { "" } else { "s" });
+            Ok(())
+        }
+        Cmd::Run { config, once } => {
+            let c = Config::load(&config)?;
+            run_files(&c, once).await
+        }
+        Cmd::Show { table, config, view, format } => {
+            let c = Config::load(&config)?;
+            show(&c, &table, &view, format).await
+        }
+    }
+}
+
+/// One pass over every file source (or, without `--once`, a pass per `max_age`
+/// until interrupted: unchanged files are skipped by their content version).
+pub async fn run_files(c: &Config, once: bool) -> Result<()> {
+    let mut runners = vec![];
+    for t in &c.tables {
+        if let Some(SystemKind::Kafka { .. }) = c.systems.get(&t.system).map(|s| &s.kind) {
+            return Err(Error::Usage(format!("bronze.tables.{}: kafka systems need the streaming daemon, which this build does not include yet", t.name)));
+        }
+        runners.push(TableRunner::open(c, t).await?);
+    }
+    loop {
+        for r in runners.iter_mut() {
+            for report in run_table_files(c, r).await? {
+                log_report(&report);
+            }
+        }
+        if once {
+            return Ok(());
+        }
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => return Ok(()),
+            _ = tokio::time::sleep(c.batching.max_age) => {}
+        }
+    }
+}
+
+async fn run_table_files(c: &Config, r: &mut TableRunner) -> Result<Vec<RunReport>> {
+    let system = &c.systems[&r.cfg.system];
+    let (pattern, csv_delim) = match &system.kind {
+        SystemKind::Csv { path, delimiter } => (path.clone(), Some(*delimiter)),
+        SystemKind::Jsonl { path } => (path.clone(), None),
+        SystemKind::Kafka { .. } => unreachable!("checked by run_files"),
+    };
+    let pattern = c.resolve(&pattern.replace("{object}", &r.cfg.object));
+    let mut reports = vec![];
+    for file in expand(&pattern)? {
+        let bytes = std::fs::read(&file).map_err(|e| Error::Input(format!("{}: {e}", file.display())))?;
+        let rel = file.strip_prefix(&c.base_dir).unwrap_or(&file).to_string_lossy().to_string();
+        let progress = vec![(format!("changelake/{}/file/{rel}", r.cfg.name), content_version(&bytes))];
+        if r.already_applied(&progress).await? {
+            tracing::debug!(table = %r.cfg.name, file = %rel, "unchanged since its last run, skipped");
+            continue;
+        }
+        let raw = match csv_delim {
+            Some(d) => read_csv(Path::new(&rel), &bytes, d)?,
+            None => read_jsonl(Path::new(&rel), &bytes)?,
+        };
+        reports.push(r.run_batch(raw, progress).await?);
+    }
+    Ok(reports)
+}
+
+fn log_report(r: &RunReport) {
+    let s = &r.stats;
+    tracing::info!(
+        table = %r.table, source = %r.source, version = ?r.version, execution_id = ?r.exec,
+        rows = s.rows_in, inserted = s.inserted, updated = s.updated, in_place = s.updated_in_place,
+        deleted = s.deleted + s.snapshot_deleted, revived = s.revived, late = s.late_inserted,
+        ignored_older = s.older_ignored, unchanged = s.unchanged + s.late_noop,
+        null_keys = s.null_keys, duplicates = s.duplicates, dead_letters = r.dead_letters,
+        files_added = r.files_added, files_removed = r.files_removed, "run committed"
+    );
+    if let Some(why) = &r.rejected {
+        tracing::error!(table = %r.table, source = %r.source, reason = %why, "batch rejected by a guardrail; its rows are in the dead-letter table");
+    }
+}
+
+async fn show(c: &Config, table: &str, view: &str, format: OutFormat) -> Result<()> {
+    let t = c.table(table).ok_or_else(|| Error::Usage(format!("no table `{table}` in the config (tables: {})", c.tables.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", "))))?;
+    let runner = TableRunner::open(c, t).await?;
+    if !runner.store.exists() {
+        return Err(Error::Input(format!("table {table} has no data yet at {}", runner.store.uri)));
+    }
+    let spec = build_spec(t, &runner.store.columns)?;
+    let mut rows = runner.store.read_all(&spec).await?;
+    let scd2 = t.strategy == Strategy::Scd2;
+    match view {
+        "all" => {}
+        "active" => rows.retain(|v| if scd2 { v.current } else { !v.deleted }),
+        v if v.starts_with("as-of=") => {
+            if !scd2 {
+                return Err(Error::Usage("--view as-of needs an scd2 table".into()));
+            }
+            let ts = parse_ts(&v["as-of=".len()..]).ok_or_else(|| Error::Usage(format!("`{v}`: expected as-of=<RFC 3339 timestamp>")))?;
+            rows.retain(|r| r.valid_from.is_some_and(|f| f <= ts) && (r.current || r.valid_to.is_some_and(|e| ts < e)));
+        }
+        other => return Err(Error::Usage(format!("unknown view `{other}` (expected all, active or as-of=TS)"))),
+    }
+    rows.sort_by(|a, b| {
+        let ka: Vec<Value> = spec.key.iter().map(|&i| a.data[i].clone()).collect();
+        let kb: Vec<Value> = spec.key.iter().map(|&i| b.data[i].clone()).collect();
+        cmp_slices(&ka, &kb).then(spec.cmp_seq(&a.data, &b.data)).then(a.exec.cmp(&b.exec)).then(a.valid_from.cmp(&b.valid_from))
+    });
+    let r = &t.reserved;
+    let mut header: Vec<String> = runner.store.columns.iter().map(|(n, _)| n.clone()).collect();
+    if scd2 {
+        header.extend([r.valid_from.clone(), r.valid_to.clone(), r.is_current.clone()]);
+    }
+    header.extend([r.is_deleted.clone(), r.execution_id.clone()]);
+    if scd2 && t.surrogate_key {
+        header.push(r.sk.clone());
+    }
+    let cells = |v: &Version| -> Vec<Value> {
+        let mut out = v.data.clone();
+        if scd2 {
+            out.push(v.valid_from.map(Value::Ts).unwrap_or(Value::Null));
+            out.push(v.valid_to.map(Value::Ts).unwrap_or(Value::Null));
+            out.push(Value::Bool(v.current));
+        }
+        out.push(Value::Bool(v.deleted));
+        out.push(Value::Int(v.exec));
+        if scd2 && t.surrogate_key {
+            out.push(v.sk.map(Value::Int).unwrap_or(Value::Null));
+        }
+        out
+    };
+    let body: Vec<Vec<Value>> = rows.iter().map(cells).collect();
+    print!("{}", render(&header, &body, format));
+    Ok(())
+}
+
+/// Renders rows as an aligned text table, CSV or JSON lines.
+pub fn render(header: &[String], rows: &[Vec<Value>], format: OutFormat) -> String {
+    match format {
+        OutFormat::Csv => {
+            let mut w = csv::Writer::from_writer(vec![]);
+            let _ = w.write_record(header);
+            for r in rows {
+                let _ = w.write_record(r.iter().map(|v| if v.is_null() { String::new() } else { v.to_string() }));
+            }
+            String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
+        }
+        OutFormat::Jsonl => {
+            let mut s = String::new();
+            for r in rows {
+                let mut m = serde_json::Map::new();
+                for (h, v) in header.iter().zip(r) {
+                    let j = match v {
+                        Value::Null => serde_json::Value::Null,
+                        Value::Bool(b) => (*b).into(),
+                        Value::Int(i) => (*i).into(),
+                        Value::Float(f) => serde_json::Number::from_f64(*f).map(Into::into).unwrap_or(serde_json::Value::Null),
+                        other => other.to_string().into(),
+                    };
+                    m.insert(h.clone(), j);
+                }
+                s.push_str(&serde_json::Value::Object(m).to_string());
+                s.push('\n');
+            }
+            s
+        }
+        OutFormat::Table => {
+            let text: Vec<Vec<String>> = rows.iter().map(|r| r.iter().map(|v| v.to_string()).collect()).collect();
+            let mut w: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+            for r in &text {
+                for (i, c) in r.iter().enumerate() {
+                    w[i] = w[i].max(c.chars().count());
+                }
+            }
+            let line = |cells: &[String]| cells.iter().enumerate().map(|(i, c)| format!("{c:<width$}", width = w[i])).collect::<Vec<_>>().join(" | ").trim_end().to_string() + "\n";
+            let mut s = line(header);
+            s.push_str(&(w.iter().map(|n| "-".repeat(*n)).collect::<Vec<_>>().join("-+-") + "\n"));
+            for r in &text {
+                s.push_str(&line(r));
+            }
+            s.push_str(&format!("({} row{})\n", rows.len(), if rows.len() == 1 { "" } else { "s" }));
+            s
+        }
+    }
+}

@@ -1,0 +1,242 @@
+//! One run of one table: raw batch → typed rows → merge → one Delta commit.
+//!
+//! The same entry point serves file sources (one file = one run) and, later,
+//! the Kafka micro-batcher: callers pass the batch plus the progress markers
+//! (`txn` app id → next position) that the commit must carry.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::batch::{conform, lookup};
+use crate::config::{Config, Strategy, TableConfig, ValidTime as CfgValidTime};
+use crate::deadletter::{self, DeadLetter};
+use crate::error::{Error, Result};
+use crate::merge::{self, InRow, Key, Need, RunCtx, Spec, Stats, ValidTime};
+use crate::source::RawBatch;
+use crate::table::{TableMeta, TableStore};
+use crate::value::DType;
+
+/// Resolves a table's merge rules against its current columns.
+pub fn build_spec(t: &TableConfig, columns: &[(String, DType)]) -> Result<Spec> {
+    let names: Vec<String> = columns.iter().map(|(n, _)| n.clone()).collect();
+    let path = format!("bronze.tables.{}", t.name);
+    let find = |c: &str, what: &str| {
+        names.iter().position(|n| n == c).ok_or_else(|| Error::ConfigData(format!("{path}.{what}: column `{c}` is not in the data (columns: {})", names.join(", "))))
+    };
+    let key = t.business_key.iter().map(|c| find(c, "business_key")).collect::<Result<Vec<_>>>()?;
+    let seq = t.sequence_by.iter().map(|c| find(c, "merge.sequence_by")).collect::<Result<Vec<_>>>()?;
+    let tracked = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            !key.contains(&i)
+                && !seq.contains(&i)
+                && match &t.track_columns {
+                    Some(tc) => tc.contains(n),
+                    None => !t.ignore_columns.contains(n),
+                }
+        })
+        .collect();
+    let valid_time = match &t.valid_time {
+        CfgValidTime::Processing => ValidTime::Processing,
+        CfgValidTime::Date(d) => ValidTime::Date(*d),
+        CfgValidTime::Column(c) => ValidTime::Column(find(c, "merge.valid_time")?),
+    };
+    Ok(Spec {
+        strategy: t.strategy,
+        names,
+        key,
+        seq,
+        tracked,
+        delete_mode: t.delete_mode,
+        snapshot: t.snapshot,
+        intra_batch_all: t.intra_batch_all,
+        valid_time,
+        open_valid_to: t.open_valid_to,
+        surrogate_key: t.surrogate_key && t.strategy == Strategy::Scd2,
+        reject_duplicates: t.guardrails.reject_duplicates,
+        reject_late: t.guardrails.reject_late,
+    })
+}
+
+/// What one run did.
+#[derive(Debug, Default, Clone)]
+pub struct RunReport {
+    pub table: String,
+    pub source: String,
+    pub skipped: bool,
+    pub stats: Stats,
+    pub version: Option<i64>,
+    pub exec: Option<i64>,
+    pub files_added: usize,
+    pub files_removed: usize,
+    pub dead_letters: usize,
+    pub rejected: Option<String>,
+}
+
+pub struct TableRunner {
+    pub cfg: TableConfig,
+    pub store: TableStore,
+    declared: Vec<(String, DType)>,
+    dead_letter_uri: String,
+}
+
+impl TableRunner {
+    pub async fn open(config: &Config, t: &TableConfig) -> Result<TableRunner> {
+        let meta = TableMeta {
+            name: t.name.clone(),
+            strategy: t.strategy,
+            business_key: t.business_key.clone(),
+            reserved: t.reserved.clone(),
+            surrogate_key: t.surrogate_key,
+            layout: t.layout.clone(),
+        };
+        let spec_err = std::cell::RefCell::new(None);
+        let store = TableStore::open(&config.table_uri(&t.name), meta, |cols| match build_spec(t, cols) {
+            Ok(s) => s,
+            Err(e) => {
+                *spec_err.borrow_mut() = Some(e);
+                // Index with the key alone; the error surfaces below.
+                fallback_spec(t, cols)
+            }
+        })
+        .await?;
+        if let Some(e) = spec_err.into_inner() {
+            return Err(e);
+        }
+        let declared = config.systems.get(&t.system).map(|s| s.columns.clone()).unwrap_or_default();
+        Ok(TableRunner { cfg: t.clone(), store, declared, dead_letter_uri: config.dead_letter_uri() })
+    }
+
+    /// Has this exact progress marker already been committed?
+    pub async fn already_applied(&self, progress: &[(String, i64)]) -> Result<bool> {
+        if progress.is_empty() {
+            return Ok(false);
+        }
+        for (app, v) in progress {
+            if self.store.txn_version(app).await? != Some(*v) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Runs one batch and commits it together with `progress`.
+    pub async fn run_batch(&mut self, raw: RawBatch, progress: Vec<(String, i64)>) -> Result<RunReport> {
+        let t = self.cfg.clone();
+        let mut report = RunReport { table: t.name.clone(), source: raw.source.clone(), ..Default::default() };
+        let text = raw.text;
+        let (source, partition) = (raw.source.clone(), raw.partition);
+        let mut dead: Vec<DeadLetter> = raw
+            .unparsable
+            .iter()
+            .map(|(pos, rawtext, err)| DeadLetter { table: t.name.clone(), topic: source.clone(), partition, offset: *pos as i64, raw: rawtext.clone().into_bytes(), error: err.clone() })
+            .collect();
+        let conformed = conform(raw, &self.store.columns, &self.declared, t.schema_policy, &t.business_key).map_err(|e| {
+            if e.contains("float") {
+                Error::ConfigData(format!("bronze.tables.{}.business_key: {e}", t.name))
+            } else {
+                Error::Input(e)
+            }
+        })?;
+        for (pos, rawtext, err) in &conformed.dead {
+            dead.push(DeadLetter { table: t.name.clone(), topic: source.clone(), partition, offset: *pos as i64, raw: rawtext.clone().into_bytes(), error: err.clone() });
+        }
+        if !conformed.ignored_columns.is_empty() {
+            tracing::info!(table = %t.name, columns = ?conformed.ignored_columns, "schema_policy ignore: dropped new columns");
+        }
+        let spec = build_spec(&t, &conformed.columns)?;
+        let cols = conformed.columns.clone();
+        let mut rows = Vec::with_capacity(conformed.rows.len());
+        let mut raw_by_pos = vec![];
+        for r in conformed.rows {
+            let get = |p: &[String]| lookup(&cols, &r, text, p);
+            if t.filter.as_ref().is_some_and(|f| !f.matches(&get)) {
+                continue;
+            }
+            let delete = t.delete_when.as_ref().is_some_and(|d| d.matches(&get));
+            raw_by_pos.push((r.pos, r.raw.clone()));
+            rows.push(InRow { data: r.data, delete, order: r.pos });
+        }
+        let prepared = merge::prepare(&spec, rows);
+        let mut stats = prepared.stats.clone();
+        if prepared.stats.null_keys > 0 {
+            tracing::warn!(table = %t.name, count = prepared.stats.null_keys, "dropped rows with a NULL business key");
+        }
+        let reject = |reason: String, dead: &mut Vec<DeadLetter>| {
+            for (pos, rawtext) in &raw_by_pos {
+                dead.push(DeadLetter { table: t.name.clone(), topic: source.clone(), partition, offset: *pos as i64, raw: rawtext.clone().into_bytes(), error: reason.clone() });
+            }
+        };
+        let exec = self.store.last_exec + 1;
+        let mut out = merge::Output::default();
+        if let Some(reason) = prepared.rejected.clone() {
+            reject(reason.clone(), &mut dead);
+            report.rejected = Some(reason);
+        } else {
+            let batch_keys: HashSet<Key> = prepared.keys.iter().map(|(k, _)| k.clone()).collect();
+            let mut needs: HashMap<Key, Need> = HashMap::new();
+            let mut keys = Vec::with_capacity(prepared.keys.len());
+            for (k, rs) in prepared.keys {
+                if let Some(n) = merge::classify(&spec, self.store.summary(&k), &rs, &mut stats) {
+                    needs.insert(k.clone(), n);
+                    keys.push((k, rs));
+                }
+            }
+            let absent: Vec<Key> = if t.snapshot { self.store.live_keys().filter(|k| !batch_keys.contains(*k)).cloned().collect() } else { vec![] };
+            for k in &absent {
+                needs.insert(k.clone(), Need::Current);
+            }
+            let states = self.store.load_states(&spec, &needs).await?;
+            let ctx = RunCtx { exec, now: chrono::Utc::now().timestamp_micros() };
+            out = merge::apply(&spec, ctx, keys, states, absent);
+            if let Some(reason) = out.rejected.clone() {
+                reject(reason.clone(), &mut dead);
+                report.rejected = Some(reason);
+                out = merge::Output::default();
+            }
+        }
+        stats.add(&out.stats);
+        // Dead letters first: their commit is idempotent (txn), so a crash
+        // before the data commit re-runs the batch without duplicating them.
+        if !dead.is_empty() {
+            let (app, version) = progress.first().map(|(a, v)| (format!("{a}/dead_letters"), *v)).unwrap_or_else(|| (format!("changelake/{}/dead_letters", t.name), exec));
+            deadletter::append(&self.dead_letter_uri, &dead, &app, version).await?;
+            tracing::warn!(table = %t.name, count = dead.len(), "rows sent to the dead-letter table");
+        }
+        let changes = out.has_changes();
+        let info = serde_json::json!({ "source": source, "stats": format!("{stats:?}") });
+        if changes || !self.store.exists() {
+            let schema_changed = self.store.add_columns(&conformed.columns);
+            let pc = self.store.stage(&spec, &out, exec).await?;
+            report.files_added = pc.files_added;
+            report.files_removed = pc.files_removed;
+            report.version = Some(self.store.commit(pc, progress.clone(), changes.then_some(exec), schema_changed, info).await?);
+            report.exec = changes.then_some(exec);
+        } else if !self.already_applied(&progress).await? {
+            // Offsets moved but nothing changed: a txn-only commit, no data files.
+            report.version = Some(self.store.commit(Default::default(), progress.clone(), None, false, info).await?);
+        }
+        report.dead_letters = dead.len();
+        report.stats = stats;
+        Ok(report)
+    }
+}
+
+fn fallback_spec(t: &TableConfig, cols: &[(String, DType)]) -> Spec {
+    let names: Vec<String> = cols.iter().map(|(n, _)| n.clone()).collect();
+    Spec {
+        strategy: t.strategy,
+        key: t.business_key.iter().filter_map(|k| names.iter().position(|n| n == k)).collect(),
+        tracked: vec![true; names.len()],
+        names,
+        seq: vec![],
+        delete_mode: t.delete_mode,
+        snapshot: false,
+        intra_batch_all: false,
+        valid_time: ValidTime::Processing,
+        open_valid_to: None,
+        surrogate_key: false,
+        reject_duplicates: false,
+        reject_late: false,
+    }
+}

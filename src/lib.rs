@@ -1,0 +1,17 @@
+//! changelake: CDC change streams into SCD1/SCD2 Delta Lake tables.
+//!
+//! Data flows config → source → batch → merge → table; `engine` runs one
+//! batch of one table end to end and `cli` wires commands to it.
+
+pub mod batch;
+pub mod cli;
+pub mod config;
+pub mod deadletter;
+pub mod engine;
+pub mod error;
+pub mod expr;
+pub mod faults;
+pub mod merge;
+pub mod source;
+pub mod table;
+pub mod value;

@@ -1,0 +1,416 @@
+//! The merge engine: SPEC sections 3-6 as pure functions.
+//!
+//! No I/O, no async, no Delta: the table module hands in the batch rows and
+//! the stored versions of exactly the keys that need them, and gets back the
+//! rows to write. The work is split in three steps so that a run never loads
+//! more of the table than it must:
+//!
+//! 1. [`prepare`] drops NULL keys and ignored deletes and deduplicates the
+//!    batch (SPEC 3.1-3.2).
+//! 2. [`classify`] decides per key, from the in-memory key index alone
+//!    ([`Summary`]), whether the stored row is needed at all. Older rows and
+//!    exact replays are settled here without reading any data file, which is
+//!    what makes a replay cheap and a no-op (SPEC 3.6).
+//! 3. [`apply`] runs the scd1 or scd2 rules against the loaded versions.
+
+pub mod scd1;
+pub mod scd2;
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::config::{DeleteMode, Strategy};
+use crate::value::{cmp_slices, Value};
+
+/// Encoded business key: the type-tagged bytes of every key column.
+pub type Key = Box<[u8]>;
+
+/// How `_valid_from/_valid_to` are stamped (scd2).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ValidTime {
+    Processing,
+    /// Business time from this data column.
+    Column(usize),
+    /// One business date for the whole run.
+    Date(i64),
+}
+
+/// The merge rules of one table, resolved against its current columns.
+#[derive(Debug, Clone)]
+pub struct Spec {
+    pub strategy: Strategy,
+    pub names: Vec<String>,
+    pub key: Vec<usize>,
+    pub seq: Vec<usize>,
+    /// Per data column: does a difference there count as a change?
+    pub tracked: Vec<bool>,
+    pub delete_mode: DeleteMode,
+    pub snapshot: bool,
+    pub intra_batch_all: bool,
+    pub valid_time: ValidTime,
+    pub open_valid_to: Option<i64>,
+    pub surrogate_key: bool,
+    pub reject_duplicates: bool,
+    pub reject_late: bool,
+}
+
+/// One incoming row, aligned to the table's data columns.
+#[derive(Debug, Clone)]
+pub struct InRow {
+    pub data: Vec<Value>,
+    pub delete: bool,
+    /// Position in the input: later offset / later line wins a sequence tie.
+    pub order: u64,
+}
+
+/// Where a stored version lives; opaque to the merge, used by the table module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Loc {
+    pub file: u32,
+    pub row: u32,
+}
+
+/// One stored row (scd1) or version (scd2).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Version {
+    pub data: Vec<Value>,
+    pub valid_from: Option<i64>,
+    pub valid_to: Option<i64>,
+    pub current: bool,
+    pub deleted: bool,
+    pub exec: i64,
+    pub sk: Option<i64>,
+    pub loc: Option<Loc>,
+}
+
+/// What the key index remembers per key: enough to settle most rows
+/// without reading the table (SPEC "key index").
+#[derive(Debug, Clone, PartialEq)]
+pub struct Summary {
+    /// Sequence of the latest version (scd1: of the row, including a soft delete's).
+    pub seq: Box<[Value]>,
+    /// scd1: the row is soft-deleted. scd2: the latest version is a closed, deleted one.
+    pub deleted: bool,
+    /// scd2: `_valid_from` of the latest version (business-time ordering).
+    pub valid_from: Option<i64>,
+    /// Hash of every non-NULL data column by name.
+    pub row_hash: u64,
+}
+
+/// Stored versions of one key, loaded by the table module on request.
+#[derive(Debug, Clone, Default)]
+pub struct KeyState {
+    /// scd1: the row. scd2: the open version.
+    pub current: Option<Version>,
+    /// scd2: the latest version when it is closed (deleted key), if known.
+    pub latest_closed: Option<Version>,
+    /// scd2: every closed version of the key, when [`Need::History`] asked for it.
+    pub history: Vec<Version>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Need {
+    /// Settled without stored rows (skip, insert, reopen).
+    Nothing,
+    /// The stored current row is needed.
+    Current,
+    /// Current plus every closed version (scd2 late rows, business-time backdating).
+    History,
+}
+
+/// Counters of one run; the daemon turns them into metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub rows_in: u64,
+    pub null_keys: u64,
+    pub duplicates: u64,
+    pub deletes_ignored: u64,
+    pub inserted: u64,
+    pub updated: u64,
+    pub updated_in_place: u64,
+    pub unchanged: u64,
+    pub older_ignored: u64,
+    pub late_inserted: u64,
+    pub late_noop: u64,
+    pub late_deletes_ignored: u64,
+    pub deleted: u64,
+    pub revived: u64,
+    pub deletes_unknown: u64,
+    pub versions_closed: u64,
+    pub restated: u64,
+    pub snapshot_deleted: u64,
+}
+
+impl Stats {
+    pub fn add(&mut self, o: &Stats) {
+        macro_rules! sum { ($($f:ident),*) => { $(self.$f += o.$f;)* } }
+        sum!(rows_in, null_keys, duplicates, deletes_ignored, inserted, updated, updated_in_place, unchanged, older_ignored, late_inserted, late_noop, late_deletes_ignored, deleted, revived, deletes_unknown, versions_closed, restated, snapshot_deleted);
+    }
+}
+
+/// The batch after NULL-key drop and dedup: per key, its surviving rows in
+/// ascending sequence order (one row unless scd2 `intra_batch: all`).
+#[derive(Debug, Default)]
+pub struct Prepared {
+    pub keys: Vec<(Key, Vec<InRow>)>,
+    pub stats: Stats,
+    /// `reject_duplicates` tripped: the reason the batch must be rejected.
+    pub rejected: Option<String>,
+}
+
+/// Result of [`apply`]: the complete set of writes of one run.
+#[derive(Debug, Default)]
+pub struct Output {
+    /// New content of the current partition for a key (replaces any stored row).
+    pub upserts: Vec<(Key, Version)>,
+    /// Keys whose row leaves the current partition.
+    pub removes: Vec<Key>,
+    /// Closed versions to append to history (scd2).
+    pub history_appends: Vec<Version>,
+    /// Stored closed versions rewritten in place (business-time neighbours).
+    pub history_replacements: Vec<(Loc, Version)>,
+    /// New key-index entries (`None`: the key is gone).
+    pub index: Vec<(Key, Option<Summary>)>,
+    pub stats: Stats,
+    pub rejected: Option<String>,
+}
+
+impl Output {
+    pub fn has_changes(&self) -> bool {
+        !(self.upserts.is_empty() && self.removes.is_empty() && self.history_appends.is_empty() && self.history_replacements.is_empty())
+    }
+}
+
+/// Per-run constants.
+#[derive(Debug, Clone, Copy)]
+pub struct RunCtx {
+    pub exec: i64,
+    /// Processing time of the run, microseconds UTC.
+    pub now: i64,
+}
+
+impl Spec {
+    pub fn key_of(&self, data: &[Value]) -> Option<Key> {
+        if self.key.iter().all(|&i| data[i].is_null()) {
+            return None;
+        }
+        let mut out = Vec::with_capacity(16);
+        for &i in &self.key {
+            data[i].encode(&mut out);
+        }
+        Some(out.into_boxed_slice())
+    }
+
+    pub fn seq_of(&self, data: &[Value]) -> Box<[Value]> {
+        self.seq.iter().map(|&i| data[i].clone()).collect()
+    }
+
+    pub fn cmp_seq(&self, a: &[Value], b: &[Value]) -> Ordering {
+        cmp_slices(&self.seq_of(a), &self.seq_of(b))
+    }
+
+    pub fn tracked_equal(&self, a: &[Value], b: &[Value]) -> bool {
+        (0..self.names.len()).all(|i| !self.tracked[i] || a.get(i).unwrap_or(&Value::Null).same(b.get(i).unwrap_or(&Value::Null)))
+    }
+
+    pub fn all_equal(&self, a: &[Value], b: &[Value]) -> bool {
+        (0..self.names.len()).all(|i| a.get(i).unwrap_or(&Value::Null).same(b.get(i).unwrap_or(&Value::Null)))
+    }
+
+    /// Hash of every non-NULL column by name, so that adding a column (NULL in
+    /// old rows) does not change the hash of stored rows.
+    pub fn row_hash(&self, data: &[Value]) -> u64 {
+        let mut buf = Vec::with_capacity(64);
+        for (i, v) in data.iter().enumerate() {
+            if !v.is_null() {
+                buf.extend_from_slice(self.names[i].as_bytes());
+                buf.push(0xff);
+                v.encode(&mut buf);
+            }
+        }
+        xxh3_64(&buf)
+    }
+
+    pub fn summary(&self, v: &Version) -> Summary {
+        Summary {
+            seq: self.seq_of(&v.data),
+            deleted: v.deleted,
+            valid_from: v.valid_from,
+            row_hash: self.row_hash(&v.data),
+        }
+    }
+
+    fn business_time(&self, data: &[Value], ctx: &RunCtx) -> Option<i64> {
+        match &self.valid_time {
+            ValidTime::Processing => None,
+            ValidTime::Date(d) => Some(*d),
+            ValidTime::Column(i) => Some(match &data[*i] {
+                Value::Ts(t) => *t,
+                Value::Int(t) => *t,
+                Value::Str(s) => crate::value::parse_ts(s).unwrap_or(ctx.now),
+                _ => ctx.now,
+            }),
+        }
+    }
+
+    /// Deterministic surrogate key: business key + `_valid_from` (+ the
+    /// version's run and ordinal, so versions sharing a `_valid_from` in one
+    /// run stay distinct).
+    pub fn surrogate(&self, key: &[u8], valid_from: i64, exec: i64, ordinal: usize) -> Option<i64> {
+        if !self.surrogate_key {
+            return None;
+        }
+        let mut buf = key.to_vec();
+        buf.extend_from_slice(&valid_from.to_be_bytes());
+        if ordinal > 0 {
+            buf.extend_from_slice(&exec.to_be_bytes());
+            buf.extend_from_slice(&(ordinal as u64).to_be_bytes());
+        }
+        Some((xxh3_64(&buf) >> 1) as i64)
+    }
+}
+
+/// SPEC 3.1-3.2: drop NULL keys, drop deletes under `delete_mode: ignore`,
+/// keep the row with the highest sequence per key (ties: later position).
+pub fn prepare(spec: &Spec, rows: Vec<InRow>) -> Prepared {
+    let mut p = Prepared::default();
+    p.stats.rows_in = rows.len() as u64;
+    let mut at: HashMap<Key, usize> = HashMap::new();
+    let mut dup_keys = 0u64;
+    for row in rows {
+        let Some(key) = spec.key_of(&row.data) else {
+            p.stats.null_keys += 1;
+            continue;
+        };
+        if row.delete && spec.delete_mode == DeleteMode::Ignore {
+            p.stats.deletes_ignored += 1;
+            continue;
+        }
+        match at.get(&key) {
+            None => {
+                at.insert(key.clone(), p.keys.len());
+                p.keys.push((key, vec![row]));
+            }
+            Some(&i) => {
+                dup_keys += 1;
+                p.keys[i].1.push(row);
+            }
+        }
+    }
+    if spec.reject_duplicates && dup_keys > 0 {
+        p.rejected = Some(format!("reject_duplicates: {dup_keys} duplicate business key row(s) in the batch"));
+    }
+    let all = spec.intra_batch_all && spec.strategy == Strategy::Scd2 && !spec.seq.is_empty();
+    for (_, group) in p.keys.iter_mut() {
+        if group.len() == 1 {
+            continue;
+        }
+        // Ascending by (sequence, position): the last row is the winner.
+        group.sort_by(|a, b| spec.cmp_seq(&a.data, &b.data).then(a.order.cmp(&b.order)));
+        let before = group.len();
+        if all {
+            // One row per distinct sequence value, the later position winning ties.
+            let mut kept: Vec<InRow> = Vec::with_capacity(group.len());
+            for r in group.drain(..) {
+                if let Some(last) = kept.last() {
+                    if spec.cmp_seq(&last.data, &r.data) == Ordering::Equal {
+                        kept.pop();
+                    }
+                }
+                kept.push(r);
+            }
+            *group = kept;
+        } else {
+            let last = group.pop().expect("non-empty group");
+            group.clear();
+            group.push(last);
+        }
+        p.stats.duplicates += (before - group.len()) as u64;
+    }
+    p
+}
+
+/// Decides from the key index alone what stored data a key's rows need.
+/// Returns `None` when every row is settled without touching the table
+/// (older than stored, exact replay, late delete).
+pub fn classify(spec: &Spec, stored: Option<&Summary>, rows: &[InRow], stats: &mut Stats) -> Option<Need> {
+    let Some(s) = stored else {
+        // New key (or hard-deleted): insert / ignore without stored rows.
+        return Some(Need::Nothing);
+    };
+    if rows.len() > 1 {
+        return Some(Need::History);
+    }
+    let row = &rows[0];
+    let seq = spec.seq_of(&row.data);
+    let older = !spec.seq.is_empty() && cmp_slices(&seq, &s.seq) == Ordering::Less;
+    let business = spec.valid_time != ValidTime::Processing;
+    match spec.strategy {
+        Strategy::Scd1 => {
+            if older {
+                stats.older_ignored += 1;
+                return None;
+            }
+            if !row.delete && !s.deleted && spec.row_hash(&row.data) == s.row_hash {
+                stats.unchanged += 1;
+                return None;
+            }
+            Some(Need::Current)
+        }
+        Strategy::Scd2 if business => Some(Need::History),
+        Strategy::Scd2 => {
+            if older {
+                if row.delete {
+                    stats.late_deletes_ignored += 1;
+                    return None;
+                }
+                return Some(Need::History);
+            }
+            if s.deleted {
+                // The key has no open version: a delete does nothing, a row reopens it.
+                if row.delete {
+                    stats.deletes_unknown += 1;
+                    return None;
+                }
+                return Some(Need::Nothing);
+            }
+            if !row.delete && spec.row_hash(&row.data) == s.row_hash {
+                stats.unchanged += 1;
+                return None;
+            }
+            Some(Need::Current)
+        }
+    }
+}
+
+/// Applies the strategy to every prepared key. `states` holds the stored
+/// versions the table loaded for the keys [`classify`] asked about;
+/// `absent` lists stored live keys missing from a snapshot batch.
+pub fn apply(spec: &Spec, ctx: RunCtx, keys: Vec<(Key, Vec<InRow>)>, mut states: HashMap<Key, KeyState>, absent: Vec<Key>) -> Output {
+    let mut out = Output::default();
+    for (key, rows) in keys {
+        let state = states.remove(&key).unwrap_or_default();
+        match spec.strategy {
+            Strategy::Scd1 => scd1::apply_key(spec, &ctx, key, rows, state, &mut out),
+            Strategy::Scd2 => scd2::apply_key(spec, &ctx, key, rows, state, &mut out),
+        }
+        if out.rejected.is_some() {
+            return out;
+        }
+    }
+    if spec.snapshot {
+        for key in absent {
+            let state = states.remove(&key).unwrap_or_default();
+            match spec.strategy {
+                Strategy::Scd1 => scd1::snapshot_delete(spec, &ctx, key, state, &mut out),
+                Strategy::Scd2 => scd2::snapshot_delete(spec, &ctx, key, state, &mut out),
+            }
+        }
+    }
+    out
+}
+
+
+

@@ -1,0 +1,328 @@
+//! scd2 (SPEC section 5, seeds 000, 002, 003): one row per version.
+//!
+//! Processing time (default): versions of a key are ordered by sequence, then
+//! by run, never by the `_valid_from` clock. A late row becomes a closed
+//! version with an empty interval (`_valid_from = _valid_to = now`), so no
+//! point-in-time query returns it and no other version changes.
+//!
+//! Business time (`valid_time: column:<c>` / `date:<d>`): the business date is
+//! the version order. An equal `_valid_from` is a restatement (overwrite in
+//! place); a backdated row is inserted between its neighbours and the earlier
+//! neighbour is shortened, so intervals stay contiguous (seed 002).
+
+use std::cmp::Ordering;
+
+use super::{InRow, Key, KeyState, Output, RunCtx, Spec, ValidTime, Version};
+use crate::value::cmp_slices;
+
+struct KeyRun<'a> {
+    spec: &'a Spec,
+    ctx: &'a RunCtx,
+    key: Key,
+    cur: Option<Version>,
+    /// Latest closed version when the key has no open one (a deleted key).
+    latest_closed: Option<Version>,
+    /// Every known closed version, including the ones made in this run.
+    history: Vec<Version>,
+    stored_current: bool,
+    dirty: bool,
+    ordinal: usize,
+}
+
+impl KeyRun<'_> {
+    fn open(&mut self, data: Vec<super::Value>, valid_from: i64) -> Version {
+        let sk = self.spec.surrogate(&self.key, valid_from, self.ctx.exec, self.ordinal);
+        self.ordinal += 1;
+        Version {
+            data,
+            valid_from: Some(valid_from),
+            valid_to: self.spec.open_valid_to,
+            current: true,
+            deleted: false,
+            exec: self.ctx.exec,
+            sk,
+            loc: None,
+        }
+    }
+
+    fn closed(&mut self, data: Vec<super::Value>, from: i64, to: i64) -> Version {
+        let mut v = self.open(data, from);
+        v.valid_to = Some(to);
+        v.current = false;
+        v
+    }
+
+    /// Closes the open version at `at` (never before its own start).
+    fn close_current(&mut self, at: i64, deleted: bool, out: &mut Output) {
+        let mut c = self.cur.take().expect("open version");
+        let at = at.max(c.valid_from.unwrap_or(at));
+        c.valid_to = Some(at);
+        c.current = false;
+        c.deleted = deleted;
+        c.loc = None;
+        out.stats.versions_closed += 1;
+        out.history_appends.push(c.clone());
+        self.history.push(c.clone());
+        self.latest_closed = Some(c);
+        self.dirty = true;
+    }
+
+    fn latest(&self) -> Option<&Version> {
+        self.cur.as_ref().or(self.latest_closed.as_ref())
+    }
+
+    /// The version valid at sequence `seq`: the greatest (sequence, run) at or below it.
+    fn valid_at(&self, seq: &[super::Value]) -> Option<&Version> {
+        self.history
+            .iter()
+            .chain(self.cur.iter())
+            .filter(|v| cmp_slices(&self.spec.seq_of(&v.data), seq) != Ordering::Greater)
+            .max_by(|a, b| self.spec.cmp_seq(&a.data, &b.data).then(a.exec.cmp(&b.exec)))
+    }
+
+    fn processing_row(&mut self, r: InRow, out: &mut Output) {
+        let spec = self.spec;
+        let now = self.ctx.now;
+        let late = !spec.seq.is_empty()
+            && self.latest().is_some_and(|l| cmp_slices(&spec.seq_of(&r.data), &spec.seq_of(&l.data)) == Ordering::Less);
+        if late {
+            if r.delete {
+                out.stats.late_deletes_ignored += 1;
+                return;
+            }
+            if spec.reject_late {
+                out.rejected = Some("reject_late: a row is older than the key's latest version".into());
+                return;
+            }
+            let seq = spec.seq_of(&r.data);
+            if self.valid_at(&seq).is_some_and(|v| spec.tracked_equal(&v.data, &r.data)) {
+                out.stats.late_noop += 1;
+                return;
+            }
+            let v = self.closed(r.data, now, now);
+            self.history.push(v.clone());
+            out.history_appends.push(v);
+            out.stats.late_inserted += 1;
+            return;
+        }
+        match &mut self.cur {
+            None => {
+                if r.delete {
+                    out.stats.deletes_unknown += 1;
+                    return;
+                }
+                // New key, or a deleted key coming back: a new open version.
+                let start = now.max(self.latest_closed.as_ref().and_then(|l| l.valid_to).unwrap_or(now));
+                if self.latest_closed.is_some() {
+                    out.stats.revived += 1;
+                } else {
+                    out.stats.inserted += 1;
+                }
+                self.cur = Some(self.open(r.data, start));
+                self.dirty = true;
+            }
+            Some(c) => {
+                if r.delete {
+                    out.stats.deleted += 1;
+                    self.close_current(now, true, out);
+                } else if !spec.tracked_equal(&c.data, &r.data) {
+                    let at = now.max(c.valid_from.unwrap_or(now));
+                    out.stats.updated += 1;
+                    self.close_current(at, false, out);
+                    self.cur = Some(self.open(r.data, at));
+                } else if !spec.all_equal(&c.data, &r.data) {
+                    c.data = r.data;
+                    out.stats.updated_in_place += 1;
+                    self.dirty = true;
+                } else {
+                    out.stats.unchanged += 1;
+                }
+            }
+        }
+    }
+
+    fn business_row(&mut self, r: InRow, out: &mut Output) {
+        let spec = self.spec;
+        let bt = spec.business_time(&r.data, self.ctx).unwrap_or(self.ctx.now);
+        if let Some(c) = &mut self.cur {
+            let cf = c.valid_from.unwrap_or(bt);
+            if bt >= cf {
+                if r.delete {
+                    out.stats.deleted += 1;
+                    self.close_current(bt, true, out);
+                } else if bt == cf {
+                    // Same-day restatement: overwrite in place.
+                    if !spec.tracked_equal(&c.data, &r.data) {
+                        c.data = r.data;
+                        c.exec = self.ctx.exec;
+                        out.stats.restated += 1;
+                        self.dirty = true;
+                    } else if !spec.all_equal(&c.data, &r.data) {
+                        c.data = r.data;
+                        out.stats.updated_in_place += 1;
+                        self.dirty = true;
+                    } else {
+                        out.stats.unchanged += 1;
+                    }
+                } else if !spec.tracked_equal(&c.data, &r.data) {
+                    out.stats.updated += 1;
+                    self.close_current(bt, false, out);
+                    self.cur = Some(self.open(r.data, bt));
+                } else if !spec.all_equal(&c.data, &r.data) {
+                    c.data = r.data;
+                    out.stats.updated_in_place += 1;
+                    self.dirty = true;
+                } else {
+                    out.stats.unchanged += 1;
+                }
+                return;
+            }
+        } else {
+            let reopen_at = self.latest_closed.as_ref().and_then(|l| l.valid_to);
+            if reopen_at.is_none_or(|t| bt >= t) {
+                if r.delete {
+                    out.stats.deletes_unknown += 1;
+                    return;
+                }
+                if self.latest_closed.is_some() {
+                    out.stats.revived += 1;
+                } else {
+                    out.stats.inserted += 1;
+                }
+                self.cur = Some(self.open(r.data, bt));
+                self.dirty = true;
+                return;
+            }
+        }
+        // Backdated: before the latest version's start.
+        if r.delete {
+            out.stats.late_deletes_ignored += 1;
+            return;
+        }
+        if spec.reject_late {
+            out.rejected = Some("reject_late: a row's business date is before the key's current version".into());
+            return;
+        }
+        let mut all: Vec<&Version> = self.history.iter().chain(self.cur.iter()).collect();
+        all.sort_by_key(|v| v.valid_from);
+        let prev = all.iter().rev().find(|v| v.valid_from.is_some_and(|f| f <= bt)).map(|v| (*v).clone());
+        let next_start = all.iter().filter_map(|v| v.valid_from).filter(|f| *f > bt).min();
+        match prev {
+            Some(p) if p.valid_from == Some(bt) => {
+                if spec.all_equal(&p.data, &r.data) {
+                    out.stats.late_noop += 1;
+                    return;
+                }
+                let mut np = p.clone();
+                np.data = r.data;
+                np.exec = self.ctx.exec;
+                self.replace(p, np, out);
+                out.stats.restated += 1;
+            }
+            Some(p) if spec.tracked_equal(&p.data, &r.data) => out.stats.late_noop += 1,
+            prev => {
+                let to = next_start.unwrap_or(bt);
+                let v = self.closed(r.data, bt, to);
+                self.history.push(v.clone());
+                out.history_appends.push(v);
+                out.stats.late_inserted += 1;
+                if let Some(p) = prev {
+                    let mut np = p.clone();
+                    np.valid_to = Some(bt);
+                    self.replace(p, np, out);
+                }
+            }
+        }
+    }
+
+    /// Rewrites a stored closed version (business-time neighbour or restatement).
+    fn replace(&mut self, old: Version, mut new: Version, out: &mut Output) {
+        if let Some(loc) = old.loc {
+            new.loc = None;
+            out.history_replacements.push((loc, new.clone()));
+            if let Some(h) = self.history.iter_mut().find(|h| h.loc == Some(loc)) {
+                *h = new;
+            }
+        } else if let Some(i) = out.history_appends.iter().position(|h| *h == old) {
+            out.history_appends[i] = new.clone();
+            if let Some(h) = self.history.iter_mut().find(|h| **h == old) {
+                *h = new;
+            }
+        }
+    }
+}
+
+pub(super) fn apply_key(spec: &Spec, ctx: &RunCtx, key: Key, rows: Vec<InRow>, state: KeyState, out: &mut Output) {
+    let mut run = KeyRun {
+        spec,
+        ctx,
+        stored_current: state.current.is_some(),
+        cur: state.current,
+        latest_closed: state.latest_closed,
+        history: state.history,
+        key: key.clone(),
+        dirty: false,
+        ordinal: 0,
+    };
+    let business = spec.valid_time != ValidTime::Processing;
+    for r in rows {
+        if business {
+            run.business_row(r, out);
+        } else {
+            run.processing_row(r, out);
+        }
+        if out.rejected.is_some() {
+            return;
+        }
+    }
+    finish(run, out);
+}
+
+fn finish(run: KeyRun<'_>, out: &mut Output) {
+    if !run.dirty {
+        return;
+    }
+    match run.cur {
+        Some(mut c) => {
+            c.loc = None;
+            out.index.push((run.key.clone(), Some(run.spec.summary(&c))));
+            out.upserts.push((run.key, c));
+        }
+        None => {
+            if let Some(l) = &run.latest_closed {
+                out.index.push((run.key.clone(), Some(run.spec.summary(l))));
+            }
+            if run.stored_current {
+                out.removes.push(run.key);
+            }
+        }
+    }
+}
+
+/// SPEC 6: a stored key missing from a snapshot batch is closed and marked deleted.
+pub(super) fn snapshot_delete(spec: &Spec, ctx: &RunCtx, key: Key, state: KeyState, out: &mut Output) {
+    if state.current.is_none() {
+        return;
+    }
+    let at = match spec.valid_time {
+        ValidTime::Date(d) => d,
+        _ => ctx.now,
+    };
+    let mut run = KeyRun {
+        spec,
+        ctx,
+        stored_current: true,
+        cur: state.current,
+        latest_closed: None,
+        history: vec![],
+        key,
+        dirty: false,
+        ordinal: 0,
+    };
+    if spec.delete_mode == crate::config::DeleteMode::Ignore {
+        return;
+    }
+    run.close_current(at, true, out);
+    out.stats.snapshot_deleted += 1;
+    finish(run, out);
+}

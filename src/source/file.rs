@@ -1,0 +1,155 @@
+//! `type: csv` and `type: jsonl` systems: one file = one batch = one run.
+//!
+//! A `path` with glob characters runs its files in lexical order. Progress is
+//! a `txn` action per file (`changelake/<table>/file/<path>`) whose version is
+//! a hash of the file's content, so re-running an unchanged file is skipped
+//! without reading the table, while a rewritten file runs again.
+
+use std::path::{Path, PathBuf};
+
+use xxhash_rust::xxh3::xxh3_64;
+
+use super::{RawBatch, RawRow};
+use crate::value::Value;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("{path}: {msg}")]
+    Read { path: String, msg: String },
+    #[error("no input file matches {0}")]
+    NoMatch(String),
+}
+
+/// Expands a configured path (with `{object}` substituted) into files, lexically ordered.
+pub fn expand(pattern: &Path) -> Result<Vec<PathBuf>, FileError> {
+    let s = pattern.to_string_lossy().to_string();
+    if !s.contains(['*', '?', '[']) {
+        if pattern.exists() {
+            return Ok(vec![pattern.to_path_buf()]);
+        }
+        return Err(FileError::NoMatch(s));
+    }
+    let mut files: Vec<PathBuf> = glob::glob(&s)
+        .map_err(|e| FileError::Read { path: s.clone(), msg: e.to_string() })?
+        .filter_map(|p| p.ok())
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(FileError::NoMatch(s));
+    }
+    Ok(files)
+}
+
+/// A file's content hash as a non-negative `txn` version.
+pub fn content_version(bytes: &[u8]) -> i64 {
+    (xxh3_64(bytes) >> 1) as i64
+}
+
+pub fn read_csv(path: &Path, bytes: &[u8], delimiter: u8) -> Result<RawBatch, FileError> {
+    let err = |msg: String| FileError::Read { path: path.display().to_string(), msg };
+    let mut rdr = csv::ReaderBuilder::new().delimiter(delimiter).flexible(true).from_reader(bytes);
+    let columns: Vec<String> = rdr.headers().map_err(|e| err(e.to_string()))?.iter().map(|h| h.trim().trim_start_matches('\u{feff}').to_string()).collect();
+    for (i, c) in columns.iter().enumerate() {
+        if c.is_empty() {
+            return Err(err(format!("header column {} is empty", i + 1)));
+        }
+        if columns[..i].contains(c) {
+            return Err(err(format!("header names column `{c}` twice")));
+        }
+    }
+    let mut batch = RawBatch { source: path.display().to_string(), columns, text: true, ..Default::default() };
+    for rec in rdr.records() {
+        match rec {
+            Err(e) => {
+                let line = e.position().map(|p| p.line()).unwrap_or(0);
+                batch.unparsable.push((line, String::new(), format!("malformed CSV: {e}")));
+            }
+            Ok(r) => {
+                let line = r.position().map(|p| p.line()).unwrap_or(0);
+                let raw = r.iter().collect::<Vec<_>>().join(&(delimiter as char).to_string());
+                if r.len() != batch.columns.len() {
+                    batch.unparsable.push((line, raw, format!("has {} fields, the header has {}", r.len(), batch.columns.len())));
+                    continue;
+                }
+                let cells = r.iter().map(|c| if c.is_empty() { Value::Null } else { Value::Str(c.to_string()) }).collect();
+                batch.rows.push(RawRow { cells, pos: line, raw });
+            }
+        }
+    }
+    Ok(batch)
+}
+
+/// Converts a JSON value to a cell; nested values are kept as JSON text.
+pub fn json_cell(v: &serde_json::Value) -> Value {
+    match v {
+        serde_json::Value::Null => Value::Null,
+        serde_json::Value::Bool(b) => Value::Bool(*b),
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(i) => Value::Int(i),
+            None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        serde_json::Value::String(s) => Value::Str(s.clone()),
+        other => Value::Str(other.to_string()),
+    }
+}
+
+pub fn read_jsonl(path: &Path, bytes: &[u8]) -> Result<RawBatch, FileError> {
+    let text = String::from_utf8_lossy(bytes);
+    let mut batch = RawBatch { source: path.display().to_string(), text: false, ..Default::default() };
+    let mut objects = vec![];
+    for (i, line) in text.lines().enumerate() {
+        let line_no = i as u64 + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        match serde_json::from_str::<serde_json::Value>(line) {
+            Ok(serde_json::Value::Object(m)) => {
+                for k in m.keys() {
+                    if !batch.columns.contains(k) {
+                        batch.columns.push(k.clone());
+                    }
+                }
+                objects.push((line_no, line.to_string(), m));
+            }
+            Ok(_) => batch.unparsable.push((line_no, line.to_string(), "not a JSON object".into())),
+            Err(e) => batch.unparsable.push((line_no, line.to_string(), format!("not JSON: {e}"))),
+        }
+    }
+    for (pos, raw, m) in objects {
+        let cells = batch.columns.iter().map(|c| m.get(c).map(json_cell).unwrap_or(Value::Null)).collect();
+        batch.rows.push(RawRow { cells, pos, raw });
+    }
+    Ok(batch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_empty_cells_are_null_and_lines_are_positions() {
+        let b = read_csv(Path::new("x.csv"), b"id,op,city,seq\n1,U,Berlin,1\n2,D,,2\n", b',').unwrap();
+        assert_eq!(b.columns, vec!["id", "op", "city", "seq"]);
+        assert_eq!(b.rows.len(), 2);
+        assert!(b.rows[1].cells[2].is_null());
+        assert!(b.rows[0].pos < b.rows[1].pos);
+    }
+
+    #[test]
+    fn csv_row_with_wrong_field_count_is_unparsable_not_lost() {
+        let b = read_csv(Path::new("x.csv"), b"id,city\n1,Berlin\n2,Bonn,extra\n", b',').unwrap();
+        assert_eq!(b.rows.len(), 1);
+        assert_eq!(b.unparsable.len(), 1);
+        assert!(b.unparsable[0].1.contains("extra"));
+    }
+
+    #[test]
+    fn jsonl_keeps_json_types_and_reports_bad_lines() {
+        let b = read_jsonl(Path::new("x.jsonl"), b"{\"id\":1,\"amount\":2.5,\"ok\":true}\nnot json\n{\"id\":2,\"extra\":\"x\"}\n").unwrap();
+        assert_eq!(b.columns, vec!["id", "amount", "ok", "extra"]);
+        assert!(matches!(b.rows[0].cells[1], Value::Float(_)));
+        assert!(b.rows[1].cells[1].is_null());
+        assert_eq!(b.unparsable.len(), 1);
+    }
+}
