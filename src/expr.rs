@@ -259,8 +259,8 @@ mod tests {
     #[test]
     fn delete_when_reads_dotted_paths_and_numbers() {
         let e = parse("source.lsn >= 10 AND __deleted = 'true'").unwrap();
-        let r = row(&[("source.lsn", Value::Int(12)), ("__deleted", Value::Str("true".into()))]);
-        assert!(e.matches(&r));
+        let cells = [("source.lsn", Value::Int(12)), ("__deleted", Value::Str("true".into()))];
+        assert!(e.matches(&row(&cells)));
         let b = parse("amount BETWEEN -1.5 AND 2").unwrap();
         assert!(b.matches(&row(&[("amount", Value::Float(0.5))])));
     }

@@ -414,3 +414,7 @@ pub fn apply(spec: &Spec, ctx: RunCtx, keys: Vec<(Key, Vec<InRow>)>, mut states:
 
 
 
+#[cfg(test)]
+pub(crate) mod memtable;
+#[cfg(test)]
+mod tests;
