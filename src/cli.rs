@@ -81,7 +81,7 @@ pub fn main() -> i32 {
 }
 
 fn init_tracing(f: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("CHANGELAKE_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,deltalake=warn"));
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CHANGELAKE_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,changelake=info"));
     let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = match f {
         LogFormat::Human => b.try_init(),
