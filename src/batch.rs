@@ -39,19 +39,30 @@ fn cell_type(v: &Value, text: bool) -> Option<DType> {
 
 fn convert(v: Value, t: DType, text: bool) -> Result<Value, String> {
     match v {
-        Value::Str(s) if text => parse_as(&s, t).ok_or_else(|| format!("{s:?} is not a valid {}", t.name())),
+        Value::Str(s) if text => {
+            parse_as(&s, t).ok_or_else(|| format!("{s:?} is not a valid {}", t.name()))
+        }
         other => other.convert(t),
     }
 }
 
 /// Types `raw` against `table` (empty for a new table). `keys` must be present.
-pub fn conform(raw: RawBatch, table: &[(String, DType)], declared: &[(String, DType)], policy: SchemaPolicy, keys: &[String]) -> Result<Conformed, String> {
+pub fn conform(
+    raw: RawBatch,
+    table: &[(String, DType)],
+    declared: &[(String, DType)],
+    policy: SchemaPolicy,
+    keys: &[String],
+) -> Result<Conformed, String> {
     for k in keys {
         if !raw.columns.contains(k) {
             return Err(format!("business key column `{k}` is missing from the input {} (key columns can never be added or dropped)", raw.source));
         }
     }
-    let mut out = Conformed { columns: table.to_vec(), ..Default::default() };
+    let mut out = Conformed {
+        columns: table.to_vec(),
+        ..Default::default()
+    };
     let table_exists = !table.is_empty();
     // Where each raw column goes: Some(index into out.columns) or None (dropped / unknown).
     let mut target: Vec<Option<usize>> = vec![];
@@ -71,9 +82,16 @@ pub fn conform(raw: RawBatch, table: &[(String, DType)], declared: &[(String, DT
             target.push(None);
             continue;
         }
-        let t = declared.iter().find(|(n, _)| n == name).map(|(_, t)| *t).unwrap_or_else(|| {
-            raw.rows.iter().fold(None, |acc, r| unify(acc, cell_type(&r.cells[ci], raw.text))).unwrap_or(DType::Str)
-        });
+        let t = declared
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, t)| *t)
+            .unwrap_or_else(|| {
+                raw.rows
+                    .iter()
+                    .fold(None, |acc, r| unify(acc, cell_type(&r.cells[ci], raw.text)))
+                    .unwrap_or(DType::Str)
+            });
         target.push(Some(out.columns.len()));
         out.columns.push((name.clone(), t));
         out.new_columns.push((name.clone(), t));
@@ -88,7 +106,14 @@ pub fn conform(raw: RawBatch, table: &[(String, DType)], declared: &[(String, DT
         let mut extra = vec![];
         for &ci in &unknown_strict {
             if !r.cells[ci].is_null() {
-                out.dead.push((r.pos, r.raw, format!("unknown column `{}` (schema_policy: strict)", raw.columns[ci])));
+                out.dead.push((
+                    r.pos,
+                    r.raw,
+                    format!(
+                        "unknown column `{}` (schema_policy: strict)",
+                        raw.columns[ci]
+                    ),
+                ));
                 continue 'rows;
             }
         }
@@ -97,14 +122,23 @@ pub fn conform(raw: RawBatch, table: &[(String, DType)], declared: &[(String, DT
                 Some(i) => match convert(v, out.columns[i].1, raw.text) {
                     Ok(v) => data[i] = v,
                     Err(e) => {
-                        out.dead.push((r.pos, r.raw, format!("column `{}`: {e}", out.columns[i].0)));
+                        out.dead.push((
+                            r.pos,
+                            r.raw,
+                            format!("column `{}`: {e}", out.columns[i].0),
+                        ));
                         continue 'rows;
                     }
                 },
                 None => extra.push((raw.columns[ci].clone(), v)),
             }
         }
-        out.rows.push(TypedRow { data, pos: r.pos, raw: r.raw, extra });
+        out.rows.push(TypedRow {
+            data,
+            pos: r.pos,
+            raw: r.raw,
+            extra,
+        });
     }
     Ok(out)
 }
@@ -117,7 +151,9 @@ pub fn lookup(columns: &[(String, DType)], row: &TypedRow, text: bool, path: &[S
         return row.data[i].clone();
     }
     match row.extra.iter().find(|(n, _)| *n == name) {
-        Some((_, Value::Str(s))) if text => infer(s).and_then(|t| parse_as(s, t)).unwrap_or(Value::Null),
+        Some((_, Value::Str(s))) if text => {
+            infer(s).and_then(|t| parse_as(s, t)).unwrap_or(Value::Null)
+        }
         Some((_, v)) => v.clone(),
         None => Value::Null,
     }
@@ -136,7 +172,16 @@ mod tests {
                 .iter()
                 .enumerate()
                 .map(|(i, r)| RawRow {
-                    cells: r.iter().map(|c| if c.is_empty() { Value::Null } else { Value::Str(c.to_string()) }).collect(),
+                    cells: r
+                        .iter()
+                        .map(|c| {
+                            if c.is_empty() {
+                                Value::Null
+                            } else {
+                                Value::Str(c.to_string())
+                            }
+                        })
+                        .collect(),
                     pos: i as u64,
                     raw: r.join(","),
                 })
@@ -149,22 +194,58 @@ mod tests {
     #[test]
     fn schema_additive_adds_new_columns_and_types_them() {
         let table = vec![("id".to_string(), DType::Int)];
-        let c = conform(raw(&["id", "city", "amount"], &[&["1", "Bonn", "2"], &["2", "", "2.5"]]), &table, &[], SchemaPolicy::Additive, &["id".into()]).unwrap();
-        assert_eq!(c.new_columns, vec![("city".to_string(), DType::Str), ("amount".to_string(), DType::Float)]);
+        let c = conform(
+            raw(
+                &["id", "city", "amount"],
+                &[&["1", "Bonn", "2"], &["2", "", "2.5"]],
+            ),
+            &table,
+            &[],
+            SchemaPolicy::Additive,
+            &["id".into()],
+        )
+        .unwrap();
+        assert_eq!(
+            c.new_columns,
+            vec![
+                ("city".to_string(), DType::Str),
+                ("amount".to_string(), DType::Float)
+            ]
+        );
         assert!(c.rows[1].data[1].is_null());
     }
 
     #[test]
     fn schema_existing_column_type_wins_over_inference() {
-        let table = vec![("id".to_string(), DType::Int), ("zip".to_string(), DType::Str)];
-        let c = conform(raw(&["id", "zip"], &[&["1", "01067"]]), &table, &[], SchemaPolicy::Additive, &["id".into()]).unwrap();
+        let table = vec![
+            ("id".to_string(), DType::Int),
+            ("zip".to_string(), DType::Str),
+        ];
+        let c = conform(
+            raw(&["id", "zip"], &[&["1", "01067"]]),
+            &table,
+            &[],
+            SchemaPolicy::Additive,
+            &["id".into()],
+        )
+        .unwrap();
         assert_eq!(c.rows[0].data[1], Value::Str("01067".into()));
     }
 
     #[test]
     fn schema_unconvertible_value_is_dead_lettered_rest_continues() {
-        let table = vec![("id".to_string(), DType::Int), ("seq".to_string(), DType::Int)];
-        let c = conform(raw(&["id", "seq"], &[&["1", "x"], &["2", "3"]]), &table, &[], SchemaPolicy::Additive, &["id".into()]).unwrap();
+        let table = vec![
+            ("id".to_string(), DType::Int),
+            ("seq".to_string(), DType::Int),
+        ];
+        let c = conform(
+            raw(&["id", "seq"], &[&["1", "x"], &["2", "3"]]),
+            &table,
+            &[],
+            SchemaPolicy::Additive,
+            &["id".into()],
+        )
+        .unwrap();
         assert_eq!(c.rows.len(), 1);
         assert_eq!(c.dead.len(), 1);
         assert!(c.dead[0].2.contains("seq"));
@@ -173,23 +254,51 @@ mod tests {
     #[test]
     fn schema_ignore_drops_new_columns_strict_dead_letters_them() {
         let table = vec![("id".to_string(), DType::Int)];
-        let c = conform(raw(&["id", "x"], &[&["1", "a"]]), &table, &[], SchemaPolicy::Ignore, &["id".into()]).unwrap();
+        let c = conform(
+            raw(&["id", "x"], &[&["1", "a"]]),
+            &table,
+            &[],
+            SchemaPolicy::Ignore,
+            &["id".into()],
+        )
+        .unwrap();
         assert_eq!(c.columns.len(), 1);
         assert_eq!(c.ignored_columns, vec!["x"]);
         assert_eq!(c.rows.len(), 1);
-        let s = conform(raw(&["id", "x"], &[&["1", "a"], &["2", ""]]), &table, &[], SchemaPolicy::Strict, &["id".into()]).unwrap();
+        let s = conform(
+            raw(&["id", "x"], &[&["1", "a"], &["2", ""]]),
+            &table,
+            &[],
+            SchemaPolicy::Strict,
+            &["id".into()],
+        )
+        .unwrap();
         assert_eq!(s.dead.len(), 1);
         assert_eq!(s.rows.len(), 1);
     }
 
     #[test]
     fn schema_missing_key_column_is_an_error() {
-        assert!(conform(raw(&["city"], &[&["x"]]), &[], &[], SchemaPolicy::Additive, &["id".into()]).is_err());
+        assert!(conform(
+            raw(&["city"], &[&["x"]]),
+            &[],
+            &[],
+            SchemaPolicy::Additive,
+            &["id".into()]
+        )
+        .is_err());
     }
 
     #[test]
     fn schema_float_business_key_is_rejected_once_known() {
-        let e = conform(raw(&["id"], &[&["1.5"]]), &[], &[], SchemaPolicy::Additive, &["id".into()]).unwrap_err();
+        let e = conform(
+            raw(&["id"], &[&["1.5"]]),
+            &[],
+            &[],
+            SchemaPolicy::Additive,
+            &["id".into()],
+        )
+        .unwrap_err();
         assert!(e.contains("float"));
     }
 }

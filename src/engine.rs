@@ -20,10 +20,23 @@ pub fn build_spec(t: &TableConfig, columns: &[(String, DType)]) -> Result<Spec> 
     let names: Vec<String> = columns.iter().map(|(n, _)| n.clone()).collect();
     let path = format!("bronze.tables.{}", t.name);
     let find = |c: &str, what: &str| {
-        names.iter().position(|n| n == c).ok_or_else(|| Error::ConfigData(format!("{path}.{what}: column `{c}` is not in the data (columns: {})", names.join(", "))))
+        names.iter().position(|n| n == c).ok_or_else(|| {
+            Error::ConfigData(format!(
+                "{path}.{what}: column `{c}` is not in the data (columns: {})",
+                names.join(", ")
+            ))
+        })
     };
-    let key = t.business_key.iter().map(|c| find(c, "business_key")).collect::<Result<Vec<_>>>()?;
-    let seq = t.sequence_by.iter().map(|c| find(c, "merge.sequence_by")).collect::<Result<Vec<_>>>()?;
+    let key = t
+        .business_key
+        .iter()
+        .map(|c| find(c, "business_key"))
+        .collect::<Result<Vec<_>>>()?;
+    let seq = t
+        .sequence_by
+        .iter()
+        .map(|c| find(c, "merge.sequence_by"))
+        .collect::<Result<Vec<_>>>()?;
     let tracked = names
         .iter()
         .enumerate()
@@ -91,20 +104,31 @@ impl TableRunner {
             layout: t.layout.clone(),
         };
         let spec_err = std::cell::RefCell::new(None);
-        let store = TableStore::open(&config.table_uri(&t.name), meta, |cols| match build_spec(t, cols) {
-            Ok(s) => s,
-            Err(e) => {
-                *spec_err.borrow_mut() = Some(e);
-                // Index with the key alone; the error surfaces below.
-                fallback_spec(t, cols)
+        let store = TableStore::open(&config.table_uri(&t.name), meta, |cols| {
+            match build_spec(t, cols) {
+                Ok(s) => s,
+                Err(e) => {
+                    *spec_err.borrow_mut() = Some(e);
+                    // Index with the key alone; the error surfaces below.
+                    fallback_spec(t, cols)
+                }
             }
         })
         .await?;
         if let Some(e) = spec_err.into_inner() {
             return Err(e);
         }
-        let declared = config.systems.get(&t.system).map(|s| s.columns.clone()).unwrap_or_default();
-        Ok(TableRunner { cfg: t.clone(), store, declared, dead_letter_uri: config.dead_letter_uri() })
+        let declared = config
+            .systems
+            .get(&t.system)
+            .map(|s| s.columns.clone())
+            .unwrap_or_default();
+        Ok(TableRunner {
+            cfg: t.clone(),
+            store,
+            declared,
+            dead_letter_uri: config.dead_letter_uri(),
+        })
     }
 
     /// Has this exact progress marker already been committed?
@@ -121,17 +145,39 @@ impl TableRunner {
     }
 
     /// Runs one batch and commits it together with `progress`.
-    pub async fn run_batch(&mut self, raw: RawBatch, progress: Vec<(String, i64)>) -> Result<RunReport> {
+    pub async fn run_batch(
+        &mut self,
+        raw: RawBatch,
+        progress: Vec<(String, i64)>,
+    ) -> Result<RunReport> {
         let t = self.cfg.clone();
-        let mut report = RunReport { table: t.name.clone(), source: raw.source.clone(), ..Default::default() };
+        let mut report = RunReport {
+            table: t.name.clone(),
+            source: raw.source.clone(),
+            ..Default::default()
+        };
         let text = raw.text;
         let (source, partition) = (raw.source.clone(), raw.partition);
         let mut dead: Vec<DeadLetter> = raw
             .unparsable
             .iter()
-            .map(|(pos, rawtext, err)| DeadLetter { table: t.name.clone(), topic: source.clone(), partition, offset: *pos as i64, raw: rawtext.clone().into_bytes(), error: err.clone() })
+            .map(|(pos, rawtext, err)| DeadLetter {
+                table: t.name.clone(),
+                topic: source.clone(),
+                partition,
+                offset: *pos as i64,
+                raw: rawtext.clone().into_bytes(),
+                error: err.clone(),
+            })
             .collect();
-        let conformed = conform(raw, &self.store.columns, &self.declared, t.schema_policy, &t.business_key).map_err(|e| {
+        let conformed = conform(
+            raw,
+            &self.store.columns,
+            &self.declared,
+            t.schema_policy,
+            &t.business_key,
+        )
+        .map_err(|e| {
             if e.contains("float") {
                 Error::ConfigData(format!("bronze.tables.{}.business_key: {e}", t.name))
             } else {
@@ -139,7 +185,14 @@ impl TableRunner {
             }
         })?;
         for (pos, rawtext, err) in &conformed.dead {
-            dead.push(DeadLetter { table: t.name.clone(), topic: source.clone(), partition, offset: *pos as i64, raw: rawtext.clone().into_bytes(), error: err.clone() });
+            dead.push(DeadLetter {
+                table: t.name.clone(),
+                topic: source.clone(),
+                partition,
+                offset: *pos as i64,
+                raw: rawtext.clone().into_bytes(),
+                error: err.clone(),
+            });
         }
         if !conformed.ignored_columns.is_empty() {
             tracing::info!(table = %t.name, columns = ?conformed.ignored_columns, "schema_policy ignore: dropped new columns");
@@ -155,7 +208,11 @@ impl TableRunner {
             }
             let delete = t.delete_when.as_ref().is_some_and(|d| d.matches(&get));
             raw_by_pos.push((r.pos, r.raw.clone()));
-            rows.push(InRow { data: r.data, delete, order: r.pos });
+            rows.push(InRow {
+                data: r.data,
+                delete,
+                order: r.pos,
+            });
         }
         let prepared = merge::prepare(&spec, rows);
         let mut stats = prepared.stats.clone();
@@ -164,7 +221,14 @@ impl TableRunner {
         }
         let reject = |reason: String, dead: &mut Vec<DeadLetter>| {
             for (pos, rawtext) in &raw_by_pos {
-                dead.push(DeadLetter { table: t.name.clone(), topic: source.clone(), partition, offset: *pos as i64, raw: rawtext.clone().into_bytes(), error: reason.clone() });
+                dead.push(DeadLetter {
+                    table: t.name.clone(),
+                    topic: source.clone(),
+                    partition,
+                    offset: *pos as i64,
+                    raw: rawtext.clone().into_bytes(),
+                    error: reason.clone(),
+                });
             }
         };
         let exec = self.store.last_exec + 1;
@@ -182,12 +246,23 @@ impl TableRunner {
                     keys.push((k, rs));
                 }
             }
-            let absent: Vec<Key> = if t.snapshot { self.store.live_keys().filter(|k| !batch_keys.contains(*k)).cloned().collect() } else { vec![] };
+            let absent: Vec<Key> = if t.snapshot {
+                self.store
+                    .live_keys()
+                    .filter(|k| !batch_keys.contains(*k))
+                    .cloned()
+                    .collect()
+            } else {
+                vec![]
+            };
             for k in &absent {
                 needs.insert(k.clone(), Need::Current);
             }
             let states = self.store.load_states(&spec, &needs).await?;
-            let ctx = RunCtx { exec, now: chrono::Utc::now().timestamp_micros() };
+            let ctx = RunCtx {
+                exec,
+                now: chrono::Utc::now().timestamp_micros(),
+            };
             out = merge::apply(&spec, ctx, keys, states, absent);
             if let Some(reason) = out.rejected.clone() {
                 reject(reason.clone(), &mut dead);
@@ -199,7 +274,10 @@ impl TableRunner {
         // Dead letters first: their commit is idempotent (txn), so a crash
         // before the data commit re-runs the batch without duplicating them.
         if !dead.is_empty() {
-            let (app, version) = progress.first().map(|(a, v)| (format!("{a}/dead_letters"), *v)).unwrap_or_else(|| (format!("changelake/{}/dead_letters", t.name), exec));
+            let (app, version) = progress
+                .first()
+                .map(|(a, v)| (format!("{a}/dead_letters"), *v))
+                .unwrap_or_else(|| (format!("changelake/{}/dead_letters", t.name), exec));
             deadletter::append(&self.dead_letter_uri, &dead, &app, version).await?;
             tracing::warn!(table = %t.name, count = dead.len(), "rows sent to the dead-letter table");
         }
@@ -210,11 +288,25 @@ impl TableRunner {
             let pc = self.store.stage(&spec, &out, exec).await?;
             report.files_added = pc.files_added;
             report.files_removed = pc.files_removed;
-            report.version = Some(self.store.commit(pc, progress.clone(), changes.then_some(exec), schema_changed, info).await?);
+            report.version = Some(
+                self.store
+                    .commit(
+                        pc,
+                        progress.clone(),
+                        changes.then_some(exec),
+                        schema_changed,
+                        info,
+                    )
+                    .await?,
+            );
             report.exec = changes.then_some(exec);
         } else if !self.already_applied(&progress).await? {
             // Offsets moved but nothing changed: a txn-only commit, no data files.
-            report.version = Some(self.store.commit(Default::default(), progress.clone(), None, false, info).await?);
+            report.version = Some(
+                self.store
+                    .commit(Default::default(), progress.clone(), None, false, info)
+                    .await?,
+            );
         }
         report.dead_letters = dead.len();
         report.stats = stats;
@@ -226,7 +318,11 @@ fn fallback_spec(t: &TableConfig, cols: &[(String, DType)]) -> Spec {
     let names: Vec<String> = cols.iter().map(|(n, _)| n.clone()).collect();
     Spec {
         strategy: t.strategy,
-        key: t.business_key.iter().filter_map(|k| names.iter().position(|n| n == k)).collect(),
+        key: t
+            .business_key
+            .iter()
+            .filter_map(|k| names.iter().position(|n| n == k))
+            .collect(),
         tracked: vec![true; names.len()],
         names,
         seq: vec![],

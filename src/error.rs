@@ -12,13 +12,19 @@ pub enum Error {
     #[error("{0}")]
     ConfigData(String),
     #[error(transparent)]
-    Table(#[from] TableError),
+    Table(Box<TableError>),
     #[error(transparent)]
     File(#[from] FileError),
     #[error("{0}")]
     Input(String),
     #[error("{0}")]
     Usage(String),
+}
+
+impl From<TableError> for Error {
+    fn from(e: TableError) -> Error {
+        Error::Table(Box::new(e))
+    }
 }
 
 impl Error {

@@ -109,7 +109,11 @@ fn lit(v: &ast::Value) -> Result<Lit, String> {
             Err(_) => Lit::Float(n.parse().map_err(|_| format!("bad number {n}"))?),
         },
         ast::Value::SingleQuotedString(s) => Lit::Str(s.clone()),
-        other => return Err(format!("literal `{other}` is not supported; strings use single quotes")),
+        other => {
+            return Err(format!(
+                "literal `{other}` is not supported; strings use single quotes"
+            ))
+        }
     })
 }
 
@@ -220,7 +224,11 @@ fn sql_cmp(a: &Value, b: &Value) -> Option<Ordering> {
         (Value::Null, _) | (_, Value::Null) => None,
         (Value::Str(s), other) | (other, Value::Str(s)) if !matches!(other, Value::Str(_)) => {
             let o = s.as_str().cmp(other.to_string().as_str());
-            Some(if matches!(a, Value::Str(_)) { o } else { o.reverse() })
+            Some(if matches!(a, Value::Str(_)) {
+                o
+            } else {
+                o.reverse()
+            })
         }
         _ => Some(a.total_cmp(b)),
     }
@@ -233,7 +241,11 @@ mod tests {
     fn row<'a>(pairs: &'a [(&'a str, Value)]) -> impl Fn(&[String]) -> Value + 'a {
         move |p: &[String]| {
             let name = p.join(".");
-            pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.clone()).unwrap_or(Value::Null)
+            pairs
+                .iter()
+                .find(|(k, _)| *k == name)
+                .map(|(_, v)| v.clone())
+                .unwrap_or(Value::Null)
         }
     }
 
@@ -259,7 +271,10 @@ mod tests {
     #[test]
     fn delete_when_reads_dotted_paths_and_numbers() {
         let e = parse("source.lsn >= 10 AND __deleted = 'true'").unwrap();
-        let cells = [("source.lsn", Value::Int(12)), ("__deleted", Value::Str("true".into()))];
+        let cells = [
+            ("source.lsn", Value::Int(12)),
+            ("__deleted", Value::Str("true".into())),
+        ];
         assert!(e.matches(&row(&cells)));
         let b = parse("amount BETWEEN -1.5 AND 2").unwrap();
         assert!(b.matches(&row(&[("amount", Value::Float(0.5))])));

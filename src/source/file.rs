@@ -30,7 +30,10 @@ pub fn expand(pattern: &Path) -> Result<Vec<PathBuf>, FileError> {
         return Err(FileError::NoMatch(s));
     }
     let mut files: Vec<PathBuf> = glob::glob(&s)
-        .map_err(|e| FileError::Read { path: s.clone(), msg: e.to_string() })?
+        .map_err(|e| FileError::Read {
+            path: s.clone(),
+            msg: e.to_string(),
+        })?
         .filter_map(|p| p.ok())
         .filter(|p| p.is_file())
         .collect();
@@ -47,9 +50,20 @@ pub fn content_version(bytes: &[u8]) -> i64 {
 }
 
 pub fn read_csv(path: &Path, bytes: &[u8], delimiter: u8) -> Result<RawBatch, FileError> {
-    let err = |msg: String| FileError::Read { path: path.display().to_string(), msg };
-    let mut rdr = csv::ReaderBuilder::new().delimiter(delimiter).flexible(true).from_reader(bytes);
-    let columns: Vec<String> = rdr.headers().map_err(|e| err(e.to_string()))?.iter().map(|h| h.trim().trim_start_matches('\u{feff}').to_string()).collect();
+    let err = |msg: String| FileError::Read {
+        path: path.display().to_string(),
+        msg,
+    };
+    let mut rdr = csv::ReaderBuilder::new()
+        .delimiter(delimiter)
+        .flexible(true)
+        .from_reader(bytes);
+    let columns: Vec<String> = rdr
+        .headers()
+        .map_err(|e| err(e.to_string()))?
+        .iter()
+        .map(|h| h.trim().trim_start_matches('\u{feff}').to_string())
+        .collect();
     for (i, c) in columns.iter().enumerate() {
         if c.is_empty() {
             return Err(err(format!("header column {} is empty", i + 1)));
@@ -58,22 +72,53 @@ pub fn read_csv(path: &Path, bytes: &[u8], delimiter: u8) -> Result<RawBatch, Fi
             return Err(err(format!("header names column `{c}` twice")));
         }
     }
-    let mut batch = RawBatch { source: path.display().to_string(), columns, text: true, ..Default::default() };
+    let mut batch = RawBatch {
+        source: path.display().to_string(),
+        columns,
+        text: true,
+        ..Default::default()
+    };
     for rec in rdr.records() {
         match rec {
             Err(e) => {
                 let line = e.position().map(|p| p.line()).unwrap_or(0);
-                batch.unparsable.push((line, String::new(), format!("malformed CSV: {e}")));
+                batch
+                    .unparsable
+                    .push((line, String::new(), format!("malformed CSV: {e}")));
             }
             Ok(r) => {
                 let line = r.position().map(|p| p.line()).unwrap_or(0);
-                let raw = r.iter().collect::<Vec<_>>().join(&(delimiter as char).to_string());
+                let raw = r
+                    .iter()
+                    .collect::<Vec<_>>()
+                    .join(&(delimiter as char).to_string());
                 if r.len() != batch.columns.len() {
-                    batch.unparsable.push((line, raw, format!("has {} fields, the header has {}", r.len(), batch.columns.len())));
+                    batch.unparsable.push((
+                        line,
+                        raw,
+                        format!(
+                            "has {} fields, the header has {}",
+                            r.len(),
+                            batch.columns.len()
+                        ),
+                    ));
                     continue;
                 }
-                let cells = r.iter().map(|c| if c.is_empty() { Value::Null } else { Value::Str(c.to_string()) }).collect();
-                batch.rows.push(RawRow { cells, pos: line, raw });
+                let cells = r
+                    .iter()
+                    .map(|c| {
+                        if c.is_empty() {
+                            Value::Null
+                        } else {
+                            Value::Str(c.to_string())
+                        }
+                    })
+                    .collect();
+                batch.rows.push(RawRow {
+                    cells,
+                    pos: line,
+                    raw,
+                });
             }
         }
     }
@@ -96,7 +141,11 @@ pub fn json_cell(v: &serde_json::Value) -> Value {
 
 pub fn read_jsonl(path: &Path, bytes: &[u8]) -> Result<RawBatch, FileError> {
     let text = String::from_utf8_lossy(bytes);
-    let mut batch = RawBatch { source: path.display().to_string(), text: false, ..Default::default() };
+    let mut batch = RawBatch {
+        source: path.display().to_string(),
+        text: false,
+        ..Default::default()
+    };
     let mut objects = vec![];
     for (i, line) in text.lines().enumerate() {
         let line_no = i as u64 + 1;
@@ -112,12 +161,20 @@ pub fn read_jsonl(path: &Path, bytes: &[u8]) -> Result<RawBatch, FileError> {
                 }
                 objects.push((line_no, line.to_string(), m));
             }
-            Ok(_) => batch.unparsable.push((line_no, line.to_string(), "not a JSON object".into())),
-            Err(e) => batch.unparsable.push((line_no, line.to_string(), format!("not JSON: {e}"))),
+            Ok(_) => batch
+                .unparsable
+                .push((line_no, line.to_string(), "not a JSON object".into())),
+            Err(e) => batch
+                .unparsable
+                .push((line_no, line.to_string(), format!("not JSON: {e}"))),
         }
     }
     for (pos, raw, m) in objects {
-        let cells = batch.columns.iter().map(|c| m.get(c).map(json_cell).unwrap_or(Value::Null)).collect();
+        let cells = batch
+            .columns
+            .iter()
+            .map(|c| m.get(c).map(json_cell).unwrap_or(Value::Null))
+            .collect();
         batch.rows.push(RawRow { cells, pos, raw });
     }
     Ok(batch)
@@ -129,7 +186,12 @@ mod tests {
 
     #[test]
     fn csv_empty_cells_are_null_and_lines_are_positions() {
-        let b = read_csv(Path::new("x.csv"), b"id,op,city,seq\n1,U,Berlin,1\n2,D,,2\n", b',').unwrap();
+        let b = read_csv(
+            Path::new("x.csv"),
+            b"id,op,city,seq\n1,U,Berlin,1\n2,D,,2\n",
+            b',',
+        )
+        .unwrap();
         assert_eq!(b.columns, vec!["id", "op", "city", "seq"]);
         assert_eq!(b.rows.len(), 2);
         assert!(b.rows[1].cells[2].is_null());
@@ -138,7 +200,12 @@ mod tests {
 
     #[test]
     fn csv_row_with_wrong_field_count_is_unparsable_not_lost() {
-        let b = read_csv(Path::new("x.csv"), b"id,city\n1,Berlin\n2,Bonn,extra\n", b',').unwrap();
+        let b = read_csv(
+            Path::new("x.csv"),
+            b"id,city\n1,Berlin\n2,Bonn,extra\n",
+            b',',
+        )
+        .unwrap();
         assert_eq!(b.rows.len(), 1);
         assert_eq!(b.unparsable.len(), 1);
         assert!(b.unparsable[0].1.contains("extra"));
@@ -146,7 +213,11 @@ mod tests {
 
     #[test]
     fn jsonl_keeps_json_types_and_reports_bad_lines() {
-        let b = read_jsonl(Path::new("x.jsonl"), b"{\"id\":1,\"amount\":2.5,\"ok\":true}\nnot json\n{\"id\":2,\"extra\":\"x\"}\n").unwrap();
+        let b = read_jsonl(
+            Path::new("x.jsonl"),
+            b"{\"id\":1,\"amount\":2.5,\"ok\":true}\nnot json\n{\"id\":2,\"extra\":\"x\"}\n",
+        )
+        .unwrap();
         assert_eq!(b.columns, vec!["id", "amount", "ok", "extra"]);
         assert!(matches!(b.rows[0].cells[1], Value::Float(_)));
         assert!(b.rows[1].cells[1].is_null());
