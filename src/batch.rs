@@ -6,13 +6,14 @@
 //! reason, and the rest of the batch goes on.
 
 use crate::config::SchemaPolicy;
-use crate::source::RawBatch;
+use crate::source::{RawBatch, Unparsable};
 use crate::value::{infer, parse_as, unify, DType, Value};
 
 #[derive(Debug)]
 pub struct TypedRow {
     pub data: Vec<Value>,
     pub pos: u64,
+    pub partition: i32,
     pub raw: String,
     /// Raw cells of columns not stored in the table (still visible to predicates).
     pub extra: Vec<(String, Value)>,
@@ -24,8 +25,7 @@ pub struct Conformed {
     pub columns: Vec<(String, DType)>,
     pub new_columns: Vec<(String, DType)>,
     pub rows: Vec<TypedRow>,
-    /// (position, raw, reason)
-    pub dead: Vec<(u64, String, String)>,
+    pub dead: Vec<Unparsable>,
     /// Columns dropped under `schema_policy: ignore`.
     pub ignored_columns: Vec<String>,
 }
@@ -39,9 +39,7 @@ fn cell_type(v: &Value, text: bool) -> Option<DType> {
 
 fn convert(v: Value, t: DType, text: bool) -> Result<Value, String> {
     match v {
-        Value::Str(s) if text => {
-            parse_as(&s, t).ok_or_else(|| format!("{s:?} is not a valid {}", t.name()))
-        }
+        Value::Str(s) if text => parse_as(&s, t).ok_or_else(|| format!("{s:?} is not a valid {}", t.name())),
         other => other.convert(t),
     }
 }
@@ -56,13 +54,13 @@ pub fn conform(
 ) -> Result<Conformed, String> {
     for k in keys {
         if !raw.columns.contains(k) {
-            return Err(format!("business key column `{k}` is missing from the input {} (key columns can never be added or dropped)", raw.source));
+            return Err(format!(
+                "business key column `{k}` is missing from the input {} (key columns can never be added or dropped)",
+                raw.source
+            ));
         }
     }
-    let mut out = Conformed {
-        columns: table.to_vec(),
-        ..Default::default()
-    };
+    let mut out = Conformed { columns: table.to_vec(), ..Default::default() };
     let table_exists = !table.is_empty();
     // Where each raw column goes: Some(index into out.columns) or None (dropped / unknown).
     let mut target: Vec<Option<usize>> = vec![];
@@ -82,15 +80,9 @@ pub fn conform(
             target.push(None);
             continue;
         }
-        let t = declared
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, t)| *t)
-            .unwrap_or_else(|| {
-                raw.rows
-                    .iter()
-                    .fold(None, |acc, r| unify(acc, cell_type(&r.cells[ci], raw.text)))
-                    .unwrap_or(DType::Str)
+        let t =
+            declared.iter().find(|(n, _)| n == name).map(|(_, t)| *t).unwrap_or_else(|| {
+                raw.rows.iter().fold(None, |acc, r| unify(acc, cell_type(&r.cells[ci], raw.text))).unwrap_or(DType::Str)
             });
         target.push(Some(out.columns.len()));
         out.columns.push((name.clone(), t));
@@ -103,17 +95,11 @@ pub fn conform(
     }
     'rows: for r in raw.rows {
         let mut data = vec![Value::Null; out.columns.len()];
-        let mut extra = vec![];
+        let mut extra = r.extra;
+        let dead = |error: String| Unparsable { partition: r.partition, pos: r.pos, raw: r.raw.clone().into_bytes(), error };
         for &ci in &unknown_strict {
             if !r.cells[ci].is_null() {
-                out.dead.push((
-                    r.pos,
-                    r.raw,
-                    format!(
-                        "unknown column `{}` (schema_policy: strict)",
-                        raw.columns[ci]
-                    ),
-                ));
+                out.dead.push(dead(format!("unknown column `{}` (schema_policy: strict)", raw.columns[ci])));
                 continue 'rows;
             }
         }
@@ -122,23 +108,14 @@ pub fn conform(
                 Some(i) => match convert(v, out.columns[i].1, raw.text) {
                     Ok(v) => data[i] = v,
                     Err(e) => {
-                        out.dead.push((
-                            r.pos,
-                            r.raw,
-                            format!("column `{}`: {e}", out.columns[i].0),
-                        ));
+                        out.dead.push(dead(format!("column `{}`: {e}", out.columns[i].0)));
                         continue 'rows;
                     }
                 },
                 None => extra.push((raw.columns[ci].clone(), v)),
             }
         }
-        out.rows.push(TypedRow {
-            data,
-            pos: r.pos,
-            raw: r.raw,
-            extra,
-        });
+        out.rows.push(TypedRow { data, pos: r.pos, partition: r.partition, raw: r.raw, extra });
     }
     Ok(out)
 }
@@ -151,9 +128,7 @@ pub fn lookup(columns: &[(String, DType)], row: &TypedRow, text: bool, path: &[S
         return row.data[i].clone();
     }
     match row.extra.iter().find(|(n, _)| *n == name) {
-        Some((_, Value::Str(s))) if text => {
-            infer(s).and_then(|t| parse_as(s, t)).unwrap_or(Value::Null)
-        }
+        Some((_, Value::Str(s))) if text => infer(s).and_then(|t| parse_as(s, t)).unwrap_or(Value::Null),
         Some((_, v)) => v.clone(),
         None => Value::Null,
     }
@@ -172,18 +147,11 @@ mod tests {
                 .iter()
                 .enumerate()
                 .map(|(i, r)| RawRow {
-                    cells: r
-                        .iter()
-                        .map(|c| {
-                            if c.is_empty() {
-                                Value::Null
-                            } else {
-                                Value::Str(c.to_string())
-                            }
-                        })
-                        .collect(),
+                    cells: r.iter().map(|c| if c.is_empty() { Value::Null } else { Value::Str(c.to_string()) }).collect(),
                     pos: i as u64,
+                    partition: 0,
                     raw: r.join(","),
+                    extra: vec![],
                 })
                 .collect(),
             text: true,
@@ -195,110 +163,53 @@ mod tests {
     fn schema_additive_adds_new_columns_and_types_them() {
         let table = vec![("id".to_string(), DType::Int)];
         let c = conform(
-            raw(
-                &["id", "city", "amount"],
-                &[&["1", "Bonn", "2"], &["2", "", "2.5"]],
-            ),
+            raw(&["id", "city", "amount"], &[&["1", "Bonn", "2"], &["2", "", "2.5"]]),
             &table,
             &[],
             SchemaPolicy::Additive,
             &["id".into()],
         )
         .unwrap();
-        assert_eq!(
-            c.new_columns,
-            vec![
-                ("city".to_string(), DType::Str),
-                ("amount".to_string(), DType::Float)
-            ]
-        );
+        assert_eq!(c.new_columns, vec![("city".to_string(), DType::Str), ("amount".to_string(), DType::Float)]);
         assert!(c.rows[1].data[1].is_null());
     }
 
     #[test]
     fn schema_existing_column_type_wins_over_inference() {
-        let table = vec![
-            ("id".to_string(), DType::Int),
-            ("zip".to_string(), DType::Str),
-        ];
-        let c = conform(
-            raw(&["id", "zip"], &[&["1", "01067"]]),
-            &table,
-            &[],
-            SchemaPolicy::Additive,
-            &["id".into()],
-        )
-        .unwrap();
+        let table = vec![("id".to_string(), DType::Int), ("zip".to_string(), DType::Str)];
+        let c = conform(raw(&["id", "zip"], &[&["1", "01067"]]), &table, &[], SchemaPolicy::Additive, &["id".into()]).unwrap();
         assert_eq!(c.rows[0].data[1], Value::Str("01067".into()));
     }
 
     #[test]
     fn schema_unconvertible_value_is_dead_lettered_rest_continues() {
-        let table = vec![
-            ("id".to_string(), DType::Int),
-            ("seq".to_string(), DType::Int),
-        ];
-        let c = conform(
-            raw(&["id", "seq"], &[&["1", "x"], &["2", "3"]]),
-            &table,
-            &[],
-            SchemaPolicy::Additive,
-            &["id".into()],
-        )
-        .unwrap();
+        let table = vec![("id".to_string(), DType::Int), ("seq".to_string(), DType::Int)];
+        let c = conform(raw(&["id", "seq"], &[&["1", "x"], &["2", "3"]]), &table, &[], SchemaPolicy::Additive, &["id".into()]).unwrap();
         assert_eq!(c.rows.len(), 1);
         assert_eq!(c.dead.len(), 1);
-        assert!(c.dead[0].2.contains("seq"));
+        assert!(c.dead[0].error.contains("seq"));
     }
 
     #[test]
     fn schema_ignore_drops_new_columns_strict_dead_letters_them() {
         let table = vec![("id".to_string(), DType::Int)];
-        let c = conform(
-            raw(&["id", "x"], &[&["1", "a"]]),
-            &table,
-            &[],
-            SchemaPolicy::Ignore,
-            &["id".into()],
-        )
-        .unwrap();
+        let c = conform(raw(&["id", "x"], &[&["1", "a"]]), &table, &[], SchemaPolicy::Ignore, &["id".into()]).unwrap();
         assert_eq!(c.columns.len(), 1);
         assert_eq!(c.ignored_columns, vec!["x"]);
         assert_eq!(c.rows.len(), 1);
-        let s = conform(
-            raw(&["id", "x"], &[&["1", "a"], &["2", ""]]),
-            &table,
-            &[],
-            SchemaPolicy::Strict,
-            &["id".into()],
-        )
-        .unwrap();
+        let s = conform(raw(&["id", "x"], &[&["1", "a"], &["2", ""]]), &table, &[], SchemaPolicy::Strict, &["id".into()]).unwrap();
         assert_eq!(s.dead.len(), 1);
         assert_eq!(s.rows.len(), 1);
     }
 
     #[test]
     fn schema_missing_key_column_is_an_error() {
-        assert!(conform(
-            raw(&["city"], &[&["x"]]),
-            &[],
-            &[],
-            SchemaPolicy::Additive,
-            &["id".into()]
-        )
-        .is_err());
+        assert!(conform(raw(&["city"], &[&["x"]]), &[], &[], SchemaPolicy::Additive, &["id".into()]).is_err());
     }
 
     #[test]
     fn schema_float_business_key_is_rejected_once_known() {
-        let e = conform(
-            raw(&["id"], &[&["1.5"]]),
-            &[],
-            &[],
-            SchemaPolicy::Additive,
-            &["id".into()],
-        )
-        .unwrap_err();
+        let e = conform(raw(&["id"], &[&["1.5"]]), &[], &[], SchemaPolicy::Additive, &["id".into()]).unwrap_err();
         assert!(e.contains("float"));
     }
 }

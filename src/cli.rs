@@ -5,18 +5,14 @@ use std::path::{Path, PathBuf};
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::{Config, Strategy, SystemKind};
-use crate::engine::{build_spec, RunReport, TableRunner};
+use crate::engine::{build_spec, Mark, RunReport, TableRunner};
 use crate::error::{Error, Result};
 use crate::merge::Version;
 use crate::source::file::{content_version, expand, read_csv, read_jsonl};
 use crate::value::{cmp_slices, parse_ts, Value};
 
 #[derive(Parser, Debug)]
-#[command(
-    name = "changelake",
-    version,
-    about = "CDC change streams into SCD1/SCD2 Delta Lake tables, exactly once"
-)]
+#[command(name = "changelake", version, about = "CDC change streams into SCD1/SCD2 Delta Lake tables, exactly once")]
 pub struct Cli {
     /// Log format on stderr.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Human)]
@@ -68,10 +64,7 @@ pub enum Cmd {
 pub fn main() -> i32 {
     let cli = Cli::parse();
     init_tracing(cli.log_format);
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start runtime: {e}");
@@ -90,9 +83,7 @@ pub fn main() -> i32 {
 fn init_tracing(f: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CHANGELAKE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,changelake=info"));
-    let b = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = match f {
         LogFormat::Human => b.try_init(),
         LogFormat::Json => b.json().try_init(),
@@ -117,12 +108,7 @@ async fn dispatch(cmd: Cmd) -> Result<()> {
             let c = Config::load(&config)?;
             run_files(&c, once).await
         }
-        Cmd::Show {
-            table,
-            config,
-            view,
-            format,
-        } => {
+        Cmd::Show { table, config, view, format } => {
             let c = Config::load(&config)?;
             show(&c, &table, &view, format).await
         }
@@ -135,7 +121,10 @@ pub async fn run_files(c: &Config, once: bool) -> Result<()> {
     let mut runners = vec![];
     for t in &c.tables {
         if let Some(SystemKind::Kafka { .. }) = c.systems.get(&t.system).map(|s| &s.kind) {
-            return Err(Error::Usage(format!("bronze.tables.{}: kafka systems need the streaming daemon, which this build does not include yet", t.name)));
+            return Err(Error::Usage(format!(
+                "bronze.tables.{}: kafka systems need the streaming daemon, which this build does not include yet",
+                t.name
+            )));
         }
         runners.push(TableRunner::open(c, t).await?);
     }
@@ -165,17 +154,10 @@ async fn run_table_files(c: &Config, r: &mut TableRunner) -> Result<Vec<RunRepor
     let pattern = c.resolve(&pattern.replace("{object}", &r.cfg.object));
     let mut reports = vec![];
     for file in expand(&pattern)? {
-        let bytes =
-            std::fs::read(&file).map_err(|e| Error::Input(format!("{}: {e}", file.display())))?;
-        let rel = file
-            .strip_prefix(&c.base_dir)
-            .unwrap_or(&file)
-            .to_string_lossy()
-            .to_string();
-        let progress = vec![(
-            format!("changelake/{}/file/{rel}", r.cfg.name),
-            content_version(&bytes),
-        )];
+        let bytes = std::fs::read(&file).map_err(|e| Error::Input(format!("{}: {e}", file.display())))?;
+        let rel = file.strip_prefix(&c.base_dir).unwrap_or(&file).to_string_lossy().to_string();
+        let progress =
+            vec![Mark { app: format!("changelake/{}/file/{rel}", r.cfg.name), version: content_version(&bytes), partition: None }];
         if r.already_applied(&progress).await? {
             tracing::debug!(table = %r.cfg.name, file = %rel, "unchanged since its last run, skipped");
             continue;
@@ -208,19 +190,12 @@ async fn show(c: &Config, table: &str, view: &str, format: OutFormat) -> Result<
     let t = c.table(table).ok_or_else(|| {
         Error::Usage(format!(
             "no table `{table}` in the config (tables: {})",
-            c.tables
-                .iter()
-                .map(|t| t.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+            c.tables.iter().map(|t| t.name.as_str()).collect::<Vec<_>>().join(", ")
         ))
     })?;
     let runner = TableRunner::open(c, t).await?;
     if !runner.store.exists() {
-        return Err(Error::Input(format!(
-            "table {table} has no data yet at {}",
-            runner.store.uri
-        )));
+        return Err(Error::Input(format!("table {table} has no data yet at {}", runner.store.uri)));
     }
     let spec = build_spec(t, &runner.store.columns)?;
     let mut rows = runner.store.read_all(&spec).await?;
@@ -232,41 +207,20 @@ async fn show(c: &Config, table: &str, view: &str, format: OutFormat) -> Result<
             if !scd2 {
                 return Err(Error::Usage("--view as-of needs an scd2 table".into()));
             }
-            let ts = parse_ts(&v["as-of=".len()..]).ok_or_else(|| {
-                Error::Usage(format!("`{v}`: expected as-of=<RFC 3339 timestamp>"))
-            })?;
-            rows.retain(|r| {
-                r.valid_from.is_some_and(|f| f <= ts)
-                    && (r.current || r.valid_to.is_some_and(|e| ts < e))
-            });
+            let ts = parse_ts(&v["as-of=".len()..]).ok_or_else(|| Error::Usage(format!("`{v}`: expected as-of=<RFC 3339 timestamp>")))?;
+            rows.retain(|r| r.valid_from.is_some_and(|f| f <= ts) && (r.current || r.valid_to.is_some_and(|e| ts < e)));
         }
-        other => {
-            return Err(Error::Usage(format!(
-                "unknown view `{other}` (expected all, active or as-of=TS)"
-            )))
-        }
+        other => return Err(Error::Usage(format!("unknown view `{other}` (expected all, active or as-of=TS)"))),
     }
     rows.sort_by(|a, b| {
         let ka: Vec<Value> = spec.key.iter().map(|&i| a.data[i].clone()).collect();
         let kb: Vec<Value> = spec.key.iter().map(|&i| b.data[i].clone()).collect();
-        cmp_slices(&ka, &kb)
-            .then(spec.cmp_seq(&a.data, &b.data))
-            .then(a.exec.cmp(&b.exec))
-            .then(a.valid_from.cmp(&b.valid_from))
+        cmp_slices(&ka, &kb).then(spec.cmp_seq(&a.data, &b.data)).then(a.exec.cmp(&b.exec)).then(a.valid_from.cmp(&b.valid_from))
     });
     let r = &t.reserved;
-    let mut header: Vec<String> = runner
-        .store
-        .columns
-        .iter()
-        .map(|(n, _)| n.clone())
-        .collect();
+    let mut header: Vec<String> = runner.store.columns.iter().map(|(n, _)| n.clone()).collect();
     if scd2 {
-        header.extend([
-            r.valid_from.clone(),
-            r.valid_to.clone(),
-            r.is_current.clone(),
-        ]);
+        header.extend([r.valid_from.clone(), r.valid_to.clone(), r.is_current.clone()]);
     }
     header.extend([r.is_deleted.clone(), r.execution_id.clone()]);
     if scd2 && t.surrogate_key {
@@ -298,13 +252,7 @@ pub fn render(header: &[String], rows: &[Vec<Value>], format: OutFormat) -> Stri
             let mut w = csv::Writer::from_writer(vec![]);
             let _ = w.write_record(header);
             for r in rows {
-                let _ = w.write_record(r.iter().map(|v| {
-                    if v.is_null() {
-                        String::new()
-                    } else {
-                        v.to_string()
-                    }
-                }));
+                let _ = w.write_record(r.iter().map(|v| if v.is_null() { String::new() } else { v.to_string() }));
             }
             String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
         }
@@ -317,9 +265,7 @@ pub fn render(header: &[String], rows: &[Vec<Value>], format: OutFormat) -> Stri
                         Value::Null => serde_json::Value::Null,
                         Value::Bool(b) => (*b).into(),
                         Value::Int(i) => (*i).into(),
-                        Value::Float(f) => serde_json::Number::from_f64(*f)
-                            .map(Into::into)
-                            .unwrap_or(serde_json::Value::Null),
+                        Value::Float(f) => serde_json::Number::from_f64(*f).map(Into::into).unwrap_or(serde_json::Value::Null),
                         other => other.to_string().into(),
                     };
                     m.insert(h.clone(), j);
@@ -330,10 +276,7 @@ pub fn render(header: &[String], rows: &[Vec<Value>], format: OutFormat) -> Stri
             s
         }
         OutFormat::Table => {
-            let text: Vec<Vec<String>> = rows
-                .iter()
-                .map(|r| r.iter().map(|v| v.to_string()).collect())
-                .collect();
+            let text: Vec<Vec<String>> = rows.iter().map(|r| r.iter().map(|v| v.to_string()).collect()).collect();
             let mut w: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
             for r in &text {
                 for (i, c) in r.iter().enumerate() {
@@ -352,21 +295,11 @@ pub fn render(header: &[String], rows: &[Vec<Value>], format: OutFormat) -> Stri
                     + "\n"
             };
             let mut s = line(header);
-            s.push_str(
-                &(w.iter()
-                    .map(|n| "-".repeat(*n))
-                    .collect::<Vec<_>>()
-                    .join("-+-")
-                    + "\n"),
-            );
+            s.push_str(&(w.iter().map(|n| "-".repeat(*n)).collect::<Vec<_>>().join("-+-") + "\n"));
             for r in &text {
                 s.push_str(&line(r));
             }
-            s.push_str(&format!(
-                "({} row{})\n",
-                rows.len(),
-                if rows.len() == 1 { "" } else { "s" }
-            ));
+            s.push_str(&format!("({} row{})\n", rows.len(), if rows.len() == 1 { "" } else { "s" }));
             s
         }
     }

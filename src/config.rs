@@ -60,20 +60,9 @@ pub enum Format {
 
 #[derive(Debug, Clone)]
 pub enum SystemKind {
-    Kafka {
-        brokers: String,
-        group_id: String,
-        topic: String,
-        format: Format,
-        kafka: BTreeMap<String, String>,
-    },
-    Csv {
-        path: String,
-        delimiter: u8,
-    },
-    Jsonl {
-        path: String,
-    },
+    Kafka { brokers: String, group_id: String, topic: String, format: Format, kafka: BTreeMap<String, String> },
+    Csv { path: String, delimiter: u8 },
+    Jsonl { path: String },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,14 +130,7 @@ impl Default for Reserved {
 
 impl Reserved {
     pub fn all(&self) -> [&str; 6] {
-        [
-            &self.is_current,
-            &self.valid_from,
-            &self.valid_to,
-            &self.is_deleted,
-            &self.execution_id,
-            &self.sk,
-        ]
+        [&self.is_current, &self.valid_from, &self.valid_to, &self.is_deleted, &self.execution_id, &self.sk]
     }
 }
 
@@ -169,10 +151,7 @@ pub struct Layout {
 
 impl Default for Layout {
     fn default() -> Self {
-        Layout {
-            file_rows: 65_536,
-            spread: 32,
-        }
+        Layout { file_rows: 65_536, spread: 32 }
     }
 }
 
@@ -207,12 +186,7 @@ pub struct ConfigErrors(pub Vec<String>);
 
 impl std::fmt::Display for ConfigErrors {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(
-            f,
-            "invalid configuration ({} error{}):",
-            self.0.len(),
-            if self.0.len() == 1 { "" } else { "s" }
-        )?;
+        writeln!(f, "invalid configuration ({} error{}):", self.0.len(), if self.0.len() == 1 { "" } else { "s" })?;
         for e in &self.0 {
             writeln!(f, "  - {e}")?;
         }
@@ -224,25 +198,14 @@ impl std::error::Error for ConfigErrors {}
 
 impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigErrors(vec![format!("{}: cannot read: {e}", path.display())]))?;
-        let base = path
-            .parent()
-            .map(|p| {
-                if p.as_os_str().is_empty() {
-                    Path::new(".")
-                } else {
-                    p
-                }
-            })
-            .unwrap_or(Path::new("."));
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors(vec![format!("{}: cannot read: {e}", path.display())]))?;
+        let base = path.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p }).unwrap_or(Path::new("."));
         let base = std::fs::canonicalize(base).unwrap_or_else(|_| base.to_path_buf());
         Config::parse(&text, &base)
     }
 
     pub fn parse(text: &str, base_dir: &Path) -> Result<Config, ConfigErrors> {
-        let doc: Y = serde_yaml::from_str(text)
-            .map_err(|e| ConfigErrors(vec![format!("(document): not valid YAML: {e}")]))?;
+        let doc: Y = serde_yaml::from_str(text).map_err(|e| ConfigErrors(vec![format!("(document): not valid YAML: {e}")]))?;
         let mut cx = Cx { errors: vec![] };
         let cfg = cx.config(&doc, base_dir);
         if cx.errors.is_empty() {
@@ -304,14 +267,7 @@ fn type_name(v: &Y) -> &'static str {
     }
 }
 
-const RESERVED_DEFAULTS: [&str; 6] = [
-    "_is_current",
-    "_valid_from",
-    "_valid_to",
-    "_is_deleted",
-    "_execution_id",
-    "_sk",
-];
+const RESERVED_DEFAULTS: [&str; 6] = ["_is_current", "_valid_from", "_valid_to", "_is_deleted", "_execution_id", "_sk"];
 
 impl Cx {
     fn err(&mut self, path: &str, msg: impl std::fmt::Display) {
@@ -331,21 +287,12 @@ impl Cx {
                     if allowed.is_empty() || allowed.contains(&k) {
                         out.insert(k.to_string(), val);
                     } else {
-                        self.err(
-                            &child(path, k),
-                            format!(
-                                "unknown key `{k}` (expected one of: {})",
-                                allowed.join(", ")
-                            ),
-                        );
+                        self.err(&child(path, k), format!("unknown key `{k}` (expected one of: {})", allowed.join(", ")));
                     }
                 }
             }
             Y::Null => {}
-            other => self.err(
-                path,
-                format!("expected a mapping, found {}", type_name(other)),
-            ),
+            other => self.err(path, format!("expected a mapping, found {}", type_name(other))),
         }
         out
     }
@@ -361,9 +308,7 @@ impl Cx {
                     let var = &after[..j];
                     match std::env::var(var) {
                         Ok(v) => out.push_str(&v),
-                        Err(_) => {
-                            self.err(path, format!("environment variable `{var}` is not set"))
-                        }
+                        Err(_) => self.err(path, format!("environment variable `{var}` is not set")),
                     }
                     rest = &after[j + 1..];
                 }
@@ -383,10 +328,7 @@ impl Cx {
             Y::Number(n) => Some(n.to_string()),
             Y::Bool(b) => Some(b.to_string()),
             other => {
-                self.err(
-                    path,
-                    format!("expected a string, found {}", type_name(other)),
-                );
+                self.err(path, format!("expected a string, found {}", type_name(other)));
                 None
             }
         }
@@ -400,14 +342,9 @@ impl Cx {
         match m.get(key) {
             None => default,
             Some(Y::Bool(b)) => *b,
-            Some(Y::String(s)) if matches!(self.subst(s, path).as_str(), "true" | "false") => {
-                self.subst(s, path) == "true"
-            }
+            Some(Y::String(s)) if matches!(self.subst(s, path).as_str(), "true" | "false") => self.subst(s, path) == "true",
             Some(other) => {
-                self.err(
-                    &child(path, key),
-                    format!("expected true or false, found {}", type_name(other)),
-                );
+                self.err(&child(path, key), format!("expected true or false, found {}", type_name(other)));
                 default
             }
         }
@@ -415,56 +352,25 @@ impl Cx {
 
     fn list(&mut self, v: &Y, path: &str) -> Vec<String> {
         match v {
-            Y::Sequence(items) => items
-                .iter()
-                .enumerate()
-                .filter_map(|(i, x)| self.string(x, &format!("{path}[{i}]")))
-                .collect(),
+            Y::Sequence(items) => items.iter().enumerate().filter_map(|(i, x)| self.string(x, &format!("{path}[{i}]"))).collect(),
             Y::String(s) => vec![self.subst(s, path)],
             other => {
-                self.err(
-                    path,
-                    format!(
-                        "expected a list of column names, found {}",
-                        type_name(other)
-                    ),
-                );
+                self.err(path, format!("expected a list of column names, found {}", type_name(other)));
                 vec![]
             }
         }
     }
 
     fn config(&mut self, doc: &Y, base: &Path) -> Config {
-        let top = self.map(
-            doc,
-            "",
-            &[
-                "storage",
-                "systems",
-                "bronze",
-                "batching",
-                "metrics",
-                "dead_letters",
-                "shutdown_timeout",
-            ],
-        );
+        let top = self.map(doc, "", &["storage", "systems", "bronze", "batching", "metrics", "dead_letters", "shutdown_timeout"]);
 
-        let storage = top
-            .get("storage")
-            .map(|v| self.map(v, "storage", &["root"]))
-            .unwrap_or_default();
-        let root = self
-            .opt_string(&storage, "root", "storage")
-            .unwrap_or_else(|| "./lake".into());
+        let storage = top.get("storage").map(|v| self.map(v, "storage", &["root"])).unwrap_or_default();
+        let root = self.opt_string(&storage, "root", "storage").unwrap_or_else(|| "./lake".into());
         let storage_root = if root.contains("://") {
             root
         } else {
             let p = Path::new(&root);
-            let abs = if p.is_absolute() {
-                p.to_path_buf()
-            } else {
-                base.join(p)
-            };
+            let abs = if p.is_absolute() { p.to_path_buf() } else { base.join(p) };
             normalize(&abs).to_string_lossy().into_owned()
         };
 
@@ -482,10 +388,7 @@ impl Cx {
 
         let mut tables = vec![];
         match top.get("bronze") {
-            None => self.err(
-                "bronze",
-                "missing: `bronze.tables` declares the tables to write",
-            ),
+            None => self.err("bronze", "missing: `bronze.tables` declares the tables to write"),
             Some(b) => {
                 let bm = self.map(b, "bronze", &["tables"]);
                 match bm.get("tables") {
@@ -508,30 +411,17 @@ impl Cx {
 
         let bm = top
             .get("batching")
-            .map(|v| {
-                self.map(
-                    v,
-                    "batching",
-                    &["max_rows", "max_bytes", "max_age", "max_buffered_bytes"],
-                )
-            })
+            .map(|v| self.map(v, "batching", &["max_rows", "max_bytes", "max_age", "max_buffered_bytes"]))
             .unwrap_or_default();
-        let mut batching = Batching {
-            max_rows: 100_000,
-            max_bytes: 64 << 20,
-            max_age: Duration::from_secs(5),
-            max_buffered_bytes: 512 << 20,
-        };
+        let mut batching =
+            Batching { max_rows: 100_000, max_bytes: 64 << 20, max_age: Duration::from_secs(5), max_buffered_bytes: 512 << 20 };
         if let Some(v) = bm.get("max_rows") {
             match v.as_u64() {
                 Some(n) if n > 0 => batching.max_rows = n as usize,
                 _ => self.err("batching.max_rows", "expected a positive integer"),
             }
         }
-        for (key, slot) in [
-            ("max_bytes", &mut batching.max_bytes),
-            ("max_buffered_bytes", &mut batching.max_buffered_bytes),
-        ] {
+        for (key, slot) in [("max_bytes", &mut batching.max_bytes), ("max_buffered_bytes", &mut batching.max_buffered_bytes)] {
             if let Some(v) = bm.get(key) {
                 let p = format!("batching.{key}");
                 match self.string(v, &p).and_then(|s| parse_size(&s)) {
@@ -541,47 +431,27 @@ impl Cx {
             }
         }
         if let Some(v) = bm.get("max_age") {
-            match self
-                .string(v, "batching.max_age")
-                .and_then(|s| parse_duration(&s))
-            {
+            match self.string(v, "batching.max_age").and_then(|s| parse_duration(&s)) {
                 Some(d) => batching.max_age = d,
-                None => self.err(
-                    "batching.max_age",
-                    "expected a duration such as 5s, 500ms or 1m",
-                ),
+                None => self.err("batching.max_age", "expected a duration such as 5s, 500ms or 1m"),
             }
         }
 
-        let mm = top
-            .get("metrics")
-            .map(|v| self.map(v, "metrics", &["listen"]))
-            .unwrap_or_default();
+        let mm = top.get("metrics").map(|v| self.map(v, "metrics", &["listen"])).unwrap_or_default();
         let metrics_listen = self.opt_string(&mm, "listen", "metrics");
         if let Some(l) = &metrics_listen {
             if l.parse::<std::net::SocketAddr>().is_err() {
-                self.err(
-                    "metrics.listen",
-                    format!("`{l}` is not a socket address such as 127.0.0.1:9464"),
-                );
+                self.err("metrics.listen", format!("`{l}` is not a socket address such as 127.0.0.1:9464"));
             }
         }
-        let dm = top
-            .get("dead_letters")
-            .map(|v| self.map(v, "dead_letters", &["table", "topic"]))
-            .unwrap_or_default();
+        let dm = top.get("dead_letters").map(|v| self.map(v, "dead_letters", &["table", "topic"])).unwrap_or_default();
         let dead_letters = DeadLetters {
-            table: self
-                .opt_string(&dm, "table", "dead_letters")
-                .unwrap_or_else(|| "_dead_letters".into()),
+            table: self.opt_string(&dm, "table", "dead_letters").unwrap_or_else(|| "_dead_letters".into()),
             topic: self.opt_string(&dm, "topic", "dead_letters"),
         };
         let shutdown_timeout = match top.get("shutdown_timeout") {
             None => Duration::from_secs(30),
-            Some(v) => match self
-                .string(v, "shutdown_timeout")
-                .and_then(|s| parse_duration(&s))
-            {
+            Some(v) => match self.string(v, "shutdown_timeout").and_then(|s| parse_duration(&s)) {
                 Some(d) => d,
                 None => {
                     self.err("shutdown_timeout", "expected a duration such as 30s");
@@ -592,16 +462,7 @@ impl Cx {
         if tables.is_empty() && self.errors.is_empty() {
             self.err("bronze.tables", "no tables declared");
         }
-        Config {
-            base_dir: base.to_path_buf(),
-            storage_root,
-            systems,
-            tables,
-            batching,
-            metrics_listen,
-            dead_letters,
-            shutdown_timeout,
-        }
+        Config { base_dir: base.to_path_buf(), storage_root, systems, tables, batching, metrics_listen, dead_letters, shutdown_timeout }
     }
 
     fn system(&mut self, name: &str, v: &Y) -> Option<System> {
@@ -615,16 +476,11 @@ impl Cx {
             }
         };
         let allowed: &[&str] = match ty.as_str() {
-            "kafka" => &[
-                "type", "brokers", "group_id", "topic", "format", "kafka", "columns",
-            ],
+            "kafka" => &["type", "brokers", "group_id", "topic", "format", "kafka", "columns"],
             "csv" => &["type", "path", "delimiter", "columns"],
             "jsonl" => &["type", "path", "columns"],
             other => {
-                self.err(
-                    &format!("{path}.type"),
-                    format!("unknown system type `{other}` (expected kafka, csv or jsonl)"),
-                );
+                self.err(&format!("{path}.type"), format!("unknown system type `{other}` (expected kafka, csv or jsonl)"));
                 return None;
             }
         };
@@ -636,36 +492,23 @@ impl Cx {
                 let tp = child(&cp, &col);
                 match self.string(t, &tp).and_then(|s| DType::parse(&s)) {
                     Some(dt) => columns.push((col, dt)),
-                    None => self.err(
-                        &tp,
-                        "unknown type (expected integer, float, boolean, timestamp or string)",
-                    ),
+                    None => self.err(&tp, "unknown type (expected integer, float, boolean, timestamp or string)"),
                 }
             }
         }
         let kind = match ty.as_str() {
             "kafka" => {
                 let brokers = self.opt_string(&m, "brokers", &path).unwrap_or_else(|| {
-                    self.err(
-                        &format!("{path}.brokers"),
-                        "missing: host:port of the Kafka bootstrap servers",
-                    );
+                    self.err(&format!("{path}.brokers"), "missing: host:port of the Kafka bootstrap servers");
                     String::new()
                 });
-                let group_id = self
-                    .opt_string(&m, "group_id", &path)
-                    .unwrap_or_else(|| format!("changelake-{name}"));
-                let topic = self
-                    .opt_string(&m, "topic", &path)
-                    .unwrap_or_else(|| "{object}".into());
+                let group_id = self.opt_string(&m, "group_id", &path).unwrap_or_else(|| format!("changelake-{name}"));
+                let topic = self.opt_string(&m, "topic", &path).unwrap_or_else(|| "{object}".into());
                 let format = match self.opt_string(&m, "format", &path).as_deref() {
                     None | Some("debezium") => Format::Debezium,
                     Some("json") => Format::Json,
                     Some(other) => {
-                        self.err(
-                            &format!("{path}.format"),
-                            format!("unknown format `{other}` (expected debezium or json)"),
-                        );
+                        self.err(&format!("{path}.format"), format!("unknown format `{other}` (expected debezium or json)"));
                         Format::Debezium
                     }
                 };
@@ -678,13 +521,7 @@ impl Cx {
                         }
                     }
                 }
-                SystemKind::Kafka {
-                    brokers,
-                    group_id,
-                    topic,
-                    format,
-                    kafka,
-                }
+                SystemKind::Kafka { brokers, group_id, topic, format, kafka }
             }
             "csv" => {
                 let delimiter = match self.opt_string(&m, "delimiter", &path) {
@@ -699,47 +536,21 @@ impl Cx {
                 let p = self.file_path(&m, &path);
                 SystemKind::Csv { path: p, delimiter }
             }
-            _ => SystemKind::Jsonl {
-                path: self.file_path(&m, &path),
-            },
+            _ => SystemKind::Jsonl { path: self.file_path(&m, &path) },
         };
-        Some(System {
-            name: name.to_string(),
-            kind,
-            columns,
-        })
+        Some(System { name: name.to_string(), kind, columns })
     }
 
     fn file_path(&mut self, m: &BTreeMap<String, &Y>, path: &str) -> String {
         self.opt_string(m, "path", path).unwrap_or_else(|| {
-            self.err(
-                &format!("{path}.path"),
-                "missing: a file or glob, e.g. data/{object}.csv",
-            );
+            self.err(&format!("{path}.path"), "missing: a file or glob, e.g. data/{object}.csv");
             String::new()
         })
     }
 
-    fn table(
-        &mut self,
-        name: &str,
-        v: &Y,
-        systems: &BTreeMap<String, System>,
-    ) -> Option<TableConfig> {
+    fn table(&mut self, name: &str, v: &Y, systems: &BTreeMap<String, System>) -> Option<TableConfig> {
         let path = format!("bronze.tables.{name}");
-        let m = self.map(
-            v,
-            &path,
-            &[
-                "source",
-                "business_key",
-                "strategy",
-                "merge",
-                "schema_policy",
-                "columns",
-                "layout",
-            ],
-        );
+        let m = self.map(v, &path, &["source", "business_key", "strategy", "merge", "schema_policy", "columns", "layout"]);
 
         // Source.
         let sp = format!("{path}.source");
@@ -755,14 +566,7 @@ impl Cx {
                         let known: Vec<_> = systems.keys().cloned().collect();
                         self.err(
                             &format!("{sp}.system"),
-                            format!(
-                                "unknown system `{s}` (declared: {})",
-                                if known.is_empty() {
-                                    "none".into()
-                                } else {
-                                    known.join(", ")
-                                }
-                            ),
+                            format!("unknown system `{s}` (declared: {})", if known.is_empty() { "none".into() } else { known.join(", ") }),
                         );
                     }
                     Some(s) => system = s,
@@ -773,9 +577,7 @@ impl Cx {
                 if let Some(f) = self.opt_string(&sm, "filter", &sp) {
                     match expr::parse(&f) {
                         Ok(e) => filter = Some(e),
-                        Err(e) => {
-                            self.err(&format!("{sp}.filter"), format!("cannot parse `{f}`: {e}"))
-                        }
+                        Err(e) => self.err(&format!("{sp}.filter"), format!("cannot parse `{f}`: {e}")),
                     }
                 }
             }
@@ -811,8 +613,7 @@ impl Cx {
                 }
             }
         }
-        let is_reserved =
-            |c: &str, r: &Reserved| r.all().contains(&c) || RESERVED_DEFAULTS.contains(&c);
+        let is_reserved = |c: &str, r: &Reserved| r.all().contains(&c) || RESERVED_DEFAULTS.contains(&c);
 
         let kp = format!("{path}.business_key");
         let business_key = match m.get("business_key") {
@@ -827,10 +628,7 @@ impl Cx {
         }
         for k in &business_key {
             if is_reserved(k, &reserved) {
-                self.err(
-                    &kp,
-                    format!("`{k}` is a reserved column changelake writes itself"),
-                );
+                self.err(&kp, format!("`{k}` is a reserved column changelake writes itself"));
             }
         }
         for (i, k) in business_key.iter().enumerate() {
@@ -854,10 +652,7 @@ impl Cx {
                 Strategy::Scd1
             }
             Some(other) => {
-                self.err(
-                    &format!("{path}.strategy"),
-                    format!("unknown strategy `{other}` (expected scd1 or scd2)"),
-                );
+                self.err(&format!("{path}.strategy"), format!("unknown strategy `{other}` (expected scd1 or scd2)"));
                 Strategy::Scd1
             }
         };
@@ -867,10 +662,7 @@ impl Cx {
             Some("ignore") => SchemaPolicy::Ignore,
             Some("strict") => SchemaPolicy::Strict,
             Some(other) => {
-                self.err(
-                    &format!("{path}.schema_policy"),
-                    format!("unknown policy `{other}` (expected additive, ignore or strict)"),
-                );
+                self.err(&format!("{path}.schema_policy"), format!("unknown policy `{other}` (expected additive, ignore or strict)"));
                 SchemaPolicy::Additive
             }
         };
@@ -879,10 +671,7 @@ impl Cx {
         if let Some(l) = m.get("layout") {
             let lp = format!("{path}.layout");
             let lm = self.map(l, &lp, &["file_rows", "spread"]);
-            for (key, slot) in [
-                ("file_rows", &mut layout.file_rows),
-                ("spread", &mut layout.spread),
-            ] {
+            for (key, slot) in [("file_rows", &mut layout.file_rows), ("spread", &mut layout.spread)] {
                 if let Some(v) = lm.get(key) {
                     match v.as_u64() {
                         Some(n) if n > 0 => *slot = n as usize,
@@ -917,30 +706,14 @@ impl Cx {
                 )
             })
             .unwrap_or_default();
-        let sequence_by = mm
-            .get("sequence_by")
-            .map(|v| self.list(v, &format!("{mp}.sequence_by")))
-            .unwrap_or_default();
-        let is_debezium = systems
-            .get(&system)
-            .map(|s| {
-                matches!(
-                    s.kind,
-                    SystemKind::Kafka {
-                        format: Format::Debezium,
-                        ..
-                    }
-                )
-            })
-            .unwrap_or(false);
+        let sequence_by = mm.get("sequence_by").map(|v| self.list(v, &format!("{mp}.sequence_by"))).unwrap_or_default();
+        let is_debezium =
+            systems.get(&system).map(|s| matches!(s.kind, SystemKind::Kafka { format: Format::Debezium, .. })).unwrap_or(false);
         let delete_when = match self.opt_string(&mm, "delete_when", &mp) {
             Some(s) => match expr::parse(&s) {
                 Ok(e) => Some(e),
                 Err(e) => {
-                    self.err(
-                        &format!("{mp}.delete_when"),
-                        format!("cannot parse `{s}` as a SQL predicate: {e}"),
-                    );
+                    self.err(&format!("{mp}.delete_when"), format!("cannot parse `{s}` as a SQL predicate: {e}"));
                     None
                 }
             },
@@ -952,43 +725,33 @@ impl Cx {
             Some("hard") => DeleteMode::Hard,
             Some("ignore") => DeleteMode::Ignore,
             Some(other) => {
-                self.err(
-                    &format!("{mp}.delete_mode"),
-                    format!("unknown mode `{other}` (expected soft, hard or ignore)"),
-                );
+                self.err(&format!("{mp}.delete_mode"), format!("unknown mode `{other}` (expected soft, hard or ignore)"));
                 DeleteMode::Soft
             }
         };
         if delete_mode == DeleteMode::Hard && strategy == Strategy::Scd2 {
-            self.err(&format!("{mp}.delete_mode"), "`hard` is not allowed with strategy scd2: it would destroy history (use soft or ignore)");
+            self.err(
+                &format!("{mp}.delete_mode"),
+                "`hard` is not allowed with strategy scd2: it would destroy history (use soft or ignore)",
+            );
         }
-        let ignore_columns = mm
-            .get("ignore_columns")
-            .map(|v| self.list(v, &format!("{mp}.ignore_columns")))
-            .unwrap_or_default();
-        let track_columns = mm
-            .get("track_columns")
-            .map(|v| self.list(v, &format!("{mp}.track_columns")));
+        let ignore_columns = mm.get("ignore_columns").map(|v| self.list(v, &format!("{mp}.ignore_columns"))).unwrap_or_default();
+        let track_columns = mm.get("track_columns").map(|v| self.list(v, &format!("{mp}.track_columns")));
         if mm.contains_key("ignore_columns") && track_columns.is_some() {
-            self.err(&format!("{mp}.track_columns"), "cannot be combined with ignore_columns: list either the columns to track or the ones to ignore");
+            self.err(
+                &format!("{mp}.track_columns"),
+                "cannot be combined with ignore_columns: list either the columns to track or the ones to ignore",
+            );
         }
-        for (opt, cols) in [
-            ("ignore_columns", Some(&ignore_columns)),
-            ("track_columns", track_columns.as_ref()),
-            ("sequence_by", Some(&sequence_by)),
-        ] {
+        for (opt, cols) in
+            [("ignore_columns", Some(&ignore_columns)), ("track_columns", track_columns.as_ref()), ("sequence_by", Some(&sequence_by))]
+        {
             for c in cols.into_iter().flatten() {
                 if business_key.contains(c) {
-                    self.err(
-                        &format!("{mp}.{opt}"),
-                        format!("`{c}` is a business key column"),
-                    );
+                    self.err(&format!("{mp}.{opt}"), format!("`{c}` is a business key column"));
                 }
                 if is_reserved(c, &reserved) {
-                    self.err(
-                        &format!("{mp}.{opt}"),
-                        format!("`{c}` is a reserved column"),
-                    );
+                    self.err(&format!("{mp}.{opt}"), format!("`{c}` is a reserved column"));
                 }
             }
         }
@@ -1006,25 +769,19 @@ impl Cx {
         let valid_time = match self.opt_string(&mm, "valid_time", &mp) {
             None => ValidTime::Processing,
             Some(s) if s == "processing" => ValidTime::Processing,
-            Some(s) if s.starts_with("column:") && s.len() > "column:".len() => {
-                ValidTime::Column(s["column:".len()..].trim().to_string())
-            }
-            Some(s) if s.starts_with("date:") => {
-                match chrono::NaiveDate::parse_from_str(s["date:".len()..].trim(), "%Y-%m-%d") {
-                    Ok(d) => ValidTime::Date(
-                        d.and_hms_opt(0, 0, 0).unwrap().and_utc().timestamp_micros(),
-                    ),
-                    Err(_) => {
-                        self.err(
-                            &format!("{mp}.valid_time"),
-                            format!("`{s}`: date must be YYYY-MM-DD"),
-                        );
-                        ValidTime::Processing
-                    }
+            Some(s) if s.starts_with("column:") && s.len() > "column:".len() => ValidTime::Column(s["column:".len()..].trim().to_string()),
+            Some(s) if s.starts_with("date:") => match chrono::NaiveDate::parse_from_str(s["date:".len()..].trim(), "%Y-%m-%d") {
+                Ok(d) => ValidTime::Date(d.and_hms_opt(0, 0, 0).unwrap().and_utc().timestamp_micros()),
+                Err(_) => {
+                    self.err(&format!("{mp}.valid_time"), format!("`{s}`: date must be YYYY-MM-DD"));
+                    ValidTime::Processing
                 }
-            }
+            },
             Some(s) => {
-                self.err(&format!("{mp}.valid_time"), format!("`{s}` is malformed (expected processing, column:<name> or date:<YYYY-MM-DD>)"));
+                self.err(
+                    &format!("{mp}.valid_time"),
+                    format!("`{s}` is malformed (expected processing, column:<name> or date:<YYYY-MM-DD>)"),
+                );
                 ValidTime::Processing
             }
         };
@@ -1033,10 +790,7 @@ impl Cx {
             Some(s) => match parse_ts(&s) {
                 Some(t) => Some(t),
                 None => {
-                    self.err(
-                        &format!("{mp}.open_valid_to"),
-                        format!("`{s}` is not a timestamp or date"),
-                    );
+                    self.err(&format!("{mp}.open_valid_to"), format!("`{s}` is not a timestamp or date"));
                     None
                 }
             },
@@ -1046,10 +800,7 @@ impl Cx {
             None | Some("latest") => false,
             Some("all") => true,
             Some(other) => {
-                self.err(
-                    &format!("{mp}.intra_batch"),
-                    format!("unknown value `{other}` (expected latest or all)"),
-                );
+                self.err(&format!("{mp}.intra_batch"), format!("unknown value `{other}` (expected latest or all)"));
                 false
             }
         };
@@ -1074,10 +825,7 @@ impl Cx {
             }
         }
         if apply_truncates && strategy == Strategy::Scd2 {
-            self.err(
-                &format!("{mp}.apply_truncates"),
-                "only applies to strategy scd1",
-            );
+            self.err(&format!("{mp}.apply_truncates"), "only applies to strategy scd1");
         }
 
         Some(TableConfig {
@@ -1140,9 +888,7 @@ pub fn parse_size(s: &str) -> Option<usize> {
 
 pub fn parse_duration(s: &str) -> Option<Duration> {
     let s = s.trim();
-    let split = s
-        .find(|c: char| !c.is_ascii_digit() && c != '.')
-        .unwrap_or(s.len());
+    let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let n: f64 = num.parse().ok()?;
     let secs = match unit.trim() {
@@ -1198,11 +944,7 @@ bronze:
     #[test]
     fn config_rejects_unknown_keys_with_their_path() {
         let e = errors(&SEED.replace("ignore_columns", "ignore_colums"));
-        assert!(
-            e.iter()
-                .any(|m| m.starts_with("bronze.tables.customer.merge.ignore_colums:")),
-            "{e:?}"
-        );
+        assert!(e.iter().any(|m| m.starts_with("bronze.tables.customer.merge.ignore_colums:")), "{e:?}");
         let e = errors(&format!("{SEED}\nextra: 1\n"));
         assert!(e.iter().any(|m| m.starts_with("extra:")), "{e:?}");
     }
@@ -1210,95 +952,46 @@ bronze:
     #[test]
     fn config_reports_every_error_at_once() {
         let y = SEED
-            .replace(
-                "strategy: scd2",
-                "strategy: scd2\n      schema_policy: loose",
-            )
-            .replace(
-                "delete_when: \"op = 'D'\"",
-                "delete_when: \"op = \"\n        delete_mode: hard\n        track_columns: [city]",
-            )
+            .replace("strategy: scd2", "strategy: scd2\n      schema_policy: loose")
+            .replace("delete_when: \"op = 'D'\"", "delete_when: \"op = \"\n        delete_mode: hard\n        track_columns: [city]")
             .replace("system: crm", "system: nope");
         let e = errors(&y);
-        for needle in [
-            "schema_policy",
-            "delete_when",
-            "delete_mode",
-            "track_columns",
-            "source.system",
-        ] {
-            assert!(
-                e.iter().any(|m| m.contains(needle)),
-                "missing {needle} in {e:?}"
-            );
+        for needle in ["schema_policy", "delete_when", "delete_mode", "track_columns", "source.system"] {
+            assert!(e.iter().any(|m| m.contains(needle)), "missing {needle} in {e:?}");
         }
     }
 
     #[test]
     fn config_rejects_missing_business_key() {
         let e = errors(&SEED.replace("business_key: [id]", ""));
-        assert!(
-            e.iter()
-                .any(|m| m.starts_with("bronze.tables.customer.business_key")),
-            "{e:?}"
-        );
+        assert!(e.iter().any(|m| m.starts_with("bronze.tables.customer.business_key")), "{e:?}");
     }
 
     #[test]
     fn config_rejects_reserved_business_key() {
         let e = errors(&SEED.replace("business_key: [id]", "business_key: [id, _is_current]"));
-        assert!(
-            e.iter()
-                .any(|m| m.contains("business_key") && m.contains("_is_current")),
-            "{e:?}"
-        );
-        let renamed = SEED.replace(
-            "business_key: [id]",
-            "business_key: [is_current]\n      columns: {_is_current: is_current}",
-        );
+        assert!(e.iter().any(|m| m.contains("business_key") && m.contains("_is_current")), "{e:?}");
+        let renamed = SEED.replace("business_key: [id]", "business_key: [is_current]\n      columns: {_is_current: is_current}");
         assert!(errors(&renamed).iter().any(|m| m.contains("is_current")));
     }
 
     #[test]
     fn config_rejects_hard_delete_with_scd2() {
-        let e = errors(&SEED.replace(
-            "ignore_columns",
-            "delete_mode: hard\n        ignore_columns",
-        ));
-        assert!(
-            e.iter().any(
-                |m| m.starts_with("bronze.tables.customer.merge.delete_mode") && m.contains("scd2")
-            ),
-            "{e:?}"
-        );
-        assert!(parse(&SEED.replace("scd2", "scd1").replace(
-            "ignore_columns",
-            "delete_mode: hard\n        ignore_columns"
-        ))
-        .is_ok());
+        let e = errors(&SEED.replace("ignore_columns", "delete_mode: hard\n        ignore_columns"));
+        assert!(e.iter().any(|m| m.starts_with("bronze.tables.customer.merge.delete_mode") && m.contains("scd2")), "{e:?}");
+        assert!(parse(&SEED.replace("scd2", "scd1").replace("ignore_columns", "delete_mode: hard\n        ignore_columns")).is_ok());
     }
 
     #[test]
     fn config_rejects_track_columns_with_ignore_columns() {
-        let e = errors(&SEED.replace(
-            "ignore_columns",
-            "track_columns: [city]\n        ignore_columns",
-        ));
-        assert!(
-            e.iter()
-                .any(|m| m.contains("track_columns") && m.contains("ignore_columns")),
-            "{e:?}"
-        );
+        let e = errors(&SEED.replace("ignore_columns", "track_columns: [city]\n        ignore_columns"));
+        assert!(e.iter().any(|m| m.contains("track_columns") && m.contains("ignore_columns")), "{e:?}");
     }
 
     #[test]
     fn config_rejects_unparsable_delete_when() {
         let e = errors(&SEED.replace("op = 'D'", "op = = 'D'"));
-        assert!(
-            e.iter()
-                .any(|m| m.starts_with("bronze.tables.customer.merge.delete_when")),
-            "{e:?}"
-        );
+        assert!(e.iter().any(|m| m.starts_with("bronze.tables.customer.merge.delete_when")), "{e:?}");
     }
 
     #[test]
@@ -1311,57 +1004,28 @@ bronze:
 
     #[test]
     fn config_rejects_malformed_valid_time() {
-        for bad in [
-            "valid_time: business",
-            "valid_time: \"date:2024-13-01\"",
-            "valid_time: \"column:\"",
-        ] {
-            let e =
-                errors(&SEED.replace("ignore_columns", &format!("{bad}\n        ignore_columns")));
-            assert!(
-                e.iter()
-                    .any(|m| m.starts_with("bronze.tables.customer.merge.valid_time")),
-                "{bad}: {e:?}"
-            );
+        for bad in ["valid_time: business", "valid_time: \"date:2024-13-01\"", "valid_time: \"column:\""] {
+            let e = errors(&SEED.replace("ignore_columns", &format!("{bad}\n        ignore_columns")));
+            assert!(e.iter().any(|m| m.starts_with("bronze.tables.customer.merge.valid_time")), "{bad}: {e:?}");
         }
-        let ok = parse(&SEED.replace(
-            "ignore_columns",
-            "valid_time: \"date:2026-01-01\"\n        ignore_columns",
-        ))
-        .unwrap();
+        let ok = parse(&SEED.replace("ignore_columns", "valid_time: \"date:2026-01-01\"\n        ignore_columns")).unwrap();
         assert!(matches!(ok.tables[0].valid_time, ValidTime::Date(_)));
     }
 
     #[test]
     fn config_rejects_float_business_key_when_declared() {
-        let y = SEED.replace(
-            "path: data/customer.csv}",
-            "path: data/customer.csv, columns: {id: float}}",
-        );
+        let y = SEED.replace("path: data/customer.csv}", "path: data/customer.csv, columns: {id: float}}");
         let e = errors(&y);
-        assert!(
-            e.iter()
-                .any(|m| m.contains("business_key") && m.contains("float")),
-            "{e:?}"
-        );
+        assert!(e.iter().any(|m| m.contains("business_key") && m.contains("float")), "{e:?}");
     }
 
     #[test]
     fn config_substitutes_environment_variables() {
         std::env::set_var("CHANGELAKE_TEST_ROOT", "/data/lake");
-        let c = parse(&format!(
-            "storage: {{root: \"${{CHANGELAKE_TEST_ROOT}}\"}}\n{SEED}"
-        ))
-        .unwrap();
+        let c = parse(&format!("storage: {{root: \"${{CHANGELAKE_TEST_ROOT}}\"}}\n{SEED}")).unwrap();
         assert_eq!(c.storage_root, "/data/lake");
-        let e = errors(&format!(
-            "storage: {{root: \"${{CHANGELAKE_TEST_UNSET_VAR}}\"}}\n{SEED}"
-        ));
-        assert!(
-            e.iter()
-                .any(|m| m.starts_with("storage.root") && m.contains("CHANGELAKE_TEST_UNSET_VAR")),
-            "{e:?}"
-        );
+        let e = errors(&format!("storage: {{root: \"${{CHANGELAKE_TEST_UNSET_VAR}}\"}}\n{SEED}"));
+        assert!(e.iter().any(|m| m.starts_with("storage.root") && m.contains("CHANGELAKE_TEST_UNSET_VAR")), "{e:?}");
     }
 
     #[test]
@@ -1388,9 +1052,7 @@ bronze:
         let c = parse(y).unwrap();
         assert_eq!(c.tables[0].delete_when, expr::parse("op = 'd'").ok());
         match &c.systems["crm"].kind {
-            SystemKind::Kafka {
-                group_id, format, ..
-            } => {
+            SystemKind::Kafka { group_id, format, .. } => {
                 assert_eq!(group_id, "changelake-crm");
                 assert_eq!(*format, Format::Debezium);
             }

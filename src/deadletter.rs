@@ -6,9 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use base64::Engine;
-use deltalake::arrow::array::{
-    ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
-};
+use deltalake::arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
 use deltalake::arrow::datatypes::{DataType as ArrowType, Field, Schema, TimeUnit};
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
 use deltalake::kernel::{Action, Add, DataType, PrimitiveType, StructField, Transaction};
@@ -29,36 +27,43 @@ pub struct DeadLetter {
     pub error: String,
 }
 
-/// Appends `rows` unless `app_id` already recorded `version` (idempotent replays).
-pub async fn append(
-    uri: &str,
-    rows: &[DeadLetter],
-    app_id: &str,
-    version: i64,
-) -> Result<bool, TableError> {
-    if rows.is_empty() {
-        return Ok(false);
-    }
-    let derr = |e: deltalake::DeltaTableError| TableError::Delta {
-        uri: uri.to_string(),
-        source: e,
-    };
-    let data_err = |msg: String| TableError::Data {
-        uri: uri.to_string(),
-        msg,
-    };
+/// How a group of dead letters is made idempotent: a `txn` app id and version,
+/// and whether the version is a Kafka next-offset (rows below it were written
+/// already) or an opaque file content version (written iff equal).
+#[derive(Debug, Clone)]
+pub struct Group {
+    pub app: String,
+    pub version: i64,
+    pub by_offset: bool,
+    pub rows: Vec<DeadLetter>,
+}
+
+/// Appends the groups' rows that are not yet recorded, in one commit.
+pub async fn append(uri: &str, groups: Vec<Group>) -> Result<usize, TableError> {
+    let derr = |e: deltalake::DeltaTableError| TableError::Delta { uri: uri.to_string(), source: e };
+    let data_err = |msg: String| TableError::Data { uri: uri.to_string(), msg };
     let existing = open_existing(uri).await?;
-    if let Some(t) = &existing {
-        let snap = t.snapshot().map_err(derr)?;
-        if snap
-            .transaction_version(t.log_store().as_ref(), app_id)
-            .await
-            .map_err(derr)?
-            .is_some_and(|v| v >= version)
-        {
-            return Ok(false);
+    let mut rows: Vec<DeadLetter> = vec![];
+    let mut txns = vec![];
+    for g in groups {
+        let stored = match &existing {
+            Some(t) => t.snapshot().map_err(derr)?.transaction_version(t.log_store().as_ref(), &g.app).await.map_err(derr)?,
+            None => None,
+        };
+        let fresh: Vec<DeadLetter> = match (stored, g.by_offset) {
+            (Some(v), true) => g.rows.into_iter().filter(|r| r.offset >= v).collect(),
+            (Some(v), false) if v == g.version => vec![],
+            _ => g.rows,
+        };
+        if !fresh.is_empty() {
+            rows.extend(fresh);
+            txns.push(Transaction::new(&g.app, g.version));
         }
     }
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let rows = &rows;
     let now = chrono::Utc::now().timestamp_micros();
     let b64 = base64::engine::general_purpose::STANDARD;
     let schema = Arc::new(Schema::new(vec![
@@ -68,54 +73,29 @@ pub async fn append(
         Field::new("offset", ArrowType::Int64, true),
         Field::new("raw_base64", ArrowType::Utf8, true),
         Field::new("error", ArrowType::Utf8, true),
-        Field::new(
-            "time",
-            ArrowType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-            true,
-        ),
+        Field::new("time", ArrowType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), true),
     ]));
     let cols: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from_iter_values(
-            rows.iter().map(|r| r.table.as_str()),
-        )),
-        Arc::new(StringArray::from_iter_values(
-            rows.iter().map(|r| r.topic.as_str()),
-        )),
-        Arc::new(Int32Array::from_iter_values(
-            rows.iter().map(|r| r.partition),
-        )),
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.table.as_str()))),
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.topic.as_str()))),
+        Arc::new(Int32Array::from_iter_values(rows.iter().map(|r| r.partition))),
         Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.offset))),
-        Arc::new(StringArray::from_iter_values(
-            rows.iter().map(|r| b64.encode(&r.raw)),
-        )),
-        Arc::new(StringArray::from_iter_values(
-            rows.iter().map(|r| r.error.as_str()),
-        )),
-        Arc::new(
-            TimestampMicrosecondArray::from_iter_values(rows.iter().map(|_| now))
-                .with_timezone("UTC"),
-        ),
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|r| b64.encode(&r.raw)))),
+        Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.error.as_str()))),
+        Arc::new(TimestampMicrosecondArray::from_iter_values(rows.iter().map(|_| now)).with_timezone("UTC")),
     ];
     let batch = RecordBatch::try_new(schema.clone(), cols).map_err(|e| data_err(e.to_string()))?;
     let mut buf = vec![];
     {
-        let mut w =
-            ArrowWriter::try_new(&mut buf, schema, None).map_err(|e| data_err(e.to_string()))?;
+        let mut w = ArrowWriter::try_new(&mut buf, schema, None).map_err(|e| data_err(e.to_string()))?;
         w.write(&batch).map_err(|e| data_err(e.to_string()))?;
         w.close().map_err(|e| data_err(e.to_string()))?;
     }
     let name = format!("part-{}.parquet", uuid::Uuid::new_v4());
     let size = buf.len() as i64;
     let url = table_url(uri)?;
-    let store = DeltaTableBuilder::from_url(url.clone())
-        .map_err(derr)?
-        .build_storage()
-        .map_err(derr)?
-        .object_store(None);
-    store
-        .put(&Path::from(name.as_str()), buf.into())
-        .await
-        .map_err(|e| data_err(e.to_string()))?;
+    let store = DeltaTableBuilder::from_url(url.clone()).map_err(derr)?.build_storage().map_err(derr)?.object_store(None);
+    store.put(&Path::from(name.as_str()), buf.into()).await.map_err(|e| data_err(e.to_string()))?;
     let add = Action::Add(Add {
         path: name,
         partition_values: HashMap::new(),
@@ -129,8 +109,7 @@ pub async fn append(
         default_row_commit_version: None,
         clustering_provider: None,
     });
-    let props =
-        CommitProperties::default().with_application_transaction(Transaction::new(app_id, version));
+    let props = CommitProperties::default().with_application_transactions(txns);
     match existing {
         None => {
             let p = |t| DataType::Primitive(t);
@@ -156,18 +135,10 @@ pub async fn append(
             let snap = t.snapshot().map_err(derr)?;
             CommitBuilder::from(props)
                 .with_actions(vec![add])
-                .build(
-                    Some(snap),
-                    t.log_store(),
-                    DeltaOperation::Write {
-                        mode: SaveMode::Append,
-                        partition_by: None,
-                        predicate: None,
-                    },
-                )
+                .build(Some(snap), t.log_store(), DeltaOperation::Write { mode: SaveMode::Append, partition_by: None, predicate: None })
                 .await
                 .map_err(derr)?;
         }
     }
-    Ok(true)
+    Ok(rows.len())
 }

@@ -11,7 +11,7 @@ use crate::config::{Config, Strategy, TableConfig, ValidTime as CfgValidTime};
 use crate::deadletter::{self, DeadLetter};
 use crate::error::{Error, Result};
 use crate::merge::{self, InRow, Key, Need, RunCtx, Spec, Stats, ValidTime};
-use crate::source::RawBatch;
+use crate::source::{RawBatch, Unparsable};
 use crate::table::{TableMeta, TableStore};
 use crate::value::DType;
 
@@ -20,23 +20,13 @@ pub fn build_spec(t: &TableConfig, columns: &[(String, DType)]) -> Result<Spec> 
     let names: Vec<String> = columns.iter().map(|(n, _)| n.clone()).collect();
     let path = format!("bronze.tables.{}", t.name);
     let find = |c: &str, what: &str| {
-        names.iter().position(|n| n == c).ok_or_else(|| {
-            Error::ConfigData(format!(
-                "{path}.{what}: column `{c}` is not in the data (columns: {})",
-                names.join(", ")
-            ))
-        })
+        names
+            .iter()
+            .position(|n| n == c)
+            .ok_or_else(|| Error::ConfigData(format!("{path}.{what}: column `{c}` is not in the data (columns: {})", names.join(", "))))
     };
-    let key = t
-        .business_key
-        .iter()
-        .map(|c| find(c, "business_key"))
-        .collect::<Result<Vec<_>>>()?;
-    let seq = t
-        .sequence_by
-        .iter()
-        .map(|c| find(c, "merge.sequence_by"))
-        .collect::<Result<Vec<_>>>()?;
+    let key = t.business_key.iter().map(|c| find(c, "business_key")).collect::<Result<Vec<_>>>()?;
+    let seq = t.sequence_by.iter().map(|c| find(c, "merge.sequence_by")).collect::<Result<Vec<_>>>()?;
     let tracked = names
         .iter()
         .enumerate()
@@ -69,6 +59,16 @@ pub fn build_spec(t: &TableConfig, columns: &[(String, DType)]) -> Result<Spec> 
         reject_duplicates: t.guardrails.reject_duplicates,
         reject_late: t.guardrails.reject_late,
     })
+}
+
+/// A progress marker committed with a run: `txn` app id and version.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mark {
+    pub app: String,
+    /// Next offset to read (Kafka) or the file's content version.
+    pub version: i64,
+    /// Kafka partition the marker belongs to; `None` for files.
+    pub partition: Option<i32>,
 }
 
 /// What one run did.
@@ -118,26 +118,17 @@ impl TableRunner {
         if let Some(e) = spec_err.into_inner() {
             return Err(e);
         }
-        let declared = config
-            .systems
-            .get(&t.system)
-            .map(|s| s.columns.clone())
-            .unwrap_or_default();
-        Ok(TableRunner {
-            cfg: t.clone(),
-            store,
-            declared,
-            dead_letter_uri: config.dead_letter_uri(),
-        })
+        let declared = config.systems.get(&t.system).map(|s| s.columns.clone()).unwrap_or_default();
+        Ok(TableRunner { cfg: t.clone(), store, declared, dead_letter_uri: config.dead_letter_uri() })
     }
 
     /// Has this exact progress marker already been committed?
-    pub async fn already_applied(&self, progress: &[(String, i64)]) -> Result<bool> {
+    pub async fn already_applied(&self, progress: &[Mark]) -> Result<bool> {
         if progress.is_empty() {
             return Ok(false);
         }
-        for (app, v) in progress {
-            if self.store.txn_version(app).await? != Some(*v) {
+        for m in progress {
+            if self.store.txn_version(&m.app).await? != Some(m.version) {
                 return Ok(false);
             }
         }
@@ -145,55 +136,28 @@ impl TableRunner {
     }
 
     /// Runs one batch and commits it together with `progress`.
-    pub async fn run_batch(
-        &mut self,
-        raw: RawBatch,
-        progress: Vec<(String, i64)>,
-    ) -> Result<RunReport> {
+    pub async fn run_batch(&mut self, raw: RawBatch, progress: Vec<Mark>) -> Result<RunReport> {
         let t = self.cfg.clone();
-        let mut report = RunReport {
-            table: t.name.clone(),
-            source: raw.source.clone(),
-            ..Default::default()
-        };
+        let mut report = RunReport { table: t.name.clone(), source: raw.source.clone(), ..Default::default() };
         let text = raw.text;
-        let (source, partition) = (raw.source.clone(), raw.partition);
-        let mut dead: Vec<DeadLetter> = raw
-            .unparsable
-            .iter()
-            .map(|(pos, rawtext, err)| DeadLetter {
-                table: t.name.clone(),
-                topic: source.clone(),
-                partition,
-                offset: *pos as i64,
-                raw: rawtext.clone().into_bytes(),
-                error: err.clone(),
-            })
-            .collect();
-        let conformed = conform(
-            raw,
-            &self.store.columns,
-            &self.declared,
-            t.schema_policy,
-            &t.business_key,
-        )
-        .map_err(|e| {
+        let source = raw.source.clone();
+        let to_dead = |u: &Unparsable| DeadLetter {
+            table: t.name.clone(),
+            topic: source.clone(),
+            partition: u.partition,
+            offset: u.pos as i64,
+            raw: u.raw.clone(),
+            error: u.error.clone(),
+        };
+        let mut dead: Vec<DeadLetter> = raw.unparsable.iter().map(to_dead).collect();
+        let conformed = conform(raw, &self.store.columns, &self.declared, t.schema_policy, &t.business_key).map_err(|e| {
             if e.contains("float") {
                 Error::ConfigData(format!("bronze.tables.{}.business_key: {e}", t.name))
             } else {
                 Error::Input(e)
             }
         })?;
-        for (pos, rawtext, err) in &conformed.dead {
-            dead.push(DeadLetter {
-                table: t.name.clone(),
-                topic: source.clone(),
-                partition,
-                offset: *pos as i64,
-                raw: rawtext.clone().into_bytes(),
-                error: err.clone(),
-            });
-        }
+        dead.extend(conformed.dead.iter().map(to_dead));
         if !conformed.ignored_columns.is_empty() {
             tracing::info!(table = %t.name, columns = ?conformed.ignored_columns, "schema_policy ignore: dropped new columns");
         }
@@ -207,12 +171,8 @@ impl TableRunner {
                 continue;
             }
             let delete = t.delete_when.as_ref().is_some_and(|d| d.matches(&get));
-            raw_by_pos.push((r.pos, r.raw.clone()));
-            rows.push(InRow {
-                data: r.data,
-                delete,
-                order: r.pos,
-            });
+            raw_by_pos.push(Unparsable { partition: r.partition, pos: r.pos, raw: r.raw.clone().into_bytes(), error: String::new() });
+            rows.push(InRow { data: r.data, delete, order: r.pos });
         }
         let prepared = merge::prepare(&spec, rows);
         let mut stats = prepared.stats.clone();
@@ -220,15 +180,8 @@ impl TableRunner {
             tracing::warn!(table = %t.name, count = prepared.stats.null_keys, "dropped rows with a NULL business key");
         }
         let reject = |reason: String, dead: &mut Vec<DeadLetter>| {
-            for (pos, rawtext) in &raw_by_pos {
-                dead.push(DeadLetter {
-                    table: t.name.clone(),
-                    topic: source.clone(),
-                    partition,
-                    offset: *pos as i64,
-                    raw: rawtext.clone().into_bytes(),
-                    error: reason.clone(),
-                });
+            for u in &raw_by_pos {
+                dead.push(DeadLetter { error: reason.clone(), ..to_dead(u) });
             }
         };
         let exec = self.store.last_exec + 1;
@@ -246,23 +199,13 @@ impl TableRunner {
                     keys.push((k, rs));
                 }
             }
-            let absent: Vec<Key> = if t.snapshot {
-                self.store
-                    .live_keys()
-                    .filter(|k| !batch_keys.contains(*k))
-                    .cloned()
-                    .collect()
-            } else {
-                vec![]
-            };
+            let absent: Vec<Key> =
+                if t.snapshot { self.store.live_keys().filter(|k| !batch_keys.contains(*k)).cloned().collect() } else { vec![] };
             for k in &absent {
                 needs.insert(k.clone(), Need::Current);
             }
             let states = self.store.load_states(&spec, &needs).await?;
-            let ctx = RunCtx {
-                exec,
-                now: chrono::Utc::now().timestamp_micros(),
-            };
+            let ctx = RunCtx { exec, now: chrono::Utc::now().timestamp_micros() };
             out = merge::apply(&spec, ctx, keys, states, absent);
             if let Some(reason) = out.rejected.clone() {
                 reject(reason.clone(), &mut dead);
@@ -274,12 +217,17 @@ impl TableRunner {
         // Dead letters first: their commit is idempotent (txn), so a crash
         // before the data commit re-runs the batch without duplicating them.
         if !dead.is_empty() {
-            let (app, version) = progress
-                .first()
-                .map(|(a, v)| (format!("{a}/dead_letters"), *v))
-                .unwrap_or_else(|| (format!("changelake/{}/dead_letters", t.name), exec));
-            deadletter::append(&self.dead_letter_uri, &dead, &app, version).await?;
-            tracing::warn!(table = %t.name, count = dead.len(), "rows sent to the dead-letter table");
+            let groups: Vec<deadletter::Group> = progress
+                .iter()
+                .map(|m| deadletter::Group {
+                    app: format!("{}/dead_letters", m.app),
+                    version: m.version,
+                    by_offset: m.partition.is_some(),
+                    rows: dead.iter().filter(|d| m.partition.is_none_or(|p| p == d.partition)).cloned().collect(),
+                })
+                .collect();
+            let n = deadletter::append(&self.dead_letter_uri, groups).await?;
+            tracing::warn!(table = %t.name, count = n, "rows sent to the dead-letter table");
         }
         let changes = out.has_changes();
         let info = serde_json::json!({ "source": source, "stats": format!("{stats:?}") });
@@ -288,25 +236,11 @@ impl TableRunner {
             let pc = self.store.stage(&spec, &out, exec).await?;
             report.files_added = pc.files_added;
             report.files_removed = pc.files_removed;
-            report.version = Some(
-                self.store
-                    .commit(
-                        pc,
-                        progress.clone(),
-                        changes.then_some(exec),
-                        schema_changed,
-                        info,
-                    )
-                    .await?,
-            );
+            report.version = Some(self.store.commit(pc, txns(&progress), changes.then_some(exec), schema_changed, info).await?);
             report.exec = changes.then_some(exec);
         } else if !self.already_applied(&progress).await? {
             // Offsets moved but nothing changed: a txn-only commit, no data files.
-            report.version = Some(
-                self.store
-                    .commit(Default::default(), progress.clone(), None, false, info)
-                    .await?,
-            );
+            report.version = Some(self.store.commit(Default::default(), txns(&progress), None, false, info).await?);
         }
         report.dead_letters = dead.len();
         report.stats = stats;
@@ -314,15 +248,15 @@ impl TableRunner {
     }
 }
 
+fn txns(progress: &[Mark]) -> Vec<(String, i64)> {
+    progress.iter().map(|m| (m.app.clone(), m.version)).collect()
+}
+
 fn fallback_spec(t: &TableConfig, cols: &[(String, DType)]) -> Spec {
     let names: Vec<String> = cols.iter().map(|(n, _)| n.clone()).collect();
     Spec {
         strategy: t.strategy,
-        key: t
-            .business_key
-            .iter()
-            .filter_map(|k| names.iter().position(|n| n == k))
-            .collect(),
+        key: t.business_key.iter().filter_map(|k| names.iter().position(|n| n == k)).collect(),
         tracked: vec![true; names.len()],
         names,
         seq: vec![],

@@ -49,9 +49,7 @@ pub enum CmpOp {
 
 /// Parses a SQL predicate; the error says what was not understood.
 pub fn parse(sql: &str) -> Result<Expr, String> {
-    let mut parser = Parser::new(&GenericDialect {})
-        .try_with_sql(sql)
-        .map_err(|e| e.to_string())?;
+    let mut parser = Parser::new(&GenericDialect {}).try_with_sql(sql).map_err(|e| e.to_string())?;
     let e = parser.parse_expr().map_err(|e| e.to_string())?;
     let rest = parser.peek_token();
     if rest.token != sqlparser::tokenizer::Token::EOF {
@@ -78,9 +76,7 @@ fn lower(e: &ast::Expr) -> Result<Expr, String> {
         A::IsNotNull(x) => Expr::IsNull(b(x)?, true),
         A::IsTrue(x) => Expr::Cmp(b(x)?, CmpOp::Eq, Box::new(Expr::Lit(Lit::Bool(true)))),
         A::IsFalse(x) => Expr::Cmp(b(x)?, CmpOp::Eq, Box::new(Expr::Lit(Lit::Bool(false)))),
-        A::InList { expr, list, negated } => {
-            Expr::In(b(expr)?, list.iter().map(lower).collect::<Result<_, _>>()?, *negated)
-        }
+        A::InList { expr, list, negated } => Expr::In(b(expr)?, list.iter().map(lower).collect::<Result<_, _>>()?, *negated),
         A::Between { expr, negated, low, high } => Expr::Between(b(expr)?, b(low)?, b(high)?, *negated),
         A::BinaryOp { left, op, right } => {
             let (l, r) = (b(left)?, b(right)?);
@@ -109,11 +105,7 @@ fn lit(v: &ast::Value) -> Result<Lit, String> {
             Err(_) => Lit::Float(n.parse().map_err(|_| format!("bad number {n}"))?),
         },
         ast::Value::SingleQuotedString(s) => Lit::Str(s.clone()),
-        other => {
-            return Err(format!(
-                "literal `{other}` is not supported; strings use single quotes"
-            ))
-        }
+        other => return Err(format!("literal `{other}` is not supported; strings use single quotes")),
     })
 }
 
@@ -224,11 +216,7 @@ fn sql_cmp(a: &Value, b: &Value) -> Option<Ordering> {
         (Value::Null, _) | (_, Value::Null) => None,
         (Value::Str(s), other) | (other, Value::Str(s)) if !matches!(other, Value::Str(_)) => {
             let o = s.as_str().cmp(other.to_string().as_str());
-            Some(if matches!(a, Value::Str(_)) {
-                o
-            } else {
-                o.reverse()
-            })
+            Some(if matches!(a, Value::Str(_)) { o } else { o.reverse() })
         }
         _ => Some(a.total_cmp(b)),
     }
@@ -241,11 +229,7 @@ mod tests {
     fn row<'a>(pairs: &'a [(&'a str, Value)]) -> impl Fn(&[String]) -> Value + 'a {
         move |p: &[String]| {
             let name = p.join(".");
-            pairs
-                .iter()
-                .find(|(k, _)| *k == name)
-                .map(|(_, v)| v.clone())
-                .unwrap_or(Value::Null)
+            pairs.iter().find(|(k, _)| *k == name).map(|(_, v)| v.clone()).unwrap_or(Value::Null)
         }
     }
 
@@ -271,10 +255,7 @@ mod tests {
     #[test]
     fn delete_when_reads_dotted_paths_and_numbers() {
         let e = parse("source.lsn >= 10 AND __deleted = 'true'").unwrap();
-        let cells = [
-            ("source.lsn", Value::Int(12)),
-            ("__deleted", Value::Str("true".into())),
-        ];
+        let cells = [("source.lsn", Value::Int(12)), ("__deleted", Value::Str("true".into()))];
         assert!(e.matches(&row(&cells)));
         let b = parse("amount BETWEEN -1.5 AND 2").unwrap();
         assert!(b.matches(&row(&[("amount", Value::Float(0.5))])));

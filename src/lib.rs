@@ -7,6 +7,7 @@ pub mod batch;
 pub mod cli;
 pub mod config;
 pub mod deadletter;
+pub mod decode;
 pub mod engine;
 pub mod error;
 pub mod expr;

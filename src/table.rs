@@ -46,17 +46,13 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use deltalake::arrow::array::{
-    Array, ArrayRef, BooleanArray, BooleanBuilder, Date32Array, Float32Array, Float64Array,
-    Float64Builder, Int32Array, Int64Array, Int64Builder, LargeStringArray, RecordBatch,
-    StringArray, StringBuilder, StringViewArray, TimestampMicrosecondArray,
+    Array, ArrayRef, BooleanArray, BooleanBuilder, Date32Array, Float32Array, Float64Array, Float64Builder, Int32Array, Int64Array,
+    Int64Builder, LargeStringArray, RecordBatch, StringArray, StringBuilder, StringViewArray, TimestampMicrosecondArray,
     TimestampMicrosecondBuilder, TimestampMillisecondArray, TimestampNanosecondArray,
 };
 use deltalake::arrow::datatypes::{DataType as ArrowType, Field, Schema as ArrowSchema, TimeUnit};
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
-use deltalake::kernel::{
-    Action, Add, DataType as DeltaType, MetadataExt, PrimitiveType, Remove, StructField,
-    StructType, Transaction,
-};
+use deltalake::kernel::{Action, Add, DataType as DeltaType, MetadataExt, PrimitiveType, Remove, StructField, StructType, Transaction};
 use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use deltalake::parquet::arrow::ArrowWriter;
 use deltalake::parquet::basic::{Compression, ZstdLevel};
@@ -174,23 +170,11 @@ pub struct TableStore {
 
 pub fn table_url(uri: &str) -> Result<Url> {
     if uri.contains("://") {
-        Url::parse(uri).map_err(|e| TableError::Refused {
-            uri: uri.into(),
-            msg: format!("bad URL: {e}"),
-        })
+        Url::parse(uri).map_err(|e| TableError::Refused { uri: uri.into(), msg: format!("bad URL: {e}") })
     } else {
-        std::fs::create_dir_all(uri).map_err(|e| TableError::Data {
-            uri: uri.into(),
-            msg: format!("cannot create directory: {e}"),
-        })?;
-        let abs = std::fs::canonicalize(uri).map_err(|e| TableError::Data {
-            uri: uri.into(),
-            msg: e.to_string(),
-        })?;
-        Url::from_directory_path(&abs).map_err(|_| TableError::Refused {
-            uri: uri.into(),
-            msg: "not an absolute path".into(),
-        })
+        std::fs::create_dir_all(uri).map_err(|e| TableError::Data { uri: uri.into(), msg: format!("cannot create directory: {e}") })?;
+        let abs = std::fs::canonicalize(uri).map_err(|e| TableError::Data { uri: uri.into(), msg: e.to_string() })?;
+        Url::from_directory_path(&abs).map_err(|_| TableError::Refused { uri: uri.into(), msg: "not an absolute path".into() })
     }
 }
 
@@ -203,10 +187,7 @@ pub async fn open_existing(uri: &str) -> Result<Option<DeltaTable>> {
     match deltalake::open_table(url).await {
         Ok(t) => Ok(Some(t)),
         Err(DeltaTableError::NotATable(_)) => Ok(None),
-        Err(e) => Err(TableError::Delta {
-            uri: uri.into(),
-            source: e,
-        }),
+        Err(e) => Err(TableError::Delta { uri: uri.into(), source: e }),
     }
 }
 
@@ -224,15 +205,10 @@ fn dtype_of(t: &DeltaType) -> Option<DType> {
     match t {
         DeltaType::Primitive(p) => Some(match p {
             PrimitiveType::Boolean => DType::Bool,
-            PrimitiveType::Long
-            | PrimitiveType::Integer
-            | PrimitiveType::Short
-            | PrimitiveType::Byte => DType::Int,
+            PrimitiveType::Long | PrimitiveType::Integer | PrimitiveType::Short | PrimitiveType::Byte => DType::Int,
             PrimitiveType::Double | PrimitiveType::Float => DType::Float,
             PrimitiveType::String => DType::Str,
-            PrimitiveType::Timestamp | PrimitiveType::TimestampNtz | PrimitiveType::Date => {
-                DType::Ts
-            }
+            PrimitiveType::Timestamp | PrimitiveType::TimestampNtz | PrimitiveType::Date => DType::Ts,
             _ => return None,
         }),
         _ => None,
@@ -251,11 +227,7 @@ fn arrow_type(t: DType) -> ArrowType {
 
 impl TableStore {
     /// Opens (or prepares to create) the table and loads its key index.
-    pub async fn open(
-        uri: &str,
-        meta: TableMeta,
-        spec_for_index: impl Fn(&[(String, DType)]) -> Spec,
-    ) -> Result<TableStore> {
+    pub async fn open(uri: &str, meta: TableMeta, spec_for_index: impl Fn(&[(String, DType)]) -> Spec) -> Result<TableStore> {
         let mut store = TableStore {
             uri: uri.to_string(),
             meta,
@@ -271,14 +243,18 @@ impl TableStore {
         };
         let snap = table.snapshot().map_err(|e| store.delta(e))?;
         let props = snap.metadata().configuration().clone();
-        let refuse = |msg: String| TableError::Refused {
-            uri: uri.to_string(),
-            msg,
-        };
+        let refuse = |msg: String| TableError::Refused { uri: uri.to_string(), msg };
         match props.get(PROP_STRATEGY) {
-            None => return Err(refuse("exists but was not created by changelake (no changelake.strategy property); refusing to write into it".into())),
+            None => {
+                return Err(refuse(
+                    "exists but was not created by changelake (no changelake.strategy property); refusing to write into it".into(),
+                ))
+            }
             Some(s) if s != store.meta.strategy.as_str() => {
-                return Err(refuse(format!("was created with strategy {s}, the config says {}; refusing to write", store.meta.strategy.as_str())))
+                return Err(refuse(format!(
+                    "was created with strategy {s}, the config says {}; refusing to write",
+                    store.meta.strategy.as_str()
+                )))
             }
             _ => {}
         }
@@ -292,13 +268,8 @@ impl TableStore {
             if store.meta.is_system(f.name()) {
                 continue;
             }
-            let t = dtype_of(f.data_type()).ok_or_else(|| {
-                refuse(format!(
-                    "column {} has unsupported type {:?}",
-                    f.name(),
-                    f.data_type()
-                ))
-            })?;
+            let t =
+                dtype_of(f.data_type()).ok_or_else(|| refuse(format!("column {} has unsupported type {:?}", f.name(), f.data_type())))?;
             store.columns.push((f.name().to_string(), t));
         }
         let part = store.meta.partition().map(str::to_string);
@@ -310,18 +281,10 @@ impl TableStore {
             };
             let path = fv.path().to_string();
             let rows = fv.num_records().unwrap_or(0);
-            store.files.push(Some(FileMeta {
-                path,
-                rows,
-                size: fv.size(),
-                current,
-            }));
+            store.files.push(Some(FileMeta { path, rows, size: fv.size(), current }));
         }
-        store.last_exec = snap
-            .transaction_version(table.log_store().as_ref(), store.exec_app_id())
-            .await
-            .map_err(|e| store.delta(e))?
-            .unwrap_or(0);
+        store.last_exec =
+            snap.transaction_version(table.log_store().as_ref(), store.exec_app_id()).await.map_err(|e| store.delta(e))?.unwrap_or(0);
         store.file_counter = store.files.len() as u64;
         store.table = Some(table);
         store.load_index(&spec_for_index(&store.columns)).await?;
@@ -329,10 +292,7 @@ impl TableStore {
     }
 
     fn delta(&self, e: DeltaTableError) -> TableError {
-        TableError::Delta {
-            uri: self.uri.clone(),
-            source: e,
-        }
+        TableError::Delta { uri: self.uri.clone(), source: e }
     }
 
     fn exec_app_id(&self) -> String {
@@ -344,10 +304,7 @@ impl TableStore {
     }
 
     pub fn version(&self) -> Option<i64> {
-        self.table
-            .as_ref()
-            .and_then(|t| t.version())
-            .map(|v| v as i64)
+        self.table.as_ref().and_then(|t| t.version()).map(|v| v as i64)
     }
 
     pub fn key_count(&self) -> usize {
@@ -360,10 +317,7 @@ impl TableStore {
 
     /// Stored keys with a live current row (snapshot merge candidates).
     pub fn live_keys(&self) -> impl Iterator<Item = &Key> {
-        self.index
-            .iter()
-            .filter(|(_, (f, s))| *f != NO_FILE && !s.deleted)
-            .map(|(k, _)| k)
+        self.index.iter().filter(|(_, (f, s))| *f != NO_FILE && !s.deleted).map(|(k, _)| k)
     }
 
     /// Stored progress for a source position (`txn` version), if any.
@@ -372,18 +326,12 @@ impl TableStore {
             return Ok(None);
         };
         let snap = t.snapshot().map_err(|e| self.delta(e))?;
-        snap.transaction_version(t.log_store().as_ref(), app_id)
-            .await
-            .map_err(|e| self.delta(e))
+        snap.transaction_version(t.log_store().as_ref(), app_id).await.map_err(|e| self.delta(e))
     }
 
     /// Live data file paths (relative to the table root).
     pub fn file_paths(&self) -> Vec<String> {
-        self.files
-            .iter()
-            .flatten()
-            .map(|f| f.path.clone())
-            .collect()
+        self.files.iter().flatten().map(|f| f.path.clone()).collect()
     }
 
     async fn load_index(&mut self, spec: &Spec) -> Result<()> {
@@ -404,9 +352,7 @@ impl TableStore {
                 for (k, v) in rows.keys.into_iter().zip(rows.versions) {
                     let Some(k) = k else { continue };
                     let newer = deleted_latest.get(&k).is_none_or(|d| {
-                        (spec.cmp_seq(&v.data, &d.data), v.exec)
-                            .cmp(&(std::cmp::Ordering::Equal, d.exec))
-                            == std::cmp::Ordering::Greater
+                        (spec.cmp_seq(&v.data, &d.data), v.exec).cmp(&(std::cmp::Ordering::Equal, d.exec)) == std::cmp::Ordering::Greater
                     });
                     if newer {
                         deleted_latest.insert(k, v);
@@ -425,20 +371,14 @@ impl TableStore {
     }
 
     fn store(&self) -> Result<Arc<dyn ObjectStore>> {
-        let t = self.table.as_ref().ok_or_else(|| TableError::Data {
-            uri: self.uri.clone(),
-            msg: "table not created yet".into(),
-        })?;
+        let t = self.table.as_ref().ok_or_else(|| TableError::Data { uri: self.uri.clone(), msg: "table not created yet".into() })?;
         Ok(t.object_store())
     }
 
     async fn read_file(&self, id: u32, spec: &Spec) -> Result<FileRows> {
         let f = self.files[id as usize].clone().expect("live file");
         let store = self.store()?;
-        let data_err = |msg: String| TableError::Data {
-            uri: self.uri.clone(),
-            msg,
-        };
+        let data_err = |msg: String| TableError::Data { uri: self.uri.clone(), msg };
         let bytes = store
             .get(&Path::from(f.path.as_str()))
             .await
@@ -449,40 +389,18 @@ impl TableStore {
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
             .and_then(|b| b.build())
             .map_err(|e| data_err(format!("parquet {}: {e}", f.path)))?;
-        let mut out = FileRows {
-            keys: vec![],
-            versions: vec![],
-        };
+        let mut out = FileRows { keys: vec![], versions: vec![] };
         let r = &self.meta.reserved;
         for batch in reader {
             let batch = batch.map_err(|e| data_err(format!("parquet {}: {e}", f.path)))?;
-            let col = |name: &str| {
-                batch
-                    .schema()
-                    .index_of(name)
-                    .ok()
-                    .map(|i| batch.column(i).clone())
-            };
-            let data_cols: Vec<Option<ArrayRef>> =
-                self.columns.iter().map(|(n, _)| col(n)).collect();
-            let (vf, vt, del, ex, sk) = (
-                col(&r.valid_from),
-                col(&r.valid_to),
-                col(&r.is_deleted),
-                col(&r.execution_id),
-                col(&r.sk),
-            );
+            let col = |name: &str| batch.schema().index_of(name).ok().map(|i| batch.column(i).clone());
+            let data_cols: Vec<Option<ArrayRef>> = self.columns.iter().map(|(n, _)| col(n)).collect();
+            let (vf, vt, del, ex, sk) = (col(&r.valid_from), col(&r.valid_to), col(&r.is_deleted), col(&r.execution_id), col(&r.sk));
             for i in 0..batch.num_rows() {
                 let data: Vec<Value> = data_cols
                     .iter()
                     .zip(&self.columns)
-                    .map(|(c, (_, t))| {
-                        c.as_ref()
-                            .map(|c| cell(c, i))
-                            .unwrap_or(Value::Null)
-                            .convert(*t)
-                            .unwrap_or(Value::Null)
-                    })
+                    .map(|(c, (_, t))| c.as_ref().map(|c| cell(c, i)).unwrap_or(Value::Null).convert(*t).unwrap_or(Value::Null))
                     .collect();
                 let ts = |c: &Option<ArrayRef>| match c.as_ref().map(|c| cell(c, i)) {
                     Some(Value::Ts(t)) => Some(t),
@@ -501,10 +419,7 @@ impl TableStore {
                         Some(Value::Int(e)) => Some(e),
                         _ => None,
                     },
-                    loc: Some(Loc {
-                        file: id,
-                        row: out.versions.len() as u32,
-                    }),
+                    loc: Some(Loc { file: id, row: out.versions.len() as u32 }),
                     data,
                 };
                 out.keys.push(spec.key_of(&v.data));
@@ -515,11 +430,7 @@ impl TableStore {
     }
 
     /// Loads the stored versions the merge asked for (see `merge::classify`).
-    pub async fn load_states(
-        &self,
-        spec: &Spec,
-        needs: &HashMap<Key, Need>,
-    ) -> Result<HashMap<Key, KeyState>> {
+    pub async fn load_states(&self, spec: &Spec, needs: &HashMap<Key, Need>) -> Result<HashMap<Key, KeyState>> {
         let mut states: HashMap<Key, KeyState> = HashMap::new();
         let mut by_file: BTreeMap<u32, Vec<&Key>> = BTreeMap::new();
         let mut want_history = false;
@@ -547,11 +458,7 @@ impl TableStore {
         }
         if want_history {
             // Late rows are rare: scan closed history for just those keys.
-            let hist_keys: HashSet<&Key> = needs
-                .iter()
-                .filter(|(_, n)| **n == Need::History)
-                .map(|(k, _)| k)
-                .collect();
+            let hist_keys: HashSet<&Key> = needs.iter().filter(|(_, n)| **n == Need::History).map(|(k, _)| k).collect();
             for (id, f) in self.files.iter().enumerate() {
                 if !matches!(f, Some(f) if !f.current) {
                     continue;
@@ -567,11 +474,7 @@ impl TableStore {
             }
             for (k, st) in states.iter_mut() {
                 if st.current.is_none() && self.index.get(k).is_some_and(|(_, s)| s.deleted) {
-                    st.latest_closed = st
-                        .history
-                        .iter()
-                        .max_by(|a, b| spec.cmp_seq(&a.data, &b.data).then(a.exec.cmp(&b.exec)))
-                        .cloned();
+                    st.latest_closed = st.history.iter().max_by(|a, b| spec.cmp_seq(&a.data, &b.data).then(a.exec.cmp(&b.exec))).cloned();
                 }
             }
         }
@@ -580,10 +483,7 @@ impl TableStore {
 
     /// Turns a merge output into files and actions (nothing is committed yet).
     pub async fn stage(&mut self, spec: &Spec, out: &Output, exec: i64) -> Result<PendingCommit> {
-        let mut pc = PendingCommit {
-            index: out.index.clone(),
-            ..Default::default()
-        };
+        let mut pc = PendingCommit { index: out.index.clone(), ..Default::default() };
         // Current partition: group upserts/removes by the file holding the key.
         let mut touched: BTreeMap<u32, ()> = BTreeMap::new();
         let mut replace: HashMap<&Key, &Version> = HashMap::new();
@@ -636,28 +536,20 @@ impl TableStore {
             }
             while versions.len() < layout.file_rows
                 && !pending_new.is_empty()
-                && self.files[id as usize]
-                    .as_ref()
-                    .is_some_and(|f| f.rows < layout.file_rows / 4)
+                && self.files[id as usize].as_ref().is_some_and(|f| f.rows < layout.file_rows / 4)
             {
                 let (k, v) = pending_new.pop_front().unwrap();
                 keys.push(k.clone());
                 versions.push(v.clone());
             }
             self.remove_file(id, &mut pc);
-            for (ck, cv) in keys
-                .chunks(layout.file_rows)
-                .zip(versions.chunks(layout.file_rows))
-            {
-                self.write_file(true, ck.to_vec(), cv, exec, &mut pc)
-                    .await?;
+            for (ck, cv) in keys.chunks(layout.file_rows).zip(versions.chunks(layout.file_rows)) {
+                self.write_file(true, ck.to_vec(), cv, exec, &mut pc).await?;
             }
         }
         if !pending_new.is_empty() {
             let n = pending_new.len();
-            let chunk = n
-                .div_ceil(layout.spread.max(1))
-                .clamp(128.min(layout.file_rows), layout.file_rows);
+            let chunk = n.div_ceil(layout.spread.max(1)).clamp(128.min(layout.file_rows), layout.file_rows);
             let all: Vec<(&Key, &Version)> = pending_new.into_iter().collect();
             for c in all.chunks(chunk) {
                 let keys: Vec<Key> = c.iter().map(|(k, _)| (*k).clone()).collect();
@@ -708,11 +600,7 @@ impl TableStore {
     }
 
     fn arrow_schema(&self) -> Arc<ArrowSchema> {
-        let mut fields: Vec<Field> = self
-            .columns
-            .iter()
-            .map(|(n, t)| Field::new(n, arrow_type(*t), true))
-            .collect();
+        let mut fields: Vec<Field> = self.columns.iter().map(|(n, t)| Field::new(n, arrow_type(*t), true)).collect();
         for (n, t) in self.meta.system_fields() {
             fields.push(Field::new(n, arrow_type(t), true));
         }
@@ -721,56 +609,31 @@ impl TableStore {
 
     /// The Delta schema: data columns, system columns, then the partition column.
     pub fn delta_schema(&self) -> StructType {
-        let mut fields: Vec<StructField> = self
-            .columns
-            .iter()
-            .map(|(n, t)| StructField::new(n.clone(), delta_type(*t), true))
-            .collect();
+        let mut fields: Vec<StructField> = self.columns.iter().map(|(n, t)| StructField::new(n.clone(), delta_type(*t), true)).collect();
         for (n, t) in self.meta.system_fields() {
             fields.push(StructField::new(n, delta_type(t), true));
         }
         if let Some(p) = self.meta.partition() {
-            fields.push(StructField::new(
-                p.to_string(),
-                delta_type(DType::Bool),
-                true,
-            ));
+            fields.push(StructField::new(p.to_string(), delta_type(DType::Bool), true));
         }
         StructType::try_new(fields).expect("unique column names")
     }
 
-    async fn write_file(
-        &mut self,
-        current: bool,
-        keys: Vec<Key>,
-        versions: &[Version],
-        exec: i64,
-        pc: &mut PendingCommit,
-    ) -> Result<()> {
+    async fn write_file(&mut self, current: bool, keys: Vec<Key>, versions: &[Version], exec: i64, pc: &mut PendingCommit) -> Result<()> {
         if versions.is_empty() {
             return Ok(());
         }
         let batch = self.to_batch(versions)?;
-        let props = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(ZstdLevel::default()))
-            .build();
+        let props = WriterProperties::builder().set_compression(Compression::ZSTD(ZstdLevel::default())).build();
         let mut buf = Vec::with_capacity(64 * 1024);
-        let data_err = |e: String| TableError::Data {
-            uri: self.uri.clone(),
-            msg: e,
-        };
+        let data_err = |e: String| TableError::Data { uri: self.uri.clone(), msg: e };
         {
-            let mut w = ArrowWriter::try_new(&mut buf, batch.schema(), Some(props))
-                .map_err(|e| data_err(e.to_string()))?;
+            let mut w = ArrowWriter::try_new(&mut buf, batch.schema(), Some(props)).map_err(|e| data_err(e.to_string()))?;
             w.write(&batch).map_err(|e| data_err(e.to_string()))?;
             w.close().map_err(|e| data_err(e.to_string()))?;
         }
         self.file_counter += 1;
-        let name = format!(
-            "part-{exec:010}-{:05}-{}.zstd.parquet",
-            self.file_counter,
-            uuid::Uuid::new_v4()
-        );
+        let name = format!("part-{exec:010}-{:05}-{}.zstd.parquet", self.file_counter, uuid::Uuid::new_v4());
         let mut pv = HashMap::new();
         let path = match self.meta.partition() {
             Some(p) => {
@@ -781,10 +644,7 @@ impl TableStore {
         };
         let size = buf.len() as i64;
         if let Some(t) = &self.table {
-            t.object_store()
-                .put(&Path::from(path.as_str()), buf.into())
-                .await
-                .map_err(|e| data_err(format!("writing {path}: {e}")))?;
+            t.object_store().put(&Path::from(path.as_str()), buf.into()).await.map_err(|e| data_err(format!("writing {path}: {e}")))?;
         } else {
             // First commit creates the table; write through a local/remote store rooted at the URI.
             let url = table_url(&self.uri)?;
@@ -793,10 +653,7 @@ impl TableStore {
                 .build_storage()
                 .map_err(|e| self.delta(e))?
                 .object_store(None);
-            store
-                .put(&Path::from(path.as_str()), buf.into())
-                .await
-                .map_err(|e| data_err(format!("writing {path}: {e}")))?;
+            store.put(&Path::from(path.as_str()), buf.into()).await.map_err(|e| data_err(format!("writing {path}: {e}")))?;
         }
         crate::faults::hit("after_parquet_write");
         pc.actions.push(Action::Add(Add {
@@ -814,27 +671,14 @@ impl TableStore {
         }));
         pc.rows_written += versions.len();
         pc.files_added += 1;
-        pc.new_files.push((
-            FileMeta {
-                path,
-                rows: versions.len(),
-                size,
-                current,
-            },
-            keys,
-        ));
+        pc.new_files.push((FileMeta { path, rows: versions.len(), size, current }, keys));
         Ok(())
     }
 
     fn to_batch(&self, versions: &[Version]) -> Result<RecordBatch> {
         let mut arrays: Vec<ArrayRef> = vec![];
         for (i, (_, t)) in self.columns.iter().enumerate() {
-            arrays.push(build_array(
-                *t,
-                versions
-                    .iter()
-                    .map(|v| v.data.get(i).cloned().unwrap_or(Value::Null)),
-            ));
+            arrays.push(build_array(*t, versions.iter().map(|v| v.data.get(i).cloned().unwrap_or(Value::Null))));
         }
         for (n, t) in self.meta.system_fields() {
             let r = &self.meta.reserved;
@@ -856,10 +700,7 @@ impl TableStore {
                 .collect();
             arrays.push(build_array(t, vals.into_iter()));
         }
-        RecordBatch::try_new(self.arrow_schema(), arrays).map_err(|e| TableError::Data {
-            uri: self.uri.clone(),
-            msg: e.to_string(),
-        })
+        RecordBatch::try_new(self.arrow_schema(), arrays).map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e.to_string() })
     }
 
     /// Adds new data columns (schema_policy additive). Returns true if the schema changed.
@@ -884,32 +725,19 @@ impl TableStore {
         schema_changed: bool,
         info: serde_json::Value,
     ) -> Result<i64> {
-        let mut txns: Vec<Transaction> = txns
-            .into_iter()
-            .map(|(a, v)| Transaction::new(a, v))
-            .collect();
+        let mut txns: Vec<Transaction> = txns.into_iter().map(|(a, v)| Transaction::new(a, v)).collect();
         if let Some(e) = exec {
             txns.push(Transaction::new(self.exec_app_id(), e));
         }
-        let app_meta: HashMap<String, serde_json::Value> =
-            [("changelake".to_string(), info)].into_iter().collect();
+        let app_meta: HashMap<String, serde_json::Value> = [("changelake".to_string(), info)].into_iter().collect();
         let version = match &self.table {
             None => {
                 let url = table_url(&self.uri)?;
                 let schema = self.delta_schema();
                 let mut config: HashMap<String, Option<String>> = HashMap::new();
-                config.insert(
-                    PROP_STRATEGY.into(),
-                    Some(self.meta.strategy.as_str().into()),
-                );
-                config.insert(
-                    PROP_KEY.into(),
-                    Some(serde_json::to_string(&self.meta.business_key).unwrap_or_default()),
-                );
-                config.insert(
-                    "changelake.file_rows".into(),
-                    Some(self.meta.layout.file_rows.to_string()),
-                );
+                config.insert(PROP_STRATEGY.into(), Some(self.meta.strategy.as_str().into()));
+                config.insert(PROP_KEY.into(), Some(serde_json::to_string(&self.meta.business_key).unwrap_or_default()));
+                config.insert("changelake.file_rows".into(), Some(self.meta.layout.file_rows.to_string()));
                 let mut b = deltalake::operations::create::CreateBuilder::new()
                     .with_location(url.to_string())
                     .with_table_name(self.meta.name.clone())
@@ -917,11 +745,7 @@ impl TableStore {
                     .with_configuration(config)
                     .with_raise_if_key_not_exists(false)
                     .with_actions(std::mem::take(&mut pc.actions))
-                    .with_commit_properties(
-                        CommitProperties::default()
-                            .with_application_transactions(txns)
-                            .with_metadata(app_meta),
-                    );
+                    .with_commit_properties(CommitProperties::default().with_application_transactions(txns).with_metadata(app_meta));
                 if let Some(p) = self.meta.partition() {
                     b = b.with_partition_columns([p.to_string()]);
                 }
@@ -938,10 +762,7 @@ impl TableStore {
                         .metadata()
                         .clone()
                         .with_schema(&self.delta_schema())
-                        .map_err(|e| TableError::Data {
-                            uri: self.uri.clone(),
-                            msg: e.to_string(),
-                        })?;
+                        .map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e.to_string() })?;
                     actions.push(Action::Metadata(md));
                 }
                 actions.append(&mut pc.actions);
@@ -950,15 +771,12 @@ impl TableStore {
                     partition_by: self.meta.partition().map(|p| vec![p.to_string()]),
                     predicate: None,
                 };
-                let finalized = CommitBuilder::from(
-                    CommitProperties::default()
-                        .with_application_transactions(txns)
-                        .with_metadata(app_meta),
-                )
-                .with_actions(actions)
-                .build(Some(snap), t.log_store(), op)
-                .await
-                .map_err(|e| self.delta(e))?;
+                let finalized =
+                    CommitBuilder::from(CommitProperties::default().with_application_transactions(txns).with_metadata(app_meta))
+                        .with_actions(actions)
+                        .build(Some(snap), t.log_store(), op)
+                        .await
+                        .map_err(|e| self.delta(e))?;
                 let v = finalized.version();
                 let mut t = t.clone();
                 t.update_state().await.map_err(|e| self.delta(e))?;
@@ -979,18 +797,7 @@ impl TableStore {
                         e.0 = id;
                     } else {
                         // Placeholder; the summary arrives with pc.index below.
-                        self.index.insert(
-                            k,
-                            (
-                                id,
-                                Summary {
-                                    seq: Box::new([]),
-                                    deleted: false,
-                                    valid_from: None,
-                                    row_hash: 0,
-                                },
-                            ),
-                        );
+                        self.index.insert(k, (id, Summary { seq: Box::new([]), deleted: false, valid_from: None, row_hash: 0 }));
                     }
                 }
             }
@@ -1032,13 +839,7 @@ fn build_array(t: DType, vals: impl Iterator<Item = Value>) -> ArrayRef {
     match t {
         DType::Bool => {
             let mut b = BooleanBuilder::new();
-            vals.for_each(|v| {
-                b.append_option(if let Value::Bool(x) = v {
-                    Some(x)
-                } else {
-                    None
-                })
-            });
+            vals.for_each(|v| b.append_option(if let Value::Bool(x) = v { Some(x) } else { None }));
             Arc::new(b.finish())
         }
         DType::Int => {
@@ -1059,13 +860,7 @@ fn build_array(t: DType, vals: impl Iterator<Item = Value>) -> ArrayRef {
         }
         DType::Str => {
             let mut b = StringBuilder::new();
-            vals.for_each(|v| {
-                if v.is_null() {
-                    b.append_null()
-                } else {
-                    b.append_value(v.to_string())
-                }
-            });
+            vals.for_each(|v| if v.is_null() { b.append_null() } else { b.append_value(v.to_string()) });
             Arc::new(b.finish())
         }
         DType::Ts => {

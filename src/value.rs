@@ -157,9 +157,7 @@ impl Value {
             (Int(i), DType::Str) => Str(i.to_string()),
             (Float(f), DType::Str) => Str(f.to_string()),
             (Ts(t), DType::Str) => Str(format_ts(t)),
-            (Str(s), t) => {
-                return parse_as(&s, t).ok_or_else(|| format!("{s:?} is not a valid {}", t.name()))
-            }
+            (Str(s), t) => return parse_as(&s, t).ok_or_else(|| format!("{s:?} is not a valid {}", t.name())),
             (Int(i), DType::Ts) => Ts(i),
             (v, t) => return Err(format!("{v} cannot be converted to {}", t.name())),
         };
@@ -217,11 +215,7 @@ pub fn parse_int(s: &str) -> Option<i64> {
 
 pub fn parse_float(s: &str) -> Option<f64> {
     // Only decimal notation: "nan", "inf" and friends stay strings.
-    if !s.bytes().any(|b| b.is_ascii_digit())
-        || !s
-            .bytes()
-            .all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b))
-    {
+    if !s.bytes().any(|b| b.is_ascii_digit()) || !s.bytes().all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b)) {
         return None;
     }
     s.parse().ok()
@@ -276,9 +270,7 @@ pub fn unify(a: Option<DType>, b: Option<DType>) -> Option<DType> {
     match (a, b) {
         (None, x) | (x, None) => x,
         (Some(x), Some(y)) if x == y => Some(x),
-        (Some(DType::Int), Some(DType::Float)) | (Some(DType::Float), Some(DType::Int)) => {
-            Some(DType::Float)
-        }
+        (Some(DType::Int), Some(DType::Float)) | (Some(DType::Float), Some(DType::Int)) => Some(DType::Float),
         _ => Some(DType::Str),
     }
 }
@@ -301,10 +293,7 @@ mod tests {
     #[test]
     fn null_sorts_lowest() {
         assert_eq!(Value::Null.total_cmp(&Value::Int(i64::MIN)), Ordering::Less);
-        assert_eq!(
-            Value::Str("".into()).total_cmp(&Value::Null),
-            Ordering::Greater
-        );
+        assert_eq!(Value::Str("".into()).total_cmp(&Value::Null), Ordering::Greater);
     }
 
     #[test]
@@ -326,10 +315,7 @@ mod tests {
         assert_eq!(infer("Köln"), Some(DType::Str));
         assert_eq!(infer("nan"), Some(DType::Str));
         assert_eq!(infer(""), None);
-        assert_eq!(
-            unify(Some(DType::Int), Some(DType::Float)),
-            Some(DType::Float)
-        );
+        assert_eq!(unify(Some(DType::Int), Some(DType::Float)), Some(DType::Float));
         assert_eq!(unify(Some(DType::Int), Some(DType::Bool)), Some(DType::Str));
     }
 

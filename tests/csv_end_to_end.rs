@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use changelake::config::Config;
-use changelake::engine::TableRunner;
+use changelake::engine::{Mark, TableRunner};
 use changelake::source::file::read_csv;
 
 const BIN: &str = env!("CARGO_BIN_EXE_changelake");
@@ -17,28 +17,13 @@ fn manifest() -> PathBuf {
 #[test]
 fn acceptance_scenarios_read_back_with_python_deltalake() {
     let dir = manifest().join("tests/scenarios");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .collect();
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "yaml")).collect();
     files.sort();
-    let out = Command::new("python3")
-        .arg(dir.join("run.py"))
-        .args(&files)
-        .env("CHANGELAKE_BIN", BIN)
-        .output()
-        .expect("python3 runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = Command::new("python3").arg(dir.join("run.py")).args(&files).env("CHANGELAKE_BIN", BIN).output().expect("python3 runs");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "scenarios failed:\n{text}");
-    assert!(
-        text.contains(&format!("{} passed, 0 failed", files.len())),
-        "{text}"
-    );
+    assert!(text.contains(&format!("{} passed, 0 failed", files.len())), "{text}");
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -58,16 +43,8 @@ fn run(cfg: &Path, env: &[(&str, &str)]) -> std::process::Output {
 }
 
 fn show(cfg: &Path, table: &str) -> String {
-    let out = Command::new(BIN)
-        .args(["show", table, "--format", "jsonl", "--config"])
-        .arg(cfg)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = Command::new(BIN).args(["show", table, "--format", "jsonl", "--config"]).arg(cfg).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -95,41 +72,12 @@ fn glob_runs_files_in_lexical_order_and_skips_unchanged_files() {
     write(tmp.path(), "data/1.csv", "id,op,city,seq\n1,U,Berlin,2\n");
     assert!(run(&cfg, &[]).status.success());
     let rows = stable(&show(&cfg, "customer"));
-    let cities: Vec<_> = rows
-        .iter()
-        .map(|r| {
-            (
-                r["city"].as_str().unwrap().to_string(),
-                r["_is_current"].as_bool().unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!(
-        cities,
-        vec![("Berlin".into(), false), ("Hamburg".into(), true)]
-    );
+    let cities: Vec<_> = rows.iter().map(|r| (r["city"].as_str().unwrap().to_string(), r["_is_current"].as_bool().unwrap())).collect();
+    assert_eq!(cities, vec![("Berlin".into(), false), ("Hamburg".into(), true)]);
     let log = tmp.path().join("lake/bronze/customer/_delta_log");
-    let commits = std::fs::read_dir(&log)
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .path()
-                .extension()
-                .is_some_and(|x| x == "json")
-        })
-        .count();
+    let commits = std::fs::read_dir(&log).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "json")).count();
     assert!(run(&cfg, &[]).status.success());
-    let after = std::fs::read_dir(&log)
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .path()
-                .extension()
-                .is_some_and(|x| x == "json")
-        })
-        .count();
+    let after = std::fs::read_dir(&log).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "json")).count();
     assert_eq!(commits, after, "re-running unchanged files commits nothing");
 }
 
@@ -148,28 +96,16 @@ fn crash_between_parquet_write_and_commit_loses_and_repeats_nothing() {
     assert!(run(&cfg, &[]).status.success());
     let want = stable(&show(&cfg, "customer"));
 
-    for fault in [
-        "after_parquet_write:1",
-        "after_parquet_write:2",
-        "after_delta_commit:1",
-        "after_delta_commit:2",
-    ] {
+    for fault in ["after_parquet_write:1", "after_parquet_write:2", "after_delta_commit:1", "after_delta_commit:2"] {
         let tmp = tempfile::tempdir().unwrap();
         let cfg = write(tmp.path(), "c.yaml", SCD2_CFG);
         for (n, t) in files {
             write(tmp.path(), n, t);
         }
         let crashed = run(&cfg, &[("CHANGELAKE_FAULT", fault)]);
-        assert!(
-            !crashed.status.success(),
-            "{fault}: the fault point must abort"
-        );
+        assert!(!crashed.status.success(), "{fault}: the fault point must abort");
         assert!(run(&cfg, &[]).status.success(), "{fault}: restart");
-        assert_eq!(
-            stable(&show(&cfg, "customer")),
-            want,
-            "{fault}: restart must equal an uninterrupted run"
-        );
+        assert_eq!(stable(&show(&cfg, "customer")), want, "{fault}: restart must equal an uninterrupted run");
     }
 }
 
@@ -183,25 +119,12 @@ fn refuses_a_table_with_another_strategy_or_not_created_by_changelake() {
     write(tmp.path(), "data/2.csv", "id,op,city,seq\n1,U,Hamburg,3\n");
     let out = run(&cfg1, &[]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("strategy scd2"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("strategy scd2"), "{}", String::from_utf8_lossy(&out.stderr));
     // A Delta table written by someone else.
     let py = "import sys, pyarrow as pa; from deltalake import write_deltalake; write_deltalake(sys.argv[1], pa.table({'id': [1]}))";
     let foreign = tmp.path().join("lake/bronze/customer2");
-    assert!(Command::new("python3")
-        .args(["-c", py])
-        .arg(&foreign)
-        .status()
-        .unwrap()
-        .success());
-    let cfg2 = write(
-        tmp.path(),
-        "c2.yaml",
-        &SCD2_CFG.replace("customer:", "customer2:"),
-    );
+    assert!(Command::new("python3").args(["-c", py]).arg(&foreign).status().unwrap().success());
+    let cfg2 = write(tmp.path(), "c2.yaml", &SCD2_CFG.replace("customer:", "customer2:"));
     let out = run(&cfg2, &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("not created by changelake"));
@@ -211,37 +134,13 @@ fn refuses_a_table_with_another_strategy_or_not_created_by_changelake() {
 fn check_exit_codes_and_error_paths() {
     let tmp = tempfile::tempdir().unwrap();
     let good = write(tmp.path(), "good.yaml", SCD2_CFG);
-    assert_eq!(
-        Command::new(BIN)
-            .args(["check", "--config"])
-            .arg(&good)
-            .status()
-            .unwrap()
-            .code(),
-        Some(0)
-    );
-    let bad = write(
-        tmp.path(),
-        "bad.yaml",
-        &SCD2_CFG.replace("strategy: scd2", "strategy: scd3\n      extra: 1"),
-    );
-    let out = Command::new(BIN)
-        .args(["check", "--config"])
-        .arg(&bad)
-        .output()
-        .unwrap();
+    assert_eq!(Command::new(BIN).args(["check", "--config"]).arg(&good).status().unwrap().code(), Some(0));
+    let bad = write(tmp.path(), "bad.yaml", &SCD2_CFG.replace("strategy: scd2", "strategy: scd3\n      extra: 1"));
+    let out = Command::new(BIN).args(["check", "--config"]).arg(&bad).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("bronze.tables.customer.strategy")
-            && err.contains("bronze.tables.customer.extra"),
-        "{err}"
-    );
-    assert_eq!(
-        Command::new(BIN).arg("frobnicate").status().unwrap().code(),
-        Some(2),
-        "usage errors exit 2"
-    );
+    assert!(err.contains("bronze.tables.customer.strategy") && err.contains("bronze.tables.customer.extra"), "{err}");
+    assert_eq!(Command::new(BIN).arg("frobnicate").status().unwrap().code(), Some(2), "usage errors exit 2");
 }
 
 #[test]
@@ -249,21 +148,12 @@ fn unconvertible_values_go_to_the_dead_letter_table_and_the_batch_commits() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = write(tmp.path(), "c.yaml", SCD2_CFG);
     write(tmp.path(), "data/1.csv", "id,op,city,seq\n1,U,Berlin,2\n");
-    write(
-        tmp.path(),
-        "data/2.csv",
-        "id,op,city,seq\n2,U,Bonn,not-a-number\n3,U,Köln,1\n",
-    );
+    write(tmp.path(), "data/2.csv", "id,op,city,seq\n2,U,Bonn,not-a-number\n3,U,Köln,1\n");
     assert!(run(&cfg, &[]).status.success());
     assert_eq!(show(&cfg, "customer").lines().count(), 2);
     let py = "import sys, json; from deltalake import DeltaTable; print(json.dumps([r['error'] for r in DeltaTable(sys.argv[1]).to_pyarrow_table().to_pylist()]))";
-    let out = Command::new("python3")
-        .args(["-c", py])
-        .arg(tmp.path().join("lake/_dead_letters"))
-        .output()
-        .unwrap();
-    let errors: Vec<String> = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    let out = Command::new("python3").args(["-c", py]).arg(tmp.path().join("lake/_dead_letters")).output().unwrap();
+    let errors: Vec<String> = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
     assert_eq!(errors.len(), 1);
     assert!(errors[0].contains("seq"), "{errors:?}");
 }
@@ -283,15 +173,12 @@ async fn layout_one_percent_update_rewrites_only_files_holding_touched_keys() {
         let r = runner
             .run_batch(
                 read_csv(Path::new("load.csv"), load.as_bytes(), b',').unwrap(),
-                vec![("load".into(), 1)],
+                vec![Mark { app: "load".into(), version: 1, partition: None }],
             )
             .await
             .unwrap();
         let total = r.files_added;
-        assert!(
-            total >= 8,
-            "{strategy}: a 10k-key load spreads over several files, got {total}"
-        );
+        assert!(total >= 8, "{strategy}: a 10k-key load spreads over several files, got {total}");
         let mut upd = String::from("id,op,city,seq\n");
         for id in 5_000..5_100 {
             upd.push_str(&format!("{id},U,changed{id},2\n"));
@@ -299,23 +186,19 @@ async fn layout_one_percent_update_rewrites_only_files_holding_touched_keys() {
         let r = runner
             .run_batch(
                 read_csv(Path::new("upd.csv"), upd.as_bytes(), b',').unwrap(),
-                vec![("upd".into(), 1)],
+                vec![Mark { app: "upd".into(), version: 1, partition: None }],
             )
             .await
             .unwrap();
         assert_eq!(r.stats.updated, 100);
-        assert!(
-            r.files_removed >= 1 && r.files_removed <= 2,
-            "{strategy}: 1% of keys rewrote {} of {total} files",
-            r.files_removed
-        );
+        assert!(r.files_removed >= 1 && r.files_removed <= 2, "{strategy}: 1% of keys rewrote {} of {total} files", r.files_removed);
         // The key index survives a reopen: a replay reads no data and commits nothing.
         let mut reopened = TableRunner::open(&cfg, &cfg.tables[0]).await.unwrap();
         assert_eq!(reopened.store.key_count(), 10_000);
         let again = reopened
             .run_batch(
                 read_csv(Path::new("upd.csv"), upd.as_bytes(), b',').unwrap(),
-                vec![("upd".into(), 1)],
+                vec![Mark { app: "upd".into(), version: 1, partition: None }],
             )
             .await
             .unwrap();

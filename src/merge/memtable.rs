@@ -17,15 +17,7 @@ pub struct MemTable {
 
 impl MemTable {
     pub fn new(spec: Spec) -> MemTable {
-        MemTable {
-            spec,
-            current: HashMap::new(),
-            history: vec![],
-            index: HashMap::new(),
-            exec: 0,
-            now: 1_000_000,
-            commits: 0,
-        }
+        MemTable { spec, current: HashMap::new(), history: vec![], index: HashMap::new(), exec: 0, now: 1_000_000, commits: 0 }
     }
 
     /// One run; returns the output (stats, writes) like the engine sees it.
@@ -35,11 +27,7 @@ impl MemTable {
         let p = prepare(&spec, rows);
         let mut stats = p.stats.clone();
         if p.rejected.is_some() {
-            return Output {
-                rejected: p.rejected,
-                stats,
-                ..Default::default()
-            };
+            return Output { rejected: p.rejected, stats, ..Default::default() };
         }
         let batch_keys: Vec<Key> = p.keys.iter().map(|(k, _)| k.clone()).collect();
         let mut keys = vec![];
@@ -53,11 +41,7 @@ impl MemTable {
             keys.push((k, rs));
         }
         let absent: Vec<Key> = if spec.snapshot {
-            self.current
-                .iter()
-                .filter(|(k, v)| !v.deleted && !batch_keys.contains(k))
-                .map(|(k, _)| k.clone())
-                .collect()
+            self.current.iter().filter(|(k, v)| !v.deleted && !batch_keys.contains(k)).map(|(k, _)| k.clone()).collect()
         } else {
             vec![]
         };
@@ -65,10 +49,7 @@ impl MemTable {
             let st = self.state(k, Need::Current);
             states.insert(k.clone(), st);
         }
-        let ctx = RunCtx {
-            exec: self.exec + 1,
-            now: self.now,
-        };
+        let ctx = RunCtx { exec: self.exec + 1, now: self.now };
         let mut out = apply(&spec, ctx, keys, states, absent);
         stats.add(&out.stats);
         out.stats = stats;
@@ -108,23 +89,12 @@ impl MemTable {
             for (i, v) in self.history.iter().enumerate() {
                 if self.spec.key_of(&v.data).as_ref() == Some(k) {
                     let mut v = v.clone();
-                    v.loc = Some(Loc {
-                        file: 0,
-                        row: i as u32,
-                    });
+                    v.loc = Some(Loc { file: 0, row: i as u32 });
                     st.history.push(v);
                 }
             }
             if st.current.is_none() {
-                st.latest_closed = st
-                    .history
-                    .iter()
-                    .max_by(|a, b| {
-                        self.spec
-                            .cmp_seq(&a.data, &b.data)
-                            .then(a.exec.cmp(&b.exec))
-                    })
-                    .cloned();
+                st.latest_closed = st.history.iter().max_by(|a, b| self.spec.cmp_seq(&a.data, &b.data).then(a.exec.cmp(&b.exec))).cloned();
             }
         }
         st
@@ -132,18 +102,11 @@ impl MemTable {
 
     /// Every row, ordered by key, then sequence, then run (the `show` order).
     pub fn rows(&self) -> Vec<Version> {
-        let mut all: Vec<Version> = self
-            .current
-            .values()
-            .cloned()
-            .chain(self.history.iter().cloned())
-            .collect();
+        let mut all: Vec<Version> = self.current.values().cloned().chain(self.history.iter().cloned()).collect();
         all.sort_by(|a, b| {
             let ka: Vec<Value> = self.spec.key.iter().map(|&i| a.data[i].clone()).collect();
             let kb: Vec<Value> = self.spec.key.iter().map(|&i| b.data[i].clone()).collect();
-            cmp_slices(&ka, &kb)
-                .then(self.spec.cmp_seq(&a.data, &b.data))
-                .then(a.exec.cmp(&b.exec))
+            cmp_slices(&ka, &kb).then(self.spec.cmp_seq(&a.data, &b.data)).then(a.exec.cmp(&b.exec))
         });
         all
     }

@@ -198,10 +198,7 @@ pub struct Output {
 
 impl Output {
     pub fn has_changes(&self) -> bool {
-        !(self.upserts.is_empty()
-            && self.removes.is_empty()
-            && self.history_appends.is_empty()
-            && self.history_replacements.is_empty())
+        !(self.upserts.is_empty() && self.removes.is_empty() && self.history_appends.is_empty() && self.history_replacements.is_empty())
     }
 }
 
@@ -234,20 +231,11 @@ impl Spec {
     }
 
     pub fn tracked_equal(&self, a: &[Value], b: &[Value]) -> bool {
-        (0..self.names.len()).all(|i| {
-            !self.tracked[i]
-                || a.get(i)
-                    .unwrap_or(&Value::Null)
-                    .same(b.get(i).unwrap_or(&Value::Null))
-        })
+        (0..self.names.len()).all(|i| !self.tracked[i] || a.get(i).unwrap_or(&Value::Null).same(b.get(i).unwrap_or(&Value::Null)))
     }
 
     pub fn all_equal(&self, a: &[Value], b: &[Value]) -> bool {
-        (0..self.names.len()).all(|i| {
-            a.get(i)
-                .unwrap_or(&Value::Null)
-                .same(b.get(i).unwrap_or(&Value::Null))
-        })
+        (0..self.names.len()).all(|i| a.get(i).unwrap_or(&Value::Null).same(b.get(i).unwrap_or(&Value::Null)))
     }
 
     /// Hash of every non-NULL column by name, so that adding a column (NULL in
@@ -265,12 +253,7 @@ impl Spec {
     }
 
     pub fn summary(&self, v: &Version) -> Summary {
-        Summary {
-            seq: self.seq_of(&v.data),
-            deleted: v.deleted,
-            valid_from: v.valid_from,
-            row_hash: self.row_hash(&v.data),
-        }
+        Summary { seq: self.seq_of(&v.data), deleted: v.deleted, valid_from: v.valid_from, row_hash: self.row_hash(&v.data) }
     }
 
     fn business_time(&self, data: &[Value], ctx: &RunCtx) -> Option<i64> {
@@ -331,9 +314,7 @@ pub fn prepare(spec: &Spec, rows: Vec<InRow>) -> Prepared {
         }
     }
     if spec.reject_duplicates && dup_keys > 0 {
-        p.rejected = Some(format!(
-            "reject_duplicates: {dup_keys} duplicate business key row(s) in the batch"
-        ));
+        p.rejected = Some(format!("reject_duplicates: {dup_keys} duplicate business key row(s) in the batch"));
     }
     let all = spec.intra_batch_all && spec.strategy == Strategy::Scd2 && !spec.seq.is_empty();
     for (_, group) in p.keys.iter_mut() {
@@ -368,12 +349,7 @@ pub fn prepare(spec: &Spec, rows: Vec<InRow>) -> Prepared {
 /// Decides from the key index alone what stored data a key's rows need.
 /// Returns `None` when every row is settled without touching the table
 /// (older than stored, exact replay, late delete).
-pub fn classify(
-    spec: &Spec,
-    stored: Option<&Summary>,
-    rows: &[InRow],
-    stats: &mut Stats,
-) -> Option<Need> {
+pub fn classify(spec: &Spec, stored: Option<&Summary>, rows: &[InRow], stats: &mut Stats) -> Option<Need> {
     let Some(s) = stored else {
         // New key (or hard-deleted): insert / ignore without stored rows.
         return Some(Need::Nothing);
@@ -426,13 +402,7 @@ pub fn classify(
 /// Applies the strategy to every prepared key. `states` holds the stored
 /// versions the table loaded for the keys [`classify`] asked about;
 /// `absent` lists stored live keys missing from a snapshot batch.
-pub fn apply(
-    spec: &Spec,
-    ctx: RunCtx,
-    keys: Vec<(Key, Vec<InRow>)>,
-    mut states: HashMap<Key, KeyState>,
-    absent: Vec<Key>,
-) -> Output {
+pub fn apply(spec: &Spec, ctx: RunCtx, keys: Vec<(Key, Vec<InRow>)>, mut states: HashMap<Key, KeyState>, absent: Vec<Key>) -> Output {
     let mut out = Output::default();
     for (key, rows) in keys {
         let state = states.remove(&key).unwrap_or_default();

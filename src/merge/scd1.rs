@@ -7,26 +7,10 @@ use crate::config::DeleteMode;
 use crate::value::cmp_slices;
 
 fn row(data: Vec<super::Value>, exec: i64, deleted: bool) -> Version {
-    Version {
-        data,
-        valid_from: None,
-        valid_to: None,
-        current: true,
-        deleted,
-        exec,
-        sk: None,
-        loc: None,
-    }
+    Version { data, valid_from: None, valid_to: None, current: true, deleted, exec, sk: None, loc: None }
 }
 
-pub(super) fn apply_key(
-    spec: &Spec,
-    ctx: &RunCtx,
-    key: Key,
-    mut rows: Vec<InRow>,
-    state: KeyState,
-    out: &mut Output,
-) {
+pub(super) fn apply_key(spec: &Spec, ctx: &RunCtx, key: Key, mut rows: Vec<InRow>, state: KeyState, out: &mut Output) {
     let r = rows.pop().expect("one row per key");
     let Some(cur) = state.current else {
         if r.delete {
@@ -40,9 +24,7 @@ pub(super) fn apply_key(
         return;
     };
     // SPEC 3.3: an older row is ignored, deletes included; a tie goes to the later batch.
-    if !spec.seq.is_empty()
-        && cmp_slices(&spec.seq_of(&r.data), &spec.seq_of(&cur.data)) == Ordering::Less
-    {
+    if !spec.seq.is_empty() && cmp_slices(&spec.seq_of(&r.data), &spec.seq_of(&cur.data)) == Ordering::Less {
         out.stats.older_ignored += 1;
         return;
     }
@@ -97,13 +79,7 @@ pub(super) fn apply_key(
 }
 
 /// SPEC 6: a stored, live key missing from a snapshot batch.
-pub(super) fn snapshot_delete(
-    spec: &Spec,
-    ctx: &RunCtx,
-    key: Key,
-    state: KeyState,
-    out: &mut Output,
-) {
+pub(super) fn snapshot_delete(spec: &Spec, ctx: &RunCtx, key: Key, state: KeyState, out: &mut Output) {
     let Some(cur) = state.current else { return };
     if cur.deleted {
         return;

@@ -31,9 +31,7 @@ struct KeyRun<'a> {
 
 impl KeyRun<'_> {
     fn open(&mut self, data: Vec<super::Value>, valid_from: i64) -> Version {
-        let sk = self
-            .spec
-            .surrogate(&self.key, valid_from, self.ctx.exec, self.ordinal);
+        let sk = self.spec.surrogate(&self.key, valid_from, self.ctx.exec, self.ordinal);
         self.ordinal += 1;
         Version {
             data,
@@ -79,35 +77,25 @@ impl KeyRun<'_> {
             .iter()
             .chain(self.cur.iter())
             .filter(|v| cmp_slices(&self.spec.seq_of(&v.data), seq) != Ordering::Greater)
-            .max_by(|a, b| {
-                self.spec
-                    .cmp_seq(&a.data, &b.data)
-                    .then(a.exec.cmp(&b.exec))
-            })
+            .max_by(|a, b| self.spec.cmp_seq(&a.data, &b.data).then(a.exec.cmp(&b.exec)))
     }
 
     fn processing_row(&mut self, r: InRow, out: &mut Output) {
         let spec = self.spec;
         let now = self.ctx.now;
         let late = !spec.seq.is_empty()
-            && self.latest().is_some_and(|l| {
-                cmp_slices(&spec.seq_of(&r.data), &spec.seq_of(&l.data)) == Ordering::Less
-            });
+            && self.latest().is_some_and(|l| cmp_slices(&spec.seq_of(&r.data), &spec.seq_of(&l.data)) == Ordering::Less);
         if late {
             if r.delete {
                 out.stats.late_deletes_ignored += 1;
                 return;
             }
             if spec.reject_late {
-                out.rejected =
-                    Some("reject_late: a row is older than the key's latest version".into());
+                out.rejected = Some("reject_late: a row is older than the key's latest version".into());
                 return;
             }
             let seq = spec.seq_of(&r.data);
-            if self
-                .valid_at(&seq)
-                .is_some_and(|v| spec.tracked_equal(&v.data, &r.data))
-            {
+            if self.valid_at(&seq).is_some_and(|v| spec.tracked_equal(&v.data, &r.data)) {
                 out.stats.late_noop += 1;
                 return;
             }
@@ -124,12 +112,7 @@ impl KeyRun<'_> {
                     return;
                 }
                 // New key, or a deleted key coming back: a new open version.
-                let start = now.max(
-                    self.latest_closed
-                        .as_ref()
-                        .and_then(|l| l.valid_to)
-                        .unwrap_or(now),
-                );
+                let start = now.max(self.latest_closed.as_ref().and_then(|l| l.valid_to).unwrap_or(now));
                 if self.latest_closed.is_some() {
                     out.stats.revived += 1;
                 } else {
@@ -160,9 +143,7 @@ impl KeyRun<'_> {
 
     fn business_row(&mut self, r: InRow, out: &mut Output) {
         let spec = self.spec;
-        let bt = spec
-            .business_time(&r.data, self.ctx)
-            .unwrap_or(self.ctx.now);
+        let bt = spec.business_time(&r.data, self.ctx).unwrap_or(self.ctx.now);
         if let Some(c) = &mut self.cur {
             let cf = c.valid_from.unwrap_or(bt);
             if bt >= cf {
@@ -219,23 +200,13 @@ impl KeyRun<'_> {
             return;
         }
         if spec.reject_late {
-            out.rejected = Some(
-                "reject_late: a row's business date is before the key's current version".into(),
-            );
+            out.rejected = Some("reject_late: a row's business date is before the key's current version".into());
             return;
         }
         let mut all: Vec<&Version> = self.history.iter().chain(self.cur.iter()).collect();
         all.sort_by_key(|v| v.valid_from);
-        let prev = all
-            .iter()
-            .rev()
-            .find(|v| v.valid_from.is_some_and(|f| f <= bt))
-            .map(|v| (*v).clone());
-        let next_start = all
-            .iter()
-            .filter_map(|v| v.valid_from)
-            .filter(|f| *f > bt)
-            .min();
+        let prev = all.iter().rev().find(|v| v.valid_from.is_some_and(|f| f <= bt)).map(|v| (*v).clone());
+        let next_start = all.iter().filter_map(|v| v.valid_from).filter(|f| *f > bt).min();
         match prev {
             Some(p) if p.valid_from == Some(bt) => {
                 if spec.all_equal(&p.data, &r.data) {
@@ -281,14 +252,7 @@ impl KeyRun<'_> {
     }
 }
 
-pub(super) fn apply_key(
-    spec: &Spec,
-    ctx: &RunCtx,
-    key: Key,
-    rows: Vec<InRow>,
-    state: KeyState,
-    out: &mut Output,
-) {
+pub(super) fn apply_key(spec: &Spec, ctx: &RunCtx, key: Key, rows: Vec<InRow>, state: KeyState, out: &mut Output) {
     let mut run = KeyRun {
         spec,
         ctx,
@@ -321,8 +285,7 @@ fn finish(run: KeyRun<'_>, out: &mut Output) {
     match run.cur {
         Some(mut c) => {
             c.loc = None;
-            out.index
-                .push((run.key.clone(), Some(run.spec.summary(&c))));
+            out.index.push((run.key.clone(), Some(run.spec.summary(&c))));
             out.upserts.push((run.key, c));
         }
         None => {
@@ -337,13 +300,7 @@ fn finish(run: KeyRun<'_>, out: &mut Output) {
 }
 
 /// SPEC 6: a stored key missing from a snapshot batch is closed and marked deleted.
-pub(super) fn snapshot_delete(
-    spec: &Spec,
-    ctx: &RunCtx,
-    key: Key,
-    state: KeyState,
-    out: &mut Output,
-) {
+pub(super) fn snapshot_delete(spec: &Spec, ctx: &RunCtx, key: Key, state: KeyState, out: &mut Output) {
     if state.current.is_none() {
         return;
     }
@@ -351,17 +308,8 @@ pub(super) fn snapshot_delete(
         ValidTime::Date(d) => d,
         _ => ctx.now,
     };
-    let mut run = KeyRun {
-        spec,
-        ctx,
-        stored_current: true,
-        cur: state.current,
-        latest_closed: None,
-        history: vec![],
-        key,
-        dirty: false,
-        ordinal: 0,
-    };
+    let mut run =
+        KeyRun { spec, ctx, stored_current: true, cur: state.current, latest_closed: None, history: vec![], key, dirty: false, ordinal: 0 };
     if spec.delete_mode == crate::config::DeleteMode::Ignore {
         return;
     }

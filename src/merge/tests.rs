@@ -18,9 +18,7 @@ const MOD: usize = 3;
 fn spec(strategy: Strategy) -> Spec {
     Spec {
         strategy,
-        names: ["id", "city", "seq", "modified_on"]
-            .map(String::from)
-            .to_vec(),
+        names: ["id", "city", "seq", "modified_on"].map(String::from).to_vec(),
         key: vec![ID],
         seq: vec![SEQ],
         tracked: vec![false, true, false, true],
@@ -50,38 +48,20 @@ fn cell_str(c: &str) -> Value {
 }
 
 fn mk(data: Vec<Value>, delete: bool) -> InRow {
-    InRow {
-        data,
-        delete,
-        order: ORDER.fetch_add(1, AO::Relaxed),
-    }
+    InRow { data, delete, order: ORDER.fetch_add(1, AO::Relaxed) }
 }
 
 /// An upsert row: id, city, seq, modified_on.
 fn up(id: i64, city: &str, seq: i64) -> InRow {
-    mk(
-        vec![Value::Int(id), cell_str(city), Value::Int(seq), Value::Null],
-        false,
-    )
+    mk(vec![Value::Int(id), cell_str(city), Value::Int(seq), Value::Null], false)
 }
 
 fn up_mod(id: i64, city: &str, seq: i64, modified: i64) -> InRow {
-    mk(
-        vec![
-            Value::Int(id),
-            cell_str(city),
-            Value::Int(seq),
-            Value::Int(modified),
-        ],
-        false,
-    )
+    mk(vec![Value::Int(id), cell_str(city), Value::Int(seq), Value::Int(modified)], false)
 }
 
 fn del(id: i64, seq: i64) -> InRow {
-    mk(
-        vec![Value::Int(id), Value::Null, Value::Int(seq), Value::Null],
-        true,
-    )
+    mk(vec![Value::Int(id), Value::Null, Value::Int(seq), Value::Null], true)
 }
 
 fn city(v: &Version) -> String {
@@ -104,11 +84,7 @@ fn s(id: i64, c: &str, cur: bool, d: bool) -> (i64, String, bool, bool) {
 }
 
 fn exec_of(t: &MemTable, id: i64) -> Vec<i64> {
-    t.rows()
-        .iter()
-        .filter(|v| v.data[ID] == Value::Int(id))
-        .map(|v| v.exec)
-        .collect()
+    t.rows().iter().filter(|v| v.data[ID] == Value::Int(id)).map(|v| v.exec).collect()
 }
 
 // ---------------------------------------------------------------- seeds
@@ -117,45 +93,18 @@ fn exec_of(t: &MemTable, id: i64) -> Vec<i64> {
 fn scd1_seed_001_worked_example() {
     let mut t = table(Strategy::Scd1, |_| {});
     t.run(vec![up(1, "Berlin", 1), up(2, "Bonn", 1)]);
-    assert_eq!(
-        state(&t),
-        vec![s(1, "Berlin", true, false), s(2, "Bonn", true, false)]
-    );
+    assert_eq!(state(&t), vec![s(1, "Berlin", true, false), s(2, "Bonn", true, false)]);
     t.run(vec![up(1, "Hamburg", 2), up(3, "Köln", 1)]);
-    assert_eq!(
-        state(&t),
-        vec![
-            s(1, "Hamburg", true, false),
-            s(2, "Bonn", true, false),
-            s(3, "Köln", true, false)
-        ]
-    );
+    assert_eq!(state(&t), vec![s(1, "Hamburg", true, false), s(2, "Bonn", true, false), s(3, "Köln", true, false)]);
     let before = t.rows();
     let out = t.run(vec![up(1, "Paris", 1)]);
-    assert!(
-        !out.has_changes(),
-        "run 3: seq 1 is lower than the stored seq 2"
-    );
+    assert!(!out.has_changes(), "run 3: seq 1 is lower than the stored seq 2");
     assert_eq!(t.rows(), before);
     t.run(vec![del(2, 2)]);
-    let two = t
-        .rows()
-        .into_iter()
-        .find(|v| v.data[ID] == Value::Int(2))
-        .unwrap();
-    assert_eq!(
-        (city(&two), two.deleted, two.data[SEQ].clone()),
-        ("Bonn".into(), true, Value::Int(2))
-    );
+    let two = t.rows().into_iter().find(|v| v.data[ID] == Value::Int(2)).unwrap();
+    assert_eq!((city(&two), two.deleted, two.data[SEQ].clone()), ("Bonn".into(), true, Value::Int(2)));
     t.run(vec![up(2, "Bonn", 3)]);
-    assert_eq!(
-        state(&t),
-        vec![
-            s(1, "Hamburg", true, false),
-            s(2, "Bonn", true, false),
-            s(3, "Köln", true, false)
-        ]
-    );
+    assert_eq!(state(&t), vec![s(1, "Hamburg", true, false), s(2, "Bonn", true, false), s(3, "Köln", true, false)]);
     assert_eq!(t.rows()[1].data[SEQ], Value::Int(3));
 }
 
@@ -165,42 +114,17 @@ fn scd2_seed_000_worked_example() {
     t.run(vec![up_mod(1, "Berlin", 2, 100)]);
     assert_eq!(state(&t), vec![s(1, "Berlin", true, false)]);
     t.run(vec![up_mod(1, "Hamburg", 3, 200)]);
-    assert_eq!(
-        state(&t),
-        vec![s(1, "Berlin", false, false), s(1, "Hamburg", true, false)]
-    );
+    assert_eq!(state(&t), vec![s(1, "Berlin", false, false), s(1, "Hamburg", true, false)]);
     t.run(vec![up_mod(1, "Paris", 1, 300)]);
-    assert_eq!(
-        state(&t),
-        vec![
-            s(1, "Paris", false, false),
-            s(1, "Berlin", false, false),
-            s(1, "Hamburg", true, false)
-        ]
-    );
+    assert_eq!(state(&t), vec![s(1, "Paris", false, false), s(1, "Berlin", false, false), s(1, "Hamburg", true, false)]);
     let paris = &t.rows()[0];
-    assert_eq!(
-        paris.valid_from, paris.valid_to,
-        "a late version has an empty interval"
-    );
+    assert_eq!(paris.valid_from, paris.valid_to, "a late version has an empty interval");
     t.run(vec![del(1, 3)]);
-    assert_eq!(
-        state(&t),
-        vec![
-            s(1, "Paris", false, false),
-            s(1, "Berlin", false, false),
-            s(1, "Hamburg", false, true)
-        ]
-    );
+    assert_eq!(state(&t), vec![s(1, "Paris", false, false), s(1, "Berlin", false, false), s(1, "Hamburg", false, true)]);
     t.run(vec![up_mod(1, "Rom", 4, 500)]);
     assert_eq!(
         state(&t),
-        vec![
-            s(1, "Paris", false, false),
-            s(1, "Berlin", false, false),
-            s(1, "Hamburg", false, true),
-            s(1, "Rom", true, false)
-        ]
+        vec![s(1, "Paris", false, false), s(1, "Berlin", false, false), s(1, "Hamburg", false, true), s(1, "Rom", true, false)]
     );
     // Non-late intervals are contiguous: Berlin ends where Hamburg starts.
     let rows = t.rows();
@@ -219,25 +143,12 @@ fn scd2_seed_002_business_date_worked_example() {
         s.valid_time = ValidTime::Date(d1);
         s.open_valid_to = Some(open);
     });
-    let row = |id: i64, region: &str, segment: &str| {
-        mk(
-            vec![
-                Value::Int(id),
-                cell_str(region),
-                Value::Null,
-                cell_str(segment),
-            ],
-            false,
-        )
-    };
+    let row = |id: i64, region: &str, segment: &str| mk(vec![Value::Int(id), cell_str(region), Value::Null, cell_str(segment)], false);
     t.run(vec![row(1, "West", "SMB"), row(2, "East", "Enterprise")]);
     t.spec.valid_time = ValidTime::Date(d2);
     t.run(vec![row(1, "Central", "SMB"), row(2, "East", "Enterprise")]);
     let rows = t.rows();
-    let got: Vec<_> = rows
-        .iter()
-        .map(|v| (city(v), v.valid_from, v.valid_to, v.current))
-        .collect();
+    let got: Vec<_> = rows.iter().map(|v| (city(v), v.valid_from, v.valid_to, v.current)).collect();
     let mut want = vec![
         ("West".to_string(), Some(d1), Some(d2), false),
         ("Central".to_string(), Some(d2), Some(open), true),
@@ -254,13 +165,7 @@ fn scd2_seed_002_business_date_worked_example() {
 #[test]
 fn batch_null_key_rows_are_dropped_and_counted() {
     let mut t = table(Strategy::Scd1, |_| {});
-    let out = t.run(vec![
-        mk(
-            vec![Value::Null, cell_str("x"), Value::Int(1), Value::Null],
-            false,
-        ),
-        up(1, "a", 1),
-    ]);
+    let out = t.run(vec![mk(vec![Value::Null, cell_str("x"), Value::Int(1), Value::Null], false), up(1, "a", 1)]);
     assert_eq!(out.stats.null_keys, 1);
     assert_eq!(state(&t), vec![s(1, "a", true, false)]);
 }
@@ -269,24 +174,8 @@ fn batch_null_key_rows_are_dropped_and_counted() {
 fn batch_composite_key_null_only_when_every_part_is_null() {
     let mut t = table(Strategy::Scd1, |s| s.key = vec![ID, MOD]);
     let out = t.run(vec![
-        mk(
-            vec![
-                Value::Null,
-                cell_str("all-null"),
-                Value::Int(1),
-                Value::Null,
-            ],
-            false,
-        ),
-        mk(
-            vec![
-                Value::Int(1),
-                cell_str("partial"),
-                Value::Int(1),
-                Value::Null,
-            ],
-            false,
-        ),
+        mk(vec![Value::Null, cell_str("all-null"), Value::Int(1), Value::Null], false),
+        mk(vec![Value::Int(1), cell_str("partial"), Value::Int(1), Value::Null], false),
     ]);
     assert_eq!(out.stats.null_keys, 1);
     assert_eq!(t.current.len(), 1);
@@ -303,13 +192,7 @@ fn batch_duplicates_highest_sequence_wins_and_losers_are_counted() {
 #[test]
 fn batch_duplicates_null_sequence_sorts_lowest() {
     let mut t = table(Strategy::Scd1, |_| {});
-    t.run(vec![
-        up(1, "seq1", 1),
-        mk(
-            vec![Value::Int(1), cell_str("nullseq"), Value::Null, Value::Null],
-            false,
-        ),
-    ]);
+    t.run(vec![up(1, "seq1", 1), mk(vec![Value::Int(1), cell_str("nullseq"), Value::Null, Value::Null], false)]);
     assert_eq!(state(&t), vec![s(1, "seq1", true, false)]);
 }
 
@@ -319,11 +202,7 @@ fn batch_duplicates_composite_sequences_compare_column_by_column() {
         s.seq = vec![SEQ, MOD];
         s.tracked = vec![false, true, false, false];
     });
-    t.run(vec![
-        up_mod(1, "2-1", 2, 1),
-        up_mod(1, "1-9", 1, 9),
-        up_mod(1, "2-0", 2, 0),
-    ]);
+    t.run(vec![up_mod(1, "2-1", 2, 1), up_mod(1, "1-9", 1, 9), up_mod(1, "2-0", 2, 0)]);
     assert_eq!(state(&t), vec![s(1, "2-1", true, false)]);
 }
 
@@ -361,16 +240,10 @@ fn cross_batch_equal_sequence_later_batch_wins() {
 #[test]
 fn cross_batch_null_stored_sequence_loses_to_any_value() {
     let mut t = table(Strategy::Scd1, |_| {});
-    t.run(vec![mk(
-        vec![Value::Int(1), cell_str("nullseq"), Value::Null, Value::Null],
-        false,
-    )]);
+    t.run(vec![mk(vec![Value::Int(1), cell_str("nullseq"), Value::Null, Value::Null], false)]);
     t.run(vec![up(1, "zero", 0)]);
     assert_eq!(state(&t), vec![s(1, "zero", true, false)]);
-    let out = t.run(vec![mk(
-        vec![Value::Int(1), cell_str("nullseq"), Value::Null, Value::Null],
-        false,
-    )]);
+    let out = t.run(vec![mk(vec![Value::Int(1), cell_str("nullseq"), Value::Null, Value::Null], false)]);
     assert_eq!(out.stats.older_ignored, 1);
 }
 
@@ -388,14 +261,8 @@ fn keys_composite_with_some_null_parts_match_themselves() {
         s.key = vec![ID, MOD];
         s.tracked = vec![false, true, false, false];
     });
-    t.run(vec![mk(
-        vec![Value::Null, cell_str("a"), Value::Int(1), Value::Int(7)],
-        false,
-    )]);
-    t.run(vec![mk(
-        vec![Value::Null, cell_str("b"), Value::Int(2), Value::Int(7)],
-        false,
-    )]);
+    t.run(vec![mk(vec![Value::Null, cell_str("a"), Value::Int(1), Value::Int(7)], false)]);
+    t.run(vec![mk(vec![Value::Null, cell_str("b"), Value::Int(2), Value::Int(7)], false)]);
     assert_eq!(t.current.len(), 1);
     assert_eq!(city(t.current.values().next().unwrap()), "b");
 }
@@ -473,9 +340,7 @@ fn scd1_ignore_columns_change_in_place_keeps_execution_id() {
 #[test]
 fn scd1_track_columns_only_listed_columns_count_as_change() {
     // track_columns: [modified_on] → city is untracked.
-    let mut t = table(Strategy::Scd1, |s| {
-        s.tracked = vec![false, false, false, true]
-    });
+    let mut t = table(Strategy::Scd1, |s| s.tracked = vec![false, false, false, true]);
     t.run(vec![up_mod(1, "a", 1, 1)]);
     t.run(vec![up_mod(1, "b", 2, 1)]);
     assert_eq!(exec_of(&t, 1), vec![1], "untracked change: in place");
@@ -559,10 +424,7 @@ fn scd2_change_closes_current_and_opens_new_version() {
     t.run(vec![up(1, "a", 1)]);
     t.run(vec![up(1, "b", 2)]);
     let rows = t.rows();
-    assert_eq!(
-        state(&t),
-        vec![s(1, "a", false, false), s(1, "b", true, false)]
-    );
+    assert_eq!(state(&t), vec![s(1, "a", false, false), s(1, "b", true, false)]);
     assert_eq!(rows[0].valid_to, rows[1].valid_from);
     assert!(rows[0].valid_from < rows[0].valid_to);
     assert_eq!(rows[1].valid_to, None);
@@ -593,14 +455,8 @@ fn scd2_versions_are_ordered_by_sequence_not_by_clock() {
     t.now -= 100_000_000; // the clock goes backwards
     t.run(vec![up(1, "c", 3)]);
     let rows = t.rows();
-    assert_eq!(
-        state(&t),
-        vec![s(1, "b", false, false), s(1, "c", true, false)]
-    );
-    assert!(
-        rows[0].valid_from <= rows[0].valid_to,
-        "a skewed clock never inverts an interval"
-    );
+    assert_eq!(state(&t), vec![s(1, "b", false, false), s(1, "c", true, false)]);
+    assert!(rows[0].valid_from <= rows[0].valid_to, "a skewed clock never inverts an interval");
 }
 
 #[test]
@@ -610,14 +466,7 @@ fn scd2_late_row_is_a_closed_version_with_an_empty_interval() {
     t.run(vec![up(1, "c", 4)]);
     let out = t.run(vec![up(1, "late", 3)]);
     assert_eq!(out.stats.late_inserted, 1);
-    assert_eq!(
-        state(&t),
-        vec![
-            s(1, "b", false, false),
-            s(1, "late", false, false),
-            s(1, "c", true, false)
-        ]
-    );
+    assert_eq!(state(&t), vec![s(1, "b", false, false), s(1, "late", false, false), s(1, "c", true, false)]);
     let late = &t.rows()[1];
     assert_eq!(late.valid_from, late.valid_to);
     assert_eq!(out.upserts.len(), 0, "no other version changes");
@@ -628,10 +477,7 @@ fn scd2_late_row_before_every_version_goes_first() {
     let mut t = table(Strategy::Scd2, |_| {});
     t.run(vec![up(1, "b", 2)]);
     t.run(vec![up(1, "a", 1)]);
-    assert_eq!(
-        state(&t),
-        vec![s(1, "a", false, false), s(1, "b", true, false)]
-    );
+    assert_eq!(state(&t), vec![s(1, "a", false, false), s(1, "b", true, false)]);
 }
 
 #[test]
@@ -670,10 +516,7 @@ fn scd2_returning_key_opens_a_new_version_and_deleted_stays_closed() {
     t.run(vec![up(1, "a", 1)]);
     t.run(vec![del(1, 2)]);
     t.run(vec![up(1, "a", 3)]);
-    assert_eq!(
-        state(&t),
-        vec![s(1, "a", false, true), s(1, "a", true, false)]
-    );
+    assert_eq!(state(&t), vec![s(1, "a", false, true), s(1, "a", true, false)]);
 }
 
 #[test]
@@ -683,10 +526,7 @@ fn scd2_delete_sequence_is_not_stored_reopen_at_or_above_deleted_version() {
     t.run(vec![del(1, 9)]);
     // Lower than the delete (9) but equal to the deleted version (3): reopens.
     t.run(vec![up(1, "b", 3)]);
-    assert_eq!(
-        state(&t),
-        vec![s(1, "a", false, true), s(1, "b", true, false)]
-    );
+    assert_eq!(state(&t), vec![s(1, "a", false, true), s(1, "b", true, false)]);
 }
 
 #[test]
@@ -696,10 +536,7 @@ fn scd2_row_below_deleted_version_is_late() {
     t.run(vec![del(1, 3)]);
     let out = t.run(vec![up(1, "old", 2)]);
     assert_eq!(out.stats.late_inserted, 1);
-    assert_eq!(
-        state(&t),
-        vec![s(1, "old", false, false), s(1, "a", false, true)]
-    );
+    assert_eq!(state(&t), vec![s(1, "old", false, false), s(1, "a", false, true)]);
 }
 
 #[test]
@@ -719,20 +556,8 @@ fn scd2_delete_of_unknown_key_does_nothing() {
 #[test]
 fn scd2_intra_batch_all_makes_every_distinct_sequence_a_version() {
     let mut t = table(Strategy::Scd2, |s| s.intra_batch_all = true);
-    t.run(vec![
-        up(1, "c", 3),
-        up(1, "a", 1),
-        up(1, "b", 2),
-        up(1, "b2", 2),
-    ]);
-    assert_eq!(
-        state(&t),
-        vec![
-            s(1, "a", false, false),
-            s(1, "b2", false, false),
-            s(1, "c", true, false)
-        ]
-    );
+    t.run(vec![up(1, "c", 3), up(1, "a", 1), up(1, "b", 2), up(1, "b2", 2)]);
+    assert_eq!(state(&t), vec![s(1, "a", false, false), s(1, "b2", false, false), s(1, "c", true, false)]);
 }
 
 #[test]
@@ -795,27 +620,10 @@ fn scd2_business_time_backdated_row_is_inserted_between_neighbours() {
     t.run(vec![up(1, "oct", 0)]);
     t.spec.valid_time = ValidTime::Date(5 * day);
     t.run(vec![up(1, "may", 0)]);
-    let mut rows: Vec<_> = t
-        .rows()
-        .iter()
-        .map(|v| {
-            (
-                v.valid_from.unwrap() / day,
-                v.valid_to.map(|x| x / day),
-                city(v),
-                v.current,
-            )
-        })
-        .collect();
+    let mut rows: Vec<_> =
+        t.rows().iter().map(|v| (v.valid_from.unwrap() / day, v.valid_to.map(|x| x / day), city(v), v.current)).collect();
     rows.sort();
-    assert_eq!(
-        rows,
-        vec![
-            (1, Some(5), "jan".into(), false),
-            (5, Some(10), "may".into(), false),
-            (10, None, "oct".into(), true)
-        ]
-    );
+    assert_eq!(rows, vec![(1, Some(5), "jan".into(), false), (5, Some(10), "may".into(), false), (10, None, "oct".into(), true)]);
 }
 
 #[test]
@@ -842,10 +650,7 @@ fn snapshot_scd1_soft_marks_absent_keys_deleted() {
     let mut t = table(Strategy::Scd1, |s| s.snapshot = true);
     t.run(vec![up(1, "a", 1), up(2, "b", 1)]);
     t.run(vec![up(1, "a", 1)]);
-    assert_eq!(
-        state(&t),
-        vec![s(1, "a", true, false), s(2, "b", true, true)]
-    );
+    assert_eq!(state(&t), vec![s(1, "a", true, false), s(2, "b", true, true)]);
 }
 
 #[test]
@@ -864,10 +669,7 @@ fn snapshot_scd2_closes_and_marks_absent_keys() {
     let mut t = table(Strategy::Scd2, |s| s.snapshot = true);
     t.run(vec![up(1, "a", 1), up(2, "b", 1)]);
     t.run(vec![up(1, "a", 1)]);
-    assert_eq!(
-        state(&t),
-        vec![s(1, "a", true, false), s(2, "b", false, true)]
-    );
+    assert_eq!(state(&t), vec![s(1, "a", true, false), s(2, "b", false, true)]);
 }
 
 #[test]
@@ -875,10 +677,7 @@ fn snapshot_off_keeps_absent_keys() {
     let mut t = table(Strategy::Scd2, |_| {});
     t.run(vec![up(1, "a", 1), up(2, "b", 1)]);
     t.run(vec![up(1, "a", 1)]);
-    assert_eq!(
-        state(&t),
-        vec![s(1, "a", true, false), s(2, "b", true, false)]
-    );
+    assert_eq!(state(&t), vec![s(1, "a", true, false), s(2, "b", true, false)]);
 }
 
 // ---------------------------------------------------------------- properties

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::{RawBatch, RawRow};
+use super::{RawBatch, RawRow, Unparsable};
 use crate::value::Value;
 
 #[derive(Debug, thiserror::Error)]
@@ -30,10 +30,7 @@ pub fn expand(pattern: &Path) -> Result<Vec<PathBuf>, FileError> {
         return Err(FileError::NoMatch(s));
     }
     let mut files: Vec<PathBuf> = glob::glob(&s)
-        .map_err(|e| FileError::Read {
-            path: s.clone(),
-            msg: e.to_string(),
-        })?
+        .map_err(|e| FileError::Read { path: s.clone(), msg: e.to_string() })?
         .filter_map(|p| p.ok())
         .filter(|p| p.is_file())
         .collect();
@@ -50,20 +47,10 @@ pub fn content_version(bytes: &[u8]) -> i64 {
 }
 
 pub fn read_csv(path: &Path, bytes: &[u8], delimiter: u8) -> Result<RawBatch, FileError> {
-    let err = |msg: String| FileError::Read {
-        path: path.display().to_string(),
-        msg,
-    };
-    let mut rdr = csv::ReaderBuilder::new()
-        .delimiter(delimiter)
-        .flexible(true)
-        .from_reader(bytes);
-    let columns: Vec<String> = rdr
-        .headers()
-        .map_err(|e| err(e.to_string()))?
-        .iter()
-        .map(|h| h.trim().trim_start_matches('\u{feff}').to_string())
-        .collect();
+    let err = |msg: String| FileError::Read { path: path.display().to_string(), msg };
+    let mut rdr = csv::ReaderBuilder::new().delimiter(delimiter).flexible(true).from_reader(bytes);
+    let columns: Vec<String> =
+        rdr.headers().map_err(|e| err(e.to_string()))?.iter().map(|h| h.trim().trim_start_matches('\u{feff}').to_string()).collect();
     for (i, c) in columns.iter().enumerate() {
         if c.is_empty() {
             return Err(err(format!("header column {} is empty", i + 1)));
@@ -72,53 +59,23 @@ pub fn read_csv(path: &Path, bytes: &[u8], delimiter: u8) -> Result<RawBatch, Fi
             return Err(err(format!("header names column `{c}` twice")));
         }
     }
-    let mut batch = RawBatch {
-        source: path.display().to_string(),
-        columns,
-        text: true,
-        ..Default::default()
-    };
+    let mut batch = RawBatch { source: path.display().to_string(), columns, text: true, ..Default::default() };
     for rec in rdr.records() {
         match rec {
             Err(e) => {
-                let line = e.position().map(|p| p.line()).unwrap_or(0);
-                batch
-                    .unparsable
-                    .push((line, String::new(), format!("malformed CSV: {e}")));
+                let pos = e.position().map(|p| p.line()).unwrap_or(0);
+                batch.unparsable.push(Unparsable { partition: 0, pos, raw: vec![], error: format!("malformed CSV: {e}") });
             }
             Ok(r) => {
-                let line = r.position().map(|p| p.line()).unwrap_or(0);
-                let raw = r
-                    .iter()
-                    .collect::<Vec<_>>()
-                    .join(&(delimiter as char).to_string());
+                let pos = r.position().map(|p| p.line()).unwrap_or(0);
+                let raw = r.iter().collect::<Vec<_>>().join(&(delimiter as char).to_string());
                 if r.len() != batch.columns.len() {
-                    batch.unparsable.push((
-                        line,
-                        raw,
-                        format!(
-                            "has {} fields, the header has {}",
-                            r.len(),
-                            batch.columns.len()
-                        ),
-                    ));
+                    let error = format!("has {} fields, the header has {}", r.len(), batch.columns.len());
+                    batch.unparsable.push(Unparsable { partition: 0, pos, raw: raw.into_bytes(), error });
                     continue;
                 }
-                let cells = r
-                    .iter()
-                    .map(|c| {
-                        if c.is_empty() {
-                            Value::Null
-                        } else {
-                            Value::Str(c.to_string())
-                        }
-                    })
-                    .collect();
-                batch.rows.push(RawRow {
-                    cells,
-                    pos: line,
-                    raw,
-                });
+                let cells = r.iter().map(|c| if c.is_empty() { Value::Null } else { Value::Str(c.to_string()) }).collect();
+                batch.rows.push(RawRow { cells, pos, partition: 0, raw, extra: vec![] });
             }
         }
     }
@@ -141,42 +98,25 @@ pub fn json_cell(v: &serde_json::Value) -> Value {
 
 pub fn read_jsonl(path: &Path, bytes: &[u8]) -> Result<RawBatch, FileError> {
     let text = String::from_utf8_lossy(bytes);
-    let mut batch = RawBatch {
-        source: path.display().to_string(),
-        text: false,
-        ..Default::default()
-    };
     let mut objects = vec![];
+    let mut unparsable = vec![];
     for (i, line) in text.lines().enumerate() {
-        let line_no = i as u64 + 1;
+        let pos = i as u64 + 1;
         if line.trim().is_empty() {
             continue;
         }
+        let bad = |error: String| Unparsable { partition: 0, pos, raw: line.as_bytes().to_vec(), error };
         match serde_json::from_str::<serde_json::Value>(line) {
             Ok(serde_json::Value::Object(m)) => {
-                for k in m.keys() {
-                    if !batch.columns.contains(k) {
-                        batch.columns.push(k.clone());
-                    }
-                }
-                objects.push((line_no, line.to_string(), m));
+                let data = m.iter().map(|(k, v)| (k.clone(), json_cell(v))).collect();
+                objects.push((data, RawRow { cells: vec![], pos, partition: 0, raw: line.to_string(), extra: vec![] }));
             }
-            Ok(_) => batch
-                .unparsable
-                .push((line_no, line.to_string(), "not a JSON object".into())),
-            Err(e) => batch
-                .unparsable
-                .push((line_no, line.to_string(), format!("not JSON: {e}"))),
+            Ok(_) => unparsable.push(bad("not a JSON object".into())),
+            Err(e) => unparsable.push(bad(format!("not JSON: {e}"))),
         }
     }
-    for (pos, raw, m) in objects {
-        let cells = batch
-            .columns
-            .iter()
-            .map(|c| m.get(c).map(json_cell).unwrap_or(Value::Null))
-            .collect();
-        batch.rows.push(RawRow { cells, pos, raw });
-    }
+    let mut batch = RawBatch::from_maps(path.display().to_string(), objects);
+    batch.unparsable = unparsable;
     Ok(batch)
 }
 
@@ -186,12 +126,7 @@ mod tests {
 
     #[test]
     fn csv_empty_cells_are_null_and_lines_are_positions() {
-        let b = read_csv(
-            Path::new("x.csv"),
-            b"id,op,city,seq\n1,U,Berlin,1\n2,D,,2\n",
-            b',',
-        )
-        .unwrap();
+        let b = read_csv(Path::new("x.csv"), b"id,op,city,seq\n1,U,Berlin,1\n2,D,,2\n", b',').unwrap();
         assert_eq!(b.columns, vec!["id", "op", "city", "seq"]);
         assert_eq!(b.rows.len(), 2);
         assert!(b.rows[1].cells[2].is_null());
@@ -200,24 +135,15 @@ mod tests {
 
     #[test]
     fn csv_row_with_wrong_field_count_is_unparsable_not_lost() {
-        let b = read_csv(
-            Path::new("x.csv"),
-            b"id,city\n1,Berlin\n2,Bonn,extra\n",
-            b',',
-        )
-        .unwrap();
+        let b = read_csv(Path::new("x.csv"), b"id,city\n1,Berlin\n2,Bonn,extra\n", b',').unwrap();
         assert_eq!(b.rows.len(), 1);
         assert_eq!(b.unparsable.len(), 1);
-        assert!(b.unparsable[0].1.contains("extra"));
+        assert!(String::from_utf8_lossy(&b.unparsable[0].raw).contains("extra"));
     }
 
     #[test]
     fn jsonl_keeps_json_types_and_reports_bad_lines() {
-        let b = read_jsonl(
-            Path::new("x.jsonl"),
-            b"{\"id\":1,\"amount\":2.5,\"ok\":true}\nnot json\n{\"id\":2,\"extra\":\"x\"}\n",
-        )
-        .unwrap();
+        let b = read_jsonl(Path::new("x.jsonl"), b"{\"id\":1,\"amount\":2.5,\"ok\":true}\nnot json\n{\"id\":2,\"extra\":\"x\"}\n").unwrap();
         assert_eq!(b.columns, vec!["id", "amount", "ok", "extra"]);
         assert!(matches!(b.rows[0].cells[1], Value::Float(_)));
         assert!(b.rows[1].cells[1].is_null());

@@ -1,0 +1,248 @@
+//! Message decoding: flat JSON rows and Debezium change envelopes (SPEC 2).
+//!
+//! A decoded row has two parts: `data`, the columns that become table
+//! columns (Debezium `after`, or `before` for deletes), and `env`, the
+//! envelope fields (`op`, `ts_ms`, `source.lsn`, ...) that predicates and
+//! `sequence_by` may read by dotted path but that are not stored. Envelope
+//! paths a table must *store* (its `sequence_by` / `valid_time` column) are
+//! materialised as data columns named with dots replaced by underscores
+//! (`source.lsn` → `source_lsn`), so cross-batch ordering survives restarts.
+
+use base64::Engine;
+use serde_json::{Map, Value as J};
+
+use crate::config::Format;
+use crate::source::file::json_cell;
+use crate::value::{parse_ts, Value};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decoded {
+    Row {
+        data: Vec<(String, Value)>,
+        env: Vec<(String, Value)>,
+    },
+    /// Kafka tombstone (null value): skipped and counted.
+    Tombstone,
+    /// Debezium `t`: counted and logged; no data change.
+    Truncate,
+}
+
+/// Column name under which an envelope path is stored.
+pub fn stored_name(path: &str) -> String {
+    path.replace('.', "_")
+}
+
+/// Is `name` an envelope path rather than a row column (Debezium only)?
+pub fn is_envelope_path(name: &str) -> bool {
+    name.contains('.') || matches!(name, "op" | "ts_ms" | "ts_us" | "ts_ns")
+}
+
+pub fn decode(format: Format, key: Option<&[u8]>, value: Option<&[u8]>, store_paths: &[String]) -> Result<Decoded, String> {
+    let Some(value) = value else { return Ok(Decoded::Tombstone) };
+    let v: J = serde_json::from_slice(value).map_err(|e| format!("not JSON: {e}"))?;
+    match format {
+        Format::Json => match v {
+            J::Object(m) => Ok(Decoded::Row { data: m.iter().map(|(k, v)| (k.clone(), json_cell(v))).collect(), env: vec![] }),
+            _ => Err("not a JSON object".into()),
+        },
+        Format::Debezium => debezium(v, key, store_paths),
+    }
+}
+
+fn unwrap_schema(v: &J) -> (Option<&J>, &J) {
+    match v {
+        J::Object(m) if m.contains_key("payload") && m.contains_key("schema") => (m.get("schema"), &m["payload"]),
+        other => (None, other),
+    }
+}
+
+fn debezium(v: J, key: Option<&[u8]>, store_paths: &[String]) -> Result<Decoded, String> {
+    let (schema, payload) = unwrap_schema(&v);
+    let p = match payload {
+        J::Null => return Ok(Decoded::Tombstone),
+        J::Object(p) => p,
+        _ => return Err("not a Debezium envelope: payload is not an object".into()),
+    };
+    let op = p.get("op").and_then(J::as_str).ok_or("not a Debezium envelope: no `op` field")?;
+    let (section, is_delete) = match op {
+        "c" | "u" | "r" => ("after", false),
+        "d" => ("before", true),
+        "t" => return Ok(Decoded::Truncate),
+        "m" => return Ok(Decoded::Tombstone),
+        other => return Err(format!("unknown Debezium op `{other}`")),
+    };
+    let field_schemas = schema.and_then(|s| section_fields(s, section));
+    let mut data: Vec<(String, Value)> = match p.get(section) {
+        Some(J::Object(row)) => row.iter().map(|(k, v)| (k.clone(), typed(v, field_schemas.and_then(|f| field_schema(f, k))))).collect(),
+        Some(J::Null) | None if is_delete => vec![],
+        _ => return Err(format!("Debezium `{op}` event without `{section}`")),
+    };
+    if is_delete {
+        // Deletes may carry only the key (REPLICA IDENTITY DEFAULT): the message key supplies it.
+        if let Some(k) = key.and_then(|k| serde_json::from_slice::<J>(k).ok()) {
+            let (kschema, kp) = unwrap_schema(&k);
+            if let J::Object(km) = kp {
+                let kf = kschema.and_then(|s| s.get("fields")).and_then(J::as_array);
+                for (name, kv) in km {
+                    let have = data.iter().any(|(n, v)| n == name && !v.is_null());
+                    if !have {
+                        data.retain(|(n, _)| n != name);
+                        data.push((name.clone(), typed(kv, kf.and_then(|f| field_schema(f, name)))));
+                    }
+                }
+            }
+        }
+    }
+    let mut env = vec![];
+    flatten(p, "", &mut env);
+    for path in store_paths {
+        if let Some((_, v)) = env.iter().find(|(n, _)| n == path) {
+            data.push((stored_name(path), v.clone()));
+        }
+    }
+    Ok(Decoded::Row { data, env })
+}
+
+fn flatten(m: &Map<String, J>, prefix: &str, out: &mut Vec<(String, Value)>) {
+    for (k, v) in m {
+        if prefix.is_empty() && (k == "before" || k == "after") {
+            continue;
+        }
+        let name = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+        match v {
+            J::Object(inner) if prefix.is_empty() => flatten(inner, &name, out),
+            other => out.push((name, json_cell(other))),
+        }
+    }
+}
+
+fn section_fields<'a>(schema: &'a J, section: &str) -> Option<&'a Vec<J>> {
+    schema.get("fields")?.as_array()?.iter().find(|f| f.get("field").and_then(J::as_str) == Some(section))?.get("fields")?.as_array()
+}
+
+fn field_schema<'a>(fields: &'a [J], name: &str) -> Option<&'a J> {
+    fields.iter().find(|f| f.get("field").and_then(J::as_str) == Some(name))
+}
+
+/// Maps a JSON value with its Kafka Connect schema to a cell (SPEC 2).
+fn typed(v: &J, schema: Option<&J>) -> Value {
+    let Some(s) = schema else { return json_cell(v) };
+    if v.is_null() {
+        return Value::Null;
+    }
+    let name = s.get("name").and_then(J::as_str).unwrap_or("");
+    let ty = s.get("type").and_then(J::as_str).unwrap_or("");
+    let int = v.as_i64();
+    match name {
+        "io.debezium.time.Timestamp" | "org.apache.kafka.connect.data.Timestamp" => {
+            int.map(|ms| Value::Ts(ms * 1000)).unwrap_or_else(|| json_cell(v))
+        }
+        "io.debezium.time.MicroTimestamp" => int.map(Value::Ts).unwrap_or_else(|| json_cell(v)),
+        "io.debezium.time.NanoTimestamp" => int.map(|ns| Value::Ts(ns / 1000)).unwrap_or_else(|| json_cell(v)),
+        "io.debezium.time.Date" | "org.apache.kafka.connect.data.Date" => {
+            int.map(|d| Value::Ts(d * 86_400_000_000)).unwrap_or_else(|| json_cell(v))
+        }
+        "io.debezium.time.ZonedTimestamp" => v.as_str().and_then(parse_ts).map(Value::Ts).unwrap_or_else(|| json_cell(v)),
+        "org.apache.kafka.connect.data.Decimal" => {
+            let scale = s
+                .get("parameters")
+                .and_then(|p| p.get("scale"))
+                .and_then(|x| x.as_str().and_then(|x| x.parse().ok()).or(x.as_i64().map(|i| i as i32)))
+                .unwrap_or(0);
+            v.as_str().and_then(|b| decode_decimal(b, scale)).map(Value::Float).unwrap_or_else(|| json_cell(v))
+        }
+        _ => match ty {
+            "float" | "float32" | "float64" | "double" => v.as_f64().map(Value::Float).unwrap_or_else(|| json_cell(v)),
+            "boolean" => v.as_bool().map(Value::Bool).unwrap_or_else(|| json_cell(v)),
+            "string" => v.as_str().map(|x| Value::Str(x.to_string())).unwrap_or_else(|| Value::Str(v.to_string())),
+            _ => json_cell(v),
+        },
+    }
+}
+
+/// Kafka Connect decimals: base64 of a big-endian two's-complement unscaled integer.
+fn decode_decimal(b64: &str, scale: i32) -> Option<f64> {
+    let bytes = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
+    if bytes.is_empty() || bytes.len() > 16 {
+        return None;
+    }
+    let mut n: i128 = if bytes[0] & 0x80 != 0 { -1 } else { 0 };
+    for b in bytes {
+        n = (n << 8) | b as i128;
+    }
+    Some(n as f64 / 10f64.powi(scale))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get<'a>(pairs: &'a [(String, Value)], k: &str) -> &'a Value {
+        &pairs.iter().find(|(n, _)| n == k).unwrap_or_else(|| panic!("no {k} in {pairs:?}")).1
+    }
+
+    // Shapes from the Debezium PostgreSQL connector documentation (customers table).
+    const PG_UPDATE_NO_SCHEMA: &str = r#"{"before":null,"after":{"id":1,"first_name":"Anne Marie","last_name":"Kretchmar","email":"annek@noanswer.org"},"source":{"version":"2.7.0.Final","connector":"postgresql","name":"PostgreSQL_server","ts_ms":1559033904863,"snapshot":"false","db":"postgres","schema":"public","table":"customers","txId":556,"lsn":24023128,"xmin":null},"op":"u","ts_ms":1465584025523}"#;
+    const PG_DELETE_KEY_ONLY: &str = r#"{"before":{"id":1,"first_name":null,"last_name":null,"email":null},"after":null,"source":{"connector":"postgresql","db":"postgres","schema":"public","table":"customers","txId":556,"lsn":46523128},"op":"d","ts_ms":1465581902461}"#;
+
+    // Shape from the Debezium SQL Server connector documentation, with the schema wrapper.
+    const SQLSERVER_CREATE_WITH_SCHEMA: &str = r#"{"schema":{"type":"struct","fields":[
+      {"type":"struct","optional":true,"field":"before","fields":[{"type":"int32","optional":false,"field":"id"},{"type":"string","optional":false,"field":"first_name"},{"type":"int64","optional":true,"name":"io.debezium.time.Timestamp","field":"created"},{"type":"bytes","optional":true,"name":"org.apache.kafka.connect.data.Decimal","parameters":{"scale":"2"},"field":"balance"},{"type":"int32","optional":true,"name":"io.debezium.time.Date","field":"birthday"}]},
+      {"type":"struct","optional":true,"field":"after","fields":[{"type":"int32","optional":false,"field":"id"},{"type":"string","optional":false,"field":"first_name"},{"type":"int64","optional":true,"name":"io.debezium.time.Timestamp","field":"created"},{"type":"bytes","optional":true,"name":"org.apache.kafka.connect.data.Decimal","parameters":{"scale":"2"},"field":"balance"},{"type":"int32","optional":true,"name":"io.debezium.time.Date","field":"birthday"}]},
+      {"type":"struct","fields":[{"type":"string","field":"change_lsn"},{"type":"string","field":"commit_lsn"}],"optional":false,"name":"io.debezium.connector.sqlserver.Source","field":"source"},
+      {"type":"string","optional":false,"field":"op"},{"type":"int64","optional":true,"field":"ts_ms"}],"optional":false,"name":"server1.testDB.dbo.customers.Envelope"},
+    "payload":{"before":null,"after":{"id":1005,"first_name":"john","created":1559729468470,"balance":"AwfQ","birthday":18000},"source":{"version":"2.7.0.Final","connector":"sqlserver","name":"server1","ts_ms":1559729468470,"snapshot":"false","db":"testDB","schema":"dbo","table":"customers","change_lsn":"00000027:00000758:0003","commit_lsn":"00000027:00000758:0005","event_serial_no":"1"},"op":"c","ts_ms":1559729471739}}"#;
+
+    #[test]
+    fn debezium_update_without_schema_wrapper() {
+        let d = decode(Format::Debezium, None, Some(PG_UPDATE_NO_SCHEMA.as_bytes()), &["source.lsn".into()]).unwrap();
+        let Decoded::Row { data, env } = d else { panic!() };
+        assert_eq!(get(&data, "first_name"), &Value::Str("Anne Marie".into()));
+        assert_eq!(get(&data, "source_lsn"), &Value::Int(24023128), "sequence path stored as a column");
+        assert_eq!(get(&env, "op"), &Value::Str("u".into()));
+        assert_eq!(get(&env, "source.table"), &Value::Str("customers".into()));
+    }
+
+    #[test]
+    fn debezium_delete_uses_before_and_message_key_fallback() {
+        let d = decode(Format::Debezium, Some(br#"{"id":1}"#), Some(PG_DELETE_KEY_ONLY.as_bytes()), &[]).unwrap();
+        let Decoded::Row { data, env } = d else { panic!() };
+        assert_eq!(get(&data, "id"), &Value::Int(1));
+        assert_eq!(get(&env, "op"), &Value::Str("d".into()));
+        let no_before = r#"{"before":null,"after":null,"source":{"lsn":5},"op":"d"}"#;
+        let key = r#"{"schema":{"type":"struct","fields":[{"type":"int32","field":"id"}]},"payload":{"id":7}}"#;
+        let Decoded::Row { data, .. } = decode(Format::Debezium, Some(key.as_bytes()), Some(no_before.as_bytes()), &[]).unwrap() else {
+            panic!()
+        };
+        assert_eq!(get(&data, "id"), &Value::Int(7));
+    }
+
+    #[test]
+    fn debezium_schema_wrapper_maps_logical_types() {
+        let Decoded::Row { data, env } = decode(Format::Debezium, None, Some(SQLSERVER_CREATE_WITH_SCHEMA.as_bytes()), &[]).unwrap() else {
+            panic!()
+        };
+        assert_eq!(get(&data, "created"), &Value::Ts(1_559_729_468_470_000));
+        assert_eq!(get(&data, "balance"), &Value::Float(1986.08), "AwfQ = 0x0307d0 = 198608, scale 2");
+        assert_eq!(get(&data, "birthday"), &Value::Ts(18000 * 86_400_000_000));
+        assert_eq!(get(&env, "source.change_lsn"), &Value::Str("00000027:00000758:0003".into()));
+    }
+
+    #[test]
+    fn debezium_tombstone_truncate_and_garbage() {
+        assert_eq!(decode(Format::Debezium, None, None, &[]).unwrap(), Decoded::Tombstone);
+        assert_eq!(decode(Format::Debezium, None, Some(br#"{"op":"t","source":{}}"#), &[]).unwrap(), Decoded::Truncate);
+        assert!(decode(Format::Debezium, None, Some(b"\x00garbage"), &[]).is_err());
+        assert!(decode(Format::Debezium, None, Some(br#"{"id":1}"#), &[]).is_err());
+    }
+
+    #[test]
+    fn flat_json_rows_keep_their_types() {
+        let Decoded::Row { data, env } = decode(Format::Json, None, Some(br#"{"id":1,"op":"U","amount":2.5}"#), &[]).unwrap() else {
+            panic!()
+        };
+        assert_eq!(get(&data, "op"), &Value::Str("U".into()));
+        assert_eq!(get(&data, "amount"), &Value::Float(2.5));
+        assert!(env.is_empty());
+    }
+}
