@@ -5,10 +5,12 @@ use std::path::{Path, PathBuf};
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::{Config, Strategy, SystemKind};
+use crate::daemon::{self, RunOpts, StartAt};
 use crate::engine::{build_spec, Mark, RunReport, TableRunner};
 use crate::error::{Error, Result};
 use crate::merge::Version;
 use crate::source::file::{content_version, expand, read_csv, read_jsonl};
+use crate::source::kafka;
 use crate::value::{cmp_slices, parse_ts, Value};
 
 #[derive(Parser, Debug)]
@@ -47,6 +49,35 @@ pub enum Cmd {
     Check {
         #[arg(long)]
         config: PathBuf,
+    },
+    /// Stored next offset, high watermark and lag per table, topic and partition.
+    Offsets {
+        #[arg(long)]
+        config: PathBuf,
+    },
+    /// Re-read a table's topic from a position (SPEC 9).
+    Replay {
+        #[arg(long)]
+        config: PathBuf,
+        #[arg(long)]
+        table: String,
+        #[arg(long, conflicts_with_all = ["from_offsets", "from_timestamp"])]
+        from_beginning: bool,
+        /// topic:PARTITION=OFFSET,... (unlisted partitions start at the beginning)
+        #[arg(long, conflicts_with = "from_timestamp")]
+        from_offsets: Option<String>,
+        /// RFC 3339 timestamp
+        #[arg(long)]
+        from_timestamp: Option<String>,
+        /// Merge events at or below the stored offsets again (the result is the same).
+        #[arg(long)]
+        reapply: bool,
+    },
+    /// Start an in-process Kafka cluster, stream sample CRM changes, print the tables.
+    Demo {
+        /// Where to leave the lake and the generated config.
+        #[arg(long, default_value = "changelake-demo")]
+        dir: PathBuf,
     },
     /// Print a table ordered by business key, then version order.
     Show {
@@ -106,13 +137,94 @@ async fn dispatch(cmd: Cmd) -> Result<()> {
         }
         Cmd::Run { config, once } => {
             let c = Config::load(&config)?;
-            run_files(&c, once).await
+            run(&c, once).await
         }
+        Cmd::Offsets { config } => {
+            let c = Config::load(&config)?;
+            print!("{}", offsets(&c).await?);
+            Ok(())
+        }
+        Cmd::Replay { config, table, from_beginning, from_offsets, from_timestamp, reapply } => {
+            let c = Config::load(&config)?;
+            if c.table(&table).is_none() {
+                return Err(Error::Usage(format!("no table `{table}` in the config")));
+            }
+            let start = match (from_beginning, from_offsets, from_timestamp) {
+                (true, None, None) => StartAt::Beginning,
+                (false, Some(o), None) => StartAt::Offsets(parse_offsets(&o)?),
+                (false, None, Some(ts)) => {
+                    let t = parse_ts(&ts).ok_or_else(|| Error::Usage(format!("--from-timestamp {ts}: expected RFC 3339")))?;
+                    StartAt::Timestamp(t / 1000)
+                }
+                _ => return Err(Error::Usage("give exactly one of --from-beginning, --from-offsets, --from-timestamp".into())),
+            };
+            let opts = RunOpts { once: true, only_table: Some(table), start: Some(start), reapply };
+            let reports = daemon::run(&c, opts, daemon::signals()).await?;
+            let committed = reports.iter().filter(|r| r.version.is_some()).count();
+            println!("replay done: {committed} commit(s)");
+            Ok(())
+        }
+        Cmd::Demo { dir } => crate::demo::run(&dir).await,
         Cmd::Show { table, config, view, format } => {
             let c = Config::load(&config)?;
             show(&c, &table, &view, format).await
         }
     }
+}
+
+/// `run`: file sources first (one pass), then the Kafka daemon if any table reads Kafka.
+pub async fn run(c: &Config, once: bool) -> Result<()> {
+    let has_kafka = c.tables.iter().any(|t| matches!(c.systems.get(&t.system).map(|s| &s.kind), Some(SystemKind::Kafka { .. })));
+    let has_files = c.tables.iter().any(|t| !matches!(c.systems.get(&t.system).map(|s| &s.kind), Some(SystemKind::Kafka { .. })));
+    if has_files {
+        run_files(c, once || has_kafka).await?;
+    }
+    if has_kafka {
+        daemon::run(c, RunOpts { once, ..Default::default() }, daemon::signals()).await?;
+    }
+    Ok(())
+}
+
+fn parse_offsets(s: &str) -> Result<Vec<(String, i32, i64)>> {
+    s.split(',')
+        .map(|part| {
+            let bad = || Error::Usage(format!("--from-offsets: `{part}` is not topic:PARTITION=OFFSET"));
+            let (topic, rest) = part.trim().rsplit_once(':').ok_or_else(bad)?;
+            let (p, o) = rest.split_once('=').ok_or_else(bad)?;
+            Ok((topic.to_string(), p.parse().map_err(|_| bad())?, o.parse().map_err(|_| bad())?))
+        })
+        .collect()
+}
+
+/// `offsets`: stored next offset, high watermark and lag per table/topic/partition.
+pub async fn offsets(c: &Config) -> Result<String> {
+    let mut rows = vec![];
+    for t in &c.tables {
+        let Some(SystemKind::Kafka { brokers, group_id, topic, kafka, .. }) = c.systems.get(&t.system).map(|s| &s.kind) else { continue };
+        let topic = topic.replace("{object}", &t.object);
+        let consumer: rdkafka::consumer::BaseConsumer<kafka::Ctx> = kafka::client_config(brokers, group_id, kafka)
+            .create_with_context(kafka::Ctx)
+            .map_err(|e| Error::Input(format!("kafka: {e}")))?;
+        let runner = TableRunner::open(c, t).await?;
+        let parts =
+            tokio::task::block_in_place(|| kafka::partitions(&consumer, &topic, brokers)).map_err(|e| Error::Input(e.to_string()))?;
+        for p in parts {
+            let stored = runner.store.txn_version(&kafka::app_id(&t.name, &topic, p)).await?;
+            let (low, high) = tokio::task::block_in_place(|| kafka::watermarks(&consumer, &topic, p, brokers))
+                .map_err(|e| Error::Input(e.to_string()))?;
+            let lag = high - stored.unwrap_or(low).max(low);
+            rows.push(vec![
+                Value::Str(t.name.clone()),
+                Value::Str(topic.clone()),
+                Value::Int(p as i64),
+                stored.map(Value::Int).unwrap_or(Value::Null),
+                Value::Int(high),
+                Value::Int(lag.max(0)),
+            ]);
+        }
+    }
+    let header = ["table", "topic", "partition", "stored_next_offset", "high_watermark", "lag"].map(String::from);
+    Ok(render(&header, &rows, OutFormat::Table))
 }
 
 /// One pass over every file source (or, without `--once`, a pass per `max_age`
@@ -171,7 +283,7 @@ async fn run_table_files(c: &Config, r: &mut TableRunner) -> Result<Vec<RunRepor
     Ok(reports)
 }
 
-fn log_report(r: &RunReport) {
+pub fn log_report(r: &RunReport) {
     let s = &r.stats;
     tracing::info!(
         table = %r.table, source = %r.source, version = ?r.version, execution_id = ?r.exec,
@@ -186,7 +298,7 @@ fn log_report(r: &RunReport) {
     }
 }
 
-async fn show(c: &Config, table: &str, view: &str, format: OutFormat) -> Result<()> {
+pub async fn show(c: &Config, table: &str, view: &str, format: OutFormat) -> Result<()> {
     let t = c.table(table).ok_or_else(|| {
         Error::Usage(format!(
             "no table `{table}` in the config (tables: {})",

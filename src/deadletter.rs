@@ -142,3 +142,38 @@ pub async fn append(uri: &str, groups: Vec<Group>) -> Result<usize, TableError> 
     }
     Ok(rows.len())
 }
+
+/// Reads every dead letter (for `demo` and tests): header and rows.
+pub async fn read_all(uri: &str) -> Result<(Vec<String>, Vec<Vec<crate::value::Value>>), TableError> {
+    use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let Some(t) = open_existing(uri).await? else { return Ok((vec![], vec![])) };
+    let derr = |e: deltalake::DeltaTableError| TableError::Delta { uri: uri.to_string(), source: e };
+    let data_err = |msg: String| TableError::Data { uri: uri.to_string(), msg };
+    let snap = t.snapshot().map_err(derr)?;
+    let store = t.object_store();
+    let header: Vec<String> = snap.schema().fields().map(|f| f.name().to_string()).collect();
+    let mut rows = vec![];
+    for f in snap.log_data() {
+        let bytes = store
+            .get(&Path::from(f.path().as_ref()))
+            .await
+            .map_err(|e| data_err(e.to_string()))?
+            .bytes()
+            .await
+            .map_err(|e| data_err(e.to_string()))?;
+        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).and_then(|b| b.build()).map_err(|e| data_err(e.to_string()))?;
+        for batch in reader {
+            let batch = batch.map_err(|e| data_err(e.to_string()))?;
+            for i in 0..batch.num_rows() {
+                rows.push(
+                    header
+                        .iter()
+                        .map(|h| batch.column_by_name(h).map(|c| crate::table::cell(c, i)).unwrap_or(crate::value::Value::Null))
+                        .collect(),
+                );
+            }
+        }
+    }
+    rows.sort_by(|a: &Vec<crate::value::Value>, b| crate::value::cmp_slices(&a[1..4], &b[1..4]));
+    Ok((header, rows))
+}

@@ -19,10 +19,12 @@ use crate::value::DType;
 pub fn build_spec(t: &TableConfig, columns: &[(String, DType)]) -> Result<Spec> {
     let names: Vec<String> = columns.iter().map(|(n, _)| n.clone()).collect();
     let path = format!("bronze.tables.{}", t.name);
+    // Envelope paths (`source.lsn`) are stored under their column name (`source_lsn`).
     let find = |c: &str, what: &str| {
         names
             .iter()
             .position(|n| n == c)
+            .or_else(|| names.iter().position(|n| *n == crate::decode::stored_name(c)))
             .ok_or_else(|| Error::ConfigData(format!("{path}.{what}: column `{c}` is not in the data (columns: {})", names.join(", "))))
     };
     let key = t.business_key.iter().map(|c| find(c, "business_key")).collect::<Result<Vec<_>>>()?;

@@ -6,8 +6,10 @@
 pub mod batch;
 pub mod cli;
 pub mod config;
+pub mod daemon;
 pub mod deadletter;
 pub mod decode;
+pub mod demo;
 pub mod engine;
 pub mod error;
 pub mod expr;

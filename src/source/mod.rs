@@ -3,6 +3,7 @@
 //! row can be dead-lettered verbatim.
 
 pub mod file;
+pub mod kafka;
 
 use crate::value::Value;
 

@@ -1,0 +1,449 @@
+//! The streaming daemon: one consume loop per Kafka system, micro-batches per
+//! table, one Delta commit per batch carrying the offsets it consumed.
+//!
+//! Exactly-once comes from the table, not from Kafka: every commit holds one
+//! `txn` action per partition (`changelake/<table>/<topic>/<p>`, version = next
+//! offset to read). At start each partition is sought to the smallest stored
+//! offset over the tables that read it, and each table skips events below its
+//! own offset. Consumer-group offsets are committed after the table commit,
+//! for lag dashboards only. A crash anywhere loses nothing (offsets only move
+//! with the data) and repeats nothing (replayed events are below the stored
+//! offsets, and the merge is idempotent anyway).
+//!
+//! Partitions are assigned manually (every partition of every table's topic),
+//! so one daemon owns a config; a second one racing on the same tables loses
+//! at commit time (Delta's `txn` conflict check) and re-reads the table.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, StreamConsumer};
+use rdkafka::error::KafkaError as RdError;
+use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::{Offset, TopicPartitionList};
+use tokio::sync::mpsc;
+
+use crate::config::{Config, Format, SystemKind, TableConfig, ValidTime};
+use crate::decode::{decode, is_envelope_path, Decoded};
+use crate::engine::{Mark, RunReport, TableRunner};
+use crate::error::{Error, Result};
+use crate::source::kafka::{app_id, client_config, partitions, watermarks, Ctx};
+use crate::source::{RawBatch, RawRow, Unparsable};
+use crate::value::Value;
+
+/// Where a run starts and when it stops.
+#[derive(Debug, Clone, Default)]
+pub struct RunOpts {
+    /// Stop once every partition reached the high watermark seen at start.
+    pub once: bool,
+    /// Only these tables (replay).
+    pub only_table: Option<String>,
+    /// Start positions overriding the stored offsets (replay).
+    pub start: Option<StartAt>,
+    /// Merge events at or below the stored offsets again (replay --reapply).
+    pub reapply: bool,
+}
+
+#[derive(Debug, Clone)]
+pub enum StartAt {
+    Beginning,
+    Offsets(Vec<(String, i32, i64)>),
+    /// Milliseconds since the epoch.
+    Timestamp(i64),
+}
+
+/// Resolves when the process is asked to stop (SIGINT/SIGTERM); injectable for tests.
+pub type Shutdown = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+pub fn signals() -> Shutdown {
+    Box::pin(async {
+        #[cfg(unix)]
+        {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutdown requested: stop fetching, commit open batches");
+    })
+}
+
+#[derive(Default)]
+struct Buffer {
+    rows: Vec<(Vec<(String, Value)>, RawRow)>,
+    dead: Vec<Unparsable>,
+    /// Next offset per partition covered by this buffer.
+    next: BTreeMap<i32, i64>,
+    bytes: usize,
+    since: Option<Instant>,
+}
+
+struct Slot {
+    runner: TableRunner,
+    topic: String,
+    /// Envelope paths to store as columns (Debezium `sequence_by` / `valid_time`).
+    store_paths: Vec<String>,
+    stored: HashMap<i32, i64>,
+    buf: Buffer,
+    tombstones: u64,
+    truncates: u64,
+}
+
+enum Ev {
+    Msg(OwnedMessage),
+    Eof(String, i32),
+    Err(String),
+}
+
+fn store_paths(t: &TableConfig, format: Format) -> Vec<String> {
+    if format != Format::Debezium {
+        return vec![];
+    }
+    let mut p: Vec<String> = t.sequence_by.iter().filter(|s| is_envelope_path(s)).cloned().collect();
+    if let ValidTime::Column(c) = &t.valid_time {
+        if is_envelope_path(c) {
+            p.push(c.clone());
+        }
+    }
+    p
+}
+
+/// Runs every Kafka system of the config until shutdown (or, with `once`, the end).
+pub async fn run(config: &Config, opts: RunOpts, shutdown: Shutdown) -> Result<Vec<RunReport>> {
+    let shared = futures::future::FutureExt::shared(shutdown);
+    let mut runs = vec![];
+    for (name, sys) in &config.systems {
+        if matches!(sys.kind, SystemKind::Kafka { .. }) {
+            let tables: Vec<TableConfig> = config
+                .tables
+                .iter()
+                .filter(|t| &t.system == name && opts.only_table.as_ref().is_none_or(|o| *o == t.name))
+                .cloned()
+                .collect();
+            if !tables.is_empty() {
+                runs.push(run_system(config, name, tables, opts.clone(), Box::pin(shared.clone())));
+            }
+        }
+    }
+    let mut reports = vec![];
+    for r in futures::future::join_all(runs).await {
+        reports.extend(r?);
+    }
+    Ok(reports)
+}
+
+async fn run_system(
+    config: &Config,
+    system: &str,
+    tables: Vec<TableConfig>,
+    opts: RunOpts,
+    mut shutdown: Shutdown,
+) -> Result<Vec<RunReport>> {
+    let SystemKind::Kafka { brokers, group_id, topic: template, format, kafka } = &config.systems[system].kind else { unreachable!() };
+    let cc = client_config(brokers, group_id, kafka);
+    let consumer: Arc<StreamConsumer<Ctx>> =
+        Arc::new(cc.create_with_context(Ctx).map_err(|e| Error::Input(format!("systems.{system}: cannot create Kafka consumer: {e}")))?);
+    let meta: BaseConsumer<Ctx> = cc.create_with_context(Ctx).map_err(|e| Error::Input(format!("systems.{system}: {e}")))?;
+
+    let mut slots = vec![];
+    let mut topic_parts: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+    for t in &tables {
+        let topic = template.replace("{object}", &t.object);
+        let runner = TableRunner::open(config, t).await?;
+        if !topic_parts.contains_key(&topic) {
+            let m = meta_call(&meta, |m| partitions(m, &topic, brokers)).await?;
+            if m.is_empty() {
+                tracing::warn!(table = %t.name, topic = %topic, "topic does not exist (yet); nothing to read");
+            }
+            topic_parts.insert(topic.clone(), m);
+        }
+        let mut stored = HashMap::new();
+        for &p in &topic_parts[&topic] {
+            if let Some(v) = runner.store.txn_version(&app_id(&t.name, &topic, p)).await? {
+                stored.insert(p, v);
+            }
+        }
+        slots.push(Slot {
+            store_paths: store_paths(t, *format),
+            runner,
+            topic,
+            stored,
+            buf: Buffer::default(),
+            tombstones: 0,
+            truncates: 0,
+        });
+    }
+
+    // Start positions: the smallest stored next offset over the tables reading a partition.
+    let mut tpl = TopicPartitionList::new();
+    let mut position: HashMap<(String, i32), i64> = HashMap::new();
+    let mut high_at_start: HashMap<(String, i32), i64> = HashMap::new();
+    let ts_offsets = match &opts.start {
+        Some(StartAt::Timestamp(ms)) => {
+            let mut q = TopicPartitionList::new();
+            for (topic, ps) in &topic_parts {
+                for &p in ps {
+                    q.add_partition_offset(topic, p, Offset::Offset(*ms)).ok();
+                }
+            }
+            let c2: BaseConsumer<Ctx> = cc.create_with_context(Ctx).map_err(|e| Error::Input(e.to_string()))?;
+            let r = tokio::task::spawn_blocking(move || c2.offsets_for_times(q, Duration::from_secs(10))).await.expect("join");
+            r.map_err(|e| Error::Input(format!("offsets for timestamp: {e}")))?
+                .elements()
+                .iter()
+                .map(|e| ((e.topic().to_string(), e.partition()), e.offset()))
+                .collect::<HashMap<_, _>>()
+        }
+        _ => HashMap::new(),
+    };
+    for (topic, ps) in &topic_parts {
+        for &p in ps {
+            let stored_min = slots.iter().filter(|s| &s.topic == topic).map(|s| s.stored.get(&p).copied()).min().flatten();
+            let start = match &opts.start {
+                None => stored_min.map(Offset::Offset).unwrap_or(Offset::Beginning),
+                Some(StartAt::Beginning) => Offset::Beginning,
+                Some(StartAt::Offsets(list)) => {
+                    list.iter().find(|(t, pp, _)| t == topic && *pp == p).map(|(_, _, o)| Offset::Offset(*o)).unwrap_or(Offset::Beginning)
+                }
+                Some(StartAt::Timestamp(_)) => ts_offsets.get(&(topic.clone(), p)).copied().unwrap_or(Offset::End),
+            };
+            tpl.add_partition_offset(topic, p, start).map_err(|e| Error::Input(e.to_string()))?;
+            let (low, high) = meta_call(&meta, |m| watermarks(m, topic, p, brokers)).await?;
+            let pos = match start {
+                Offset::Offset(o) => o,
+                Offset::End => high,
+                _ => low,
+            };
+            position.insert((topic.clone(), p), pos);
+            high_at_start.insert((topic.clone(), p), high);
+        }
+    }
+    consumer.assign(&tpl).map_err(|e| Error::Input(format!("assign: {e}")))?;
+    tracing::info!(system, partitions = tpl.count(), "assigned partitions");
+
+    // One forwarding task per partition queue: EOF events then name their partition.
+    let (tx, mut rx) = mpsc::channel::<Ev>(4096);
+    let mut tasks = vec![];
+    for (topic, ps) in &topic_parts {
+        for &p in ps {
+            let Some(q) = consumer.split_partition_queue(topic, p) else { continue };
+            let tx = tx.clone();
+            let topic = topic.clone();
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let ev = match q.recv().await {
+                        Ok(m) => Ev::Msg(m.detach()),
+                        Err(RdError::PartitionEOF(_)) => Ev::Eof(topic.clone(), p),
+                        Err(e) => Ev::Err(e.to_string()),
+                    };
+                    if tx.send(ev).await.is_err() {
+                        return;
+                    }
+                }
+            }));
+        }
+    }
+    {
+        // The main queue only carries client-level errors once partitions are split.
+        let c = consumer.clone();
+        let tx = tx.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                let ev = match c.recv().await {
+                    Ok(m) => Ev::Msg(m.detach()),
+                    Err(e) => Ev::Err(e.to_string()),
+                };
+                if tx.send(ev).await.is_err() {
+                    return;
+                }
+            }
+        }));
+    }
+    drop(tx);
+
+    let mut done: HashMap<(String, i32), bool> = position.keys().map(|k| (k.clone(), false)).collect();
+    let batching = config.batching.clone();
+    let mut reports = vec![];
+    let mut tick = tokio::time::interval(Duration::from_millis(100).min(batching.max_age));
+    let finished = |done: &HashMap<(String, i32), bool>| done.values().all(|d| *d);
+    let mut stopping = opts.once && finished(&done);
+    while !stopping {
+        tokio::select! {
+            ev = rx.recv() => match ev {
+                None => break,
+                Some(Ev::Err(e)) => tracing::warn!(system, error = %e, "kafka client error (retrying)"),
+                Some(Ev::Eof(topic, p)) => {
+                    let key = (topic, p);
+                    if position.get(&key).copied().unwrap_or(0) >= high_at_start.get(&key).copied().unwrap_or(0) {
+                        done.insert(key, true);
+                    }
+                    if opts.once && finished(&done) {
+                        stopping = true;
+                    }
+                }
+                Some(Ev::Msg(m)) => {
+                    let (topic, p, off) = (m.topic().to_string(), m.partition(), m.offset());
+                    position.insert((topic.clone(), p), off + 1);
+                    route(&mut slots, *format, &opts, &m);
+                    for i in 0..slots.len() {
+                        let b = &slots[i].buf;
+                        if b.rows.len() >= batching.max_rows || b.bytes >= batching.max_bytes {
+                            reports.push(flush(&mut slots, i, &consumer, config).await?);
+                        }
+                    }
+                    let total: usize = slots.iter().map(|s| s.buf.bytes).sum();
+                    if total > batching.max_buffered_bytes {
+                        // Bounded memory: commit the biggest buffer now.
+                        let i = (0..slots.len()).max_by_key(|&i| slots[i].buf.bytes).unwrap_or(0);
+                        reports.push(flush(&mut slots, i, &consumer, config).await?);
+                    }
+                }
+            },
+            _ = tick.tick() => {
+                for i in 0..slots.len() {
+                    if slots[i].buf.since.is_some_and(|s| s.elapsed() >= batching.max_age) {
+                        reports.push(flush(&mut slots, i, &consumer, config).await?);
+                    }
+                }
+            }
+            _ = &mut shutdown => stopping = true,
+        }
+    }
+    // Stop fetching, then commit what is buffered within the shutdown timeout.
+    for t in &tasks {
+        t.abort();
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+    let drain = async {
+        let mut out = vec![];
+        for i in 0..slots.len() {
+            out.push(flush(&mut slots, i, &consumer, config).await?);
+        }
+        Ok::<_, Error>(out)
+    };
+    match tokio::time::timeout(config.shutdown_timeout, drain).await {
+        Ok(r) => reports.extend(r?),
+        Err(_) => tracing::warn!(system, "shutdown_timeout reached: open batches abandoned (they will be re-read)"),
+    }
+    for s in &slots {
+        if s.tombstones + s.truncates > 0 {
+            tracing::info!(table = %s.runner.cfg.name, tombstones = s.tombstones, truncates = s.truncates, "skipped tombstones and truncate events");
+        }
+    }
+    Ok(reports.into_iter().filter(|r| !r.skipped).collect())
+}
+
+async fn meta_call<T: Send + 'static>(
+    meta: &BaseConsumer<Ctx>,
+    f: impl FnOnce(&BaseConsumer<Ctx>) -> std::result::Result<T, crate::source::kafka::KafkaError>,
+) -> Result<T> {
+    // Metadata calls block; they are short and rare (start-up only).
+    tokio::task::block_in_place(|| f(meta)).map_err(|e| Error::Input(e.to_string()))
+}
+
+/// Hands one message to every table reading its topic.
+fn route(slots: &mut [Slot], format: Format, opts: &RunOpts, m: &OwnedMessage) {
+    let (topic, p, off) = (m.topic(), m.partition(), m.offset());
+    let mut decoded: Option<std::result::Result<Decoded, String>> = None;
+    // A message that does not decode is dead-lettered once, by the first table reading the topic.
+    let owner = slots.iter().position(|s| s.topic == topic);
+    for (i, s) in slots.iter_mut().enumerate().filter(|(_, s)| s.topic == topic) {
+        if !opts.reapply && s.stored.get(&p).is_some_and(|&next| off < next) {
+            continue; // already in this table
+        }
+        let d = decoded.get_or_insert_with(|| {
+            let paths: Vec<String> = s.store_paths.clone();
+            decode(format, m.key(), m.payload(), &paths)
+        });
+        let b = &mut s.buf;
+        b.since.get_or_insert_with(Instant::now);
+        let next = b.next.entry(p).or_insert(off + 1);
+        *next = (*next).max(off + 1);
+        match d {
+            Ok(Decoded::Row { data, env }) => {
+                let raw = m.payload().map(|x| String::from_utf8_lossy(x).into_owned()).unwrap_or_default();
+                b.bytes += raw.len() + 64;
+                let mut data = data.clone();
+                // Materialise this table's envelope columns if another table's decode lacked them.
+                for path in &s.store_paths {
+                    let col = crate::decode::stored_name(path);
+                    if !data.iter().any(|(n, _)| *n == col) {
+                        if let Some((_, v)) = env.iter().find(|(n, _)| n == path) {
+                            data.push((col, v.clone()));
+                        }
+                    }
+                }
+                b.rows.push((data, RawRow { cells: vec![], pos: off as u64, partition: p, raw, extra: env.clone() }));
+            }
+            Ok(Decoded::Tombstone) => s.tombstones += 1,
+            Ok(Decoded::Truncate) => {
+                s.truncates += 1;
+                tracing::warn!(table = %s.runner.cfg.name, topic, partition = p, offset = off, "truncate event: counted, not applied");
+            }
+            Err(_) if Some(i) != owner => {}
+            Err(e) => {
+                b.bytes += m.payload().map_or(0, |x| x.len());
+                b.dead.push(Unparsable { partition: p, pos: off as u64, raw: m.payload().unwrap_or_default().to_vec(), error: e.clone() });
+            }
+        }
+    }
+}
+
+/// Commits one table's buffer with its offsets, then the consumer-group offsets.
+async fn flush(slots: &mut [Slot], i: usize, consumer: &StreamConsumer<Ctx>, config: &Config) -> Result<RunReport> {
+    let buf = std::mem::take(&mut slots[i].buf);
+    if buf.next.is_empty() {
+        return Ok(RunReport { skipped: true, ..Default::default() });
+    }
+    let s = &mut slots[i];
+    let marks: Vec<Mark> = buf
+        .next
+        .iter()
+        .map(|(&p, &next)| Mark {
+            app: app_id(&s.runner.cfg.name, &s.topic, p),
+            version: next.max(s.stored.get(&p).copied().unwrap_or(0)),
+            partition: Some(p),
+        })
+        .collect();
+    let mut attempt = 0;
+    let report = loop {
+        let mut raw = RawBatch::from_maps(s.topic.clone(), buf.rows.clone());
+        raw.unparsable = buf.dead.clone();
+        match s.runner.run_batch(raw, marks.clone()).await {
+            Ok(r) => break r,
+            Err(e) if e.retryable() && attempt < 5 => {
+                attempt += 1;
+                tracing::warn!(table = %s.runner.cfg.name, attempt, error = %e, "commit failed; re-reading the table and retrying");
+                tokio::time::sleep(Duration::from_millis(200 * (1 << attempt))).await;
+                s.runner = TableRunner::open(config, &s.runner.cfg.clone()).await?;
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    for m in &marks {
+        s.stored.insert(m.partition.unwrap_or(0), m.version);
+    }
+    crate::cli::log_report(&report);
+    // Group offsets for lag tools: the smallest next offset over the tables reading each partition.
+    let topic = s.topic.clone();
+    let mut tpl = TopicPartitionList::new();
+    for m in &marks {
+        let p = m.partition.unwrap_or(0);
+        let min = slots.iter().filter(|o| o.topic == topic).map(|o| o.stored.get(&p).copied().unwrap_or(0)).min().unwrap_or(0);
+        if min > 0 {
+            tpl.add_partition_offset(&topic, p, Offset::Offset(min)).ok();
+        }
+    }
+    if tpl.count() > 0 {
+        if let Err(e) = consumer.commit(&tpl, CommitMode::Async) {
+            tracing::warn!(topic = %topic, error = %e, "consumer-group offset commit failed (lag dashboards only)");
+        }
+    }
+    Ok(report)
+}

@@ -1,0 +1,77 @@
+//! Kafka plumbing: client settings, partition discovery, watermarks, stored
+//! offsets. The consume loop itself lives in `daemon`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::ConsumerContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError as RdError;
+use rdkafka::ClientConfig;
+
+/// Routes librdkafka's client-level errors into our logs; end-of-partition is
+/// an expected event (it drives `--once`), not an error.
+#[derive(Clone, Default)]
+pub struct Ctx;
+
+impl ClientContext for Ctx {
+    fn error(&self, error: RdError, reason: &str) {
+        let eof =
+            matches!(error, RdError::PartitionEOF(_)) || error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::PartitionEOF);
+        if !eof {
+            tracing::warn!(error = %error, reason, "kafka client error (librdkafka retries)");
+        }
+    }
+}
+
+impl ConsumerContext for Ctx {}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaError {
+    #[error("kafka ({brokers}): {msg}")]
+    Client { brokers: String, msg: String },
+}
+
+pub const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// librdkafka settings: user pass-through first, then the settings
+/// exactly-once depends on, which a user cannot override.
+pub fn client_config(brokers: &str, group_id: &str, user: &BTreeMap<String, String>) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", brokers).set("group.id", group_id);
+    c.set("max.poll.interval.ms", "300000").set("session.timeout.ms", "45000");
+    for (k, v) in user {
+        c.set(k, v);
+    }
+    c.set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "true")
+        .set("auto.offset.reset", "earliest");
+    c
+}
+
+/// Partition ids of `topic`, or an empty list if the topic does not exist.
+pub fn partitions(consumer: &BaseConsumer<Ctx>, topic: &str, brokers: &str) -> Result<Vec<i32>, KafkaError> {
+    let md = consumer
+        .fetch_metadata(Some(topic), METADATA_TIMEOUT)
+        .map_err(|e| KafkaError::Client { brokers: brokers.into(), msg: format!("metadata for {topic}: {e}") })?;
+    Ok(md
+        .topics()
+        .iter()
+        .filter(|t| t.name() == topic && t.error().is_none())
+        .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+        .collect())
+}
+
+/// (low, high) watermarks of one partition.
+pub fn watermarks(consumer: &BaseConsumer<Ctx>, topic: &str, partition: i32, brokers: &str) -> Result<(i64, i64), KafkaError> {
+    consumer
+        .fetch_watermarks(topic, partition, METADATA_TIMEOUT)
+        .map_err(|e| KafkaError::Client { brokers: brokers.into(), msg: format!("watermarks of {topic}/{partition}: {e}") })
+}
+
+/// The `txn` app id recording a table's next offset in one partition (SPEC 8).
+pub fn app_id(table: &str, topic: &str, partition: i32) -> String {
+    format!("changelake/{table}/{topic}/{partition}")
+}
