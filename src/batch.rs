@@ -17,6 +17,7 @@ pub struct TypedRow {
     pub raw: String,
     /// Raw cells of columns not stored in the table (still visible to predicates).
     pub extra: Vec<(String, Value)>,
+    pub replayed: bool,
 }
 
 #[derive(Debug, Default)]
@@ -115,7 +116,7 @@ pub fn conform(
                 None => extra.push((raw.columns[ci].clone(), v)),
             }
         }
-        out.rows.push(TypedRow { data, pos: r.pos, partition: r.partition, raw: r.raw, extra });
+        out.rows.push(TypedRow { data, pos: r.pos, partition: r.partition, raw: r.raw, extra, replayed: r.replayed });
     }
     Ok(out)
 }
@@ -152,6 +153,7 @@ mod tests {
                     partition: 0,
                     raw: r.join(","),
                     extra: vec![],
+                    replayed: false,
                 })
                 .collect(),
             text: true,

@@ -114,7 +114,8 @@ pub fn main() -> i32 {
 fn init_tracing(f: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CHANGELAKE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,changelake=info"));
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr);
     let _ = match f {
         LogFormat::Human => b.try_init(),
         LogFormat::Json => b.json().try_init(),

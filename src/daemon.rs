@@ -354,7 +354,8 @@ fn route(slots: &mut [Slot], format: Format, opts: &RunOpts, m: &OwnedMessage) {
     // A message that does not decode is dead-lettered once, by the first table reading the topic.
     let owner = slots.iter().position(|s| s.topic == topic);
     for (i, s) in slots.iter_mut().enumerate().filter(|(_, s)| s.topic == topic) {
-        if !opts.reapply && s.stored.get(&p).is_some_and(|&next| off < next) {
+        let replayed = s.stored.get(&p).is_some_and(|&next| off < next);
+        if replayed && !opts.reapply {
             continue; // already in this table
         }
         let d = decoded.get_or_insert_with(|| {
@@ -379,7 +380,7 @@ fn route(slots: &mut [Slot], format: Format, opts: &RunOpts, m: &OwnedMessage) {
                         }
                     }
                 }
-                b.rows.push((data, RawRow { cells: vec![], pos: off as u64, partition: p, raw, extra: env.clone() }));
+                b.rows.push((data, RawRow { cells: vec![], pos: off as u64, partition: p, raw, extra: env.clone(), replayed }));
             }
             Ok(Decoded::Tombstone) => s.tombstones += 1,
             Ok(Decoded::Truncate) => {

@@ -154,7 +154,7 @@ pub async fn run(dir: &Path) -> Result<()> {
     drop(producer);
     println!(
         "streamed {} Debezium change events through an in-process Kafka cluster ({brokers}) in {commits} table commits\n",
-        events.len()
+        events.iter().map(Vec::len).sum::<usize>()
     );
 
     for (table, title) in [("account", "scd1"), ("account_history", "scd2, full history"), ("contact", "scd2")] {

@@ -174,7 +174,7 @@ impl TableRunner {
             }
             let delete = t.delete_when.as_ref().is_some_and(|d| d.matches(&get));
             raw_by_pos.push(Unparsable { partition: r.partition, pos: r.pos, raw: r.raw.clone().into_bytes(), error: String::new() });
-            rows.push(InRow { data: r.data, delete, order: r.pos });
+            rows.push(InRow { data: r.data, delete, order: r.pos, replayed: r.replayed });
         }
         let prepared = merge::prepare(&spec, rows);
         let mut stats = prepared.stats.clone();

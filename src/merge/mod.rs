@@ -63,6 +63,10 @@ pub struct InRow {
     pub delete: bool,
     /// Position in the input: later offset / later line wins a sequence tie.
     pub order: u64,
+    /// Already applied once (replay --reapply): it may restore a missing row
+    /// but never adds a late version, so a reapply equals a single pass even
+    /// where the first pass deduplicated this row away inside its batch.
+    pub replayed: bool,
 }
 
 /// Where a stored version lives; opaque to the merge, used by the table module.
@@ -350,6 +354,17 @@ pub fn prepare(spec: &Spec, rows: Vec<InRow>) -> Prepared {
 /// Returns `None` when every row is settled without touching the table
 /// (older than stored, exact replay, late delete).
 pub fn classify(spec: &Spec, stored: Option<&Summary>, rows: &[InRow], stats: &mut Stats) -> Option<Need> {
+    // An already-applied row (replay --reapply) may only re-merge onto the
+    // very version it produced: the first pass's batch boundaries decided
+    // which intermediate versions and keys exist, and a reapply must not
+    // second-guess them (SPEC 9: the result equals a single pass).
+    if rows.iter().all(|r| r.replayed) {
+        let same = stored.is_some_and(|s| !s.deleted && rows.iter().any(|r| cmp_slices(&spec.seq_of(&r.data), &s.seq) == Ordering::Equal));
+        if !same {
+            stats.unchanged += rows.len() as u64;
+            return None;
+        }
+    }
     let Some(s) = stored else {
         // New key (or hard-deleted): insert / ignore without stored rows.
         return Some(Need::Nothing);

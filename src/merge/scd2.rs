@@ -125,7 +125,7 @@ impl KeyRun<'_> {
                 if r.delete {
                     out.stats.deleted += 1;
                     self.close_current(now, true, out);
-                } else if !spec.tracked_equal(&c.data, &r.data) {
+                } else if !spec.tracked_equal(&c.data, &r.data) && !r.replayed {
                     let at = now.max(c.valid_from.unwrap_or(now));
                     out.stats.updated += 1;
                     self.close_current(at, false, out);

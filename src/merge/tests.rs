@@ -48,7 +48,7 @@ fn cell_str(c: &str) -> Value {
 }
 
 fn mk(data: Vec<Value>, delete: bool) -> InRow {
-    InRow { data, delete, order: ORDER.fetch_add(1, AO::Relaxed) }
+    InRow { data, delete, order: ORDER.fetch_add(1, AO::Relaxed), replayed: false }
 }
 
 /// An upsert row: id, city, seq, modified_on.
@@ -470,6 +470,26 @@ fn scd2_late_row_is_a_closed_version_with_an_empty_interval() {
     let late = &t.rows()[1];
     assert_eq!(late.valid_from, late.valid_to);
     assert_eq!(out.upserts.len(), 0, "no other version changes");
+}
+
+#[test]
+fn replay_reapply_never_adds_late_versions_for_already_applied_rows() {
+    let mut t = table(Strategy::Scd2, |_| {});
+    // The first pass saw seq 1 and 2 in one batch: only seq 2 became a version.
+    t.run(vec![up(1, "a", 1), up(1, "b", 2)]);
+    let mut again = up(1, "a", 1);
+    again.replayed = true;
+    let out = t.run(vec![again]);
+    assert!(!out.has_changes());
+    assert_eq!(state(&t), vec![s(1, "b", true, false)]);
+    // Nor keys the first pass never kept (created and deleted in one batch).
+    let mut gone = up(2, "x", 1);
+    gone.replayed = true;
+    assert!(!t.run(vec![gone]).has_changes());
+    // The same event again may repair an ignored column in place.
+    let mut same = up_mod(1, "b", 2, 99);
+    same.replayed = true;
+    assert_eq!(t.run(vec![same]).stats.updated_in_place, 1);
 }
 
 #[test]

@@ -75,7 +75,7 @@ pub fn read_csv(path: &Path, bytes: &[u8], delimiter: u8) -> Result<RawBatch, Fi
                     continue;
                 }
                 let cells = r.iter().map(|c| if c.is_empty() { Value::Null } else { Value::Str(c.to_string()) }).collect();
-                batch.rows.push(RawRow { cells, pos, partition: 0, raw, extra: vec![] });
+                batch.rows.push(RawRow { cells, pos, partition: 0, raw, extra: vec![], replayed: false });
             }
         }
     }
@@ -109,7 +109,7 @@ pub fn read_jsonl(path: &Path, bytes: &[u8]) -> Result<RawBatch, FileError> {
         match serde_json::from_str::<serde_json::Value>(line) {
             Ok(serde_json::Value::Object(m)) => {
                 let data = m.iter().map(|(k, v)| (k.clone(), json_cell(v))).collect();
-                objects.push((data, RawRow { cells: vec![], pos, partition: 0, raw: line.to_string(), extra: vec![] }));
+                objects.push((data, RawRow { cells: vec![], pos, partition: 0, raw: line.to_string(), extra: vec![], replayed: false }));
             }
             Ok(_) => unparsable.push(bad("not a JSON object".into())),
             Err(e) => unparsable.push(bad(format!("not JSON: {e}"))),

@@ -40,7 +40,6 @@ pub const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 pub fn client_config(brokers: &str, group_id: &str, user: &BTreeMap<String, String>) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", brokers).set("group.id", group_id);
-    c.set("max.poll.interval.ms", "300000").set("session.timeout.ms", "45000");
     for (k, v) in user {
         c.set(k, v);
     }

@@ -17,6 +17,8 @@ pub struct RawRow {
     pub raw: String,
     /// Envelope fields readable by predicates but not stored (`source.lsn`).
     pub extra: Vec<(String, Value)>,
+    /// Re-read at or below the table's stored offset (`replay --reapply`).
+    pub replayed: bool,
 }
 
 #[derive(Debug, Clone, Default)]

