@@ -105,19 +105,19 @@ impl TableRunner {
             surrogate_key: t.surrogate_key,
             layout: t.layout.clone(),
         };
-        let spec_err = std::cell::RefCell::new(None);
+        let spec_err = std::sync::Mutex::new(None);
         let store = TableStore::open(&config.table_uri(&t.name), meta, |cols| {
             match build_spec(t, cols) {
                 Ok(s) => s,
                 Err(e) => {
-                    *spec_err.borrow_mut() = Some(e);
+                    *spec_err.lock().expect("not poisoned") = Some(e);
                     // Index with the key alone; the error surfaces below.
                     fallback_spec(t, cols)
                 }
             }
         })
         .await?;
-        if let Some(e) = spec_err.into_inner() {
+        if let Some(e) = spec_err.into_inner().expect("not poisoned") {
             return Err(e);
         }
         let declared = config.systems.get(&t.system).map(|s| s.columns.clone()).unwrap_or_default();

@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -244,6 +243,3 @@ fn poison_message_lands_once_in_the_dead_letters_and_the_table_goes_on() {
     assert_eq!(rows[0]["topic"], "crm.public.account");
     assert!(rows[0]["error"].as_str().unwrap().contains("not JSON"));
 }
-
-#[allow(dead_code)]
-fn _unused(_: &Path) {}

@@ -163,7 +163,7 @@ pub fn debezium_stream(n: usize, keys: u64, partitions: i32) -> Vec<(i32, String
             let part = (id % partitions as u64) as i32;
             let key = format!("{{\"id\":{id}}}");
             let city = ["Berlin", "Bonn", "Köln", "Hamburg", "München"][(x >> 8) as usize % 5];
-            let delete = alive.contains(&id) && (x >> 20) % 9 == 0;
+            let delete = alive.contains(&id) && (x >> 20).is_multiple_of(9);
             let value = if delete {
                 alive.remove(&id);
                 format!("{{\"before\":{{\"id\":{id},\"name\":null,\"city\":null}},\"after\":null,\"source\":{{\"connector\":\"postgresql\",\"db\":\"crm\",\"schema\":\"public\",\"table\":\"account\",\"lsn\":{lsn},\"txId\":{i}}},\"op\":\"d\",\"ts_ms\":{}}}", 1_700_000_000_000u64 + i as u64)

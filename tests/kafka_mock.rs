@@ -1,0 +1,126 @@
+//! In-process Kafka (librdkafka's mock cluster, a real Kafka-protocol
+//! broker): the broker goes down mid-stream and comes back; and the demo.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use changelake::config::Config;
+use changelake::daemon::{self, RunOpts};
+use common::*;
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::ClientConfig;
+
+async fn produce(brokers: &str, topic: &str, records: &[(i32, String, Option<String>)]) {
+    let p: FutureProducer = ClientConfig::new().set("bootstrap.servers", brokers).set("message.timeout.ms", "60000").create().unwrap();
+    for (part, key, value) in records {
+        let mut r: FutureRecord<'_, String, String> = FutureRecord::to(topic).partition(*part).key(key);
+        if let Some(v) = value {
+            r = r.payload(v);
+        }
+        p.send(r, Duration::from_secs(60)).await.expect("produce");
+    }
+}
+
+fn config(brokers: &str) -> String {
+    format!(
+        "storage: {{root: ./lake}}\nsystems:\n  crm: {{type: kafka, brokers: \"{brokers}\", topic: \"crm.public.{{object}}\", format: debezium, kafka: {{reconnect.backoff.max.ms: \"500\"}}}}\nbronze:\n  tables:\n    account:\n      source: {{system: crm, object: account}}\n      business_key: [id]\n      strategy: scd1\n      merge: {{sequence_by: [source.lsn]}}\nbatching: {{max_rows: 50, max_age: 200ms}}\nshutdown_timeout: 10s\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn broker_stopped_mid_stream_and_restarted_loses_nothing() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("crm.public.account", 2, 1).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    let events = debezium_stream(400, 50, 2);
+    let (first, second) = events.split_at(200);
+    produce(&brokers, "crm.public.account", first).await;
+
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg_path = write(tmp.path(), "c.yaml", &config(&brokers));
+    let cfg = Config::load(&cfg_path).unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let daemon = tokio::spawn(async move {
+        let shutdown = Box::pin(async move {
+            let _ = stop_rx.await;
+        });
+        daemon::run(&cfg, RunOpts::default(), shutdown).await
+    });
+    let table = tmp.path().join("lake/bronze/account");
+    let t0 = Instant::now();
+    while versions(&table) == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(30), "daemon never committed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cluster.broker_down(1).unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    cluster.broker_up(1).unwrap();
+    produce(&brokers, "crm.public.account", second).await;
+
+    // Wait until the daemon has committed every event of both halves.
+    let app = |p: i32| changelake::source::kafka::app_id("account", "crm.public.account", p);
+    let cfg = Config::load(&cfg_path).unwrap();
+    let counts: Vec<i64> = (0..2).map(|p| events.iter().filter(|e| e.0 == p).count() as i64).collect();
+    let t0 = Instant::now();
+    loop {
+        let r = changelake::engine::TableRunner::open(&cfg, &cfg.tables[0]).await.unwrap();
+        let mut done = true;
+        for p in 0..2 {
+            done &= r.store.txn_version(&app(p)).await.unwrap() == Some(counts[p as usize]);
+        }
+        if done {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "daemon did not resume after the broker came back");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stop_tx.send(()).unwrap();
+    daemon.await.unwrap().expect("daemon exits cleanly");
+
+    // Same events, one uninterrupted --once run into a fresh lake.
+    let fresh = tempfile::tempdir().unwrap();
+    let fresh_cfg =
+        write(fresh.path(), "c.yaml", &config(&brokers).replace("max_rows: 50, max_age: 200ms", "max_rows: 100000, max_age: 60s"));
+    let once = Config::load(&fresh_cfg).unwrap();
+    daemon::run(&once, RunOpts { once: true, ..Default::default() }, Box::pin(std::future::pending())).await.unwrap();
+    let live = |v: Vec<serde_json::Value>| v.into_iter().filter(|r| r["_is_deleted"] == false).collect::<Vec<_>>();
+    let (a, b) = (
+        tokio::task::spawn_blocking(move || show(&cfg_path, "account", &["_execution_id"])),
+        tokio::task::spawn_blocking(move || show(&fresh_cfg, "account", &["_execution_id"])),
+    );
+    let (a, b) = (live(a.await.unwrap()), live(b.await.unwrap()));
+    assert!(a.len() > 10);
+    assert_eq!(a, b);
+}
+
+#[test]
+fn demo_runs_in_one_command_under_a_minute() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t0 = Instant::now();
+    let out = std::process::Command::new(BIN).args(["demo", "--dir"]).arg(tmp.path().join("demo")).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(t0.elapsed() < Duration::from_secs(60));
+    for needle in ["== account (scd1)", "== account_history", "== contact", "== _dead_letters", "Potsdam", "not JSON", "(1 row)"] {
+        assert!(text.contains(needle), "demo output lacks {needle:?}:\n{text}");
+    }
+    // The lake stays on disk and is a Delta table any reader opens.
+    let cfg = tmp.path().join("demo/changelake.yaml");
+    assert!(cfg.exists());
+    let hist = show_env(&cfg, "account_history");
+    assert!(hist.iter().any(|r| r["city"] == "Potsdam" && r["_is_current"] == false), "the late event is a closed version");
+}
+
+/// `show` for the demo's config, which reads its brokers from the environment.
+fn show_env(cfg: &std::path::Path, table: &str) -> Vec<serde_json::Value> {
+    let out = std::process::Command::new(BIN)
+        .args(["show", table, "--format", "jsonl", "--config"])
+        .arg(cfg)
+        .env("CHANGELAKE_DEMO_BROKERS", "127.0.0.1:1")
+        .output()
+        .unwrap();
+    let out = ok(out);
+    String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
