@@ -413,9 +413,10 @@ async fn flush(slots: &mut [Slot], i: usize, consumer: &StreamConsumer<Ctx>, con
         })
         .collect();
     let mut attempt = 0;
+    let (mut rows, mut dead, mut marks) = (buf.rows, buf.dead, marks);
     let report = loop {
-        let mut raw = RawBatch::from_maps(s.topic.clone(), buf.rows.clone());
-        raw.unparsable = buf.dead.clone();
+        let mut raw = RawBatch::from_maps(s.topic.clone(), rows.clone());
+        raw.unparsable = dead.clone();
         match s.runner.run_batch(raw, marks.clone()).await {
             Ok(r) => break r,
             Err(e) if e.retryable() && attempt < 5 => {
@@ -423,6 +424,18 @@ async fn flush(slots: &mut [Slot], i: usize, consumer: &StreamConsumer<Ctx>, con
                 tracing::warn!(table = %s.runner.cfg.name, attempt, error = %e, "commit failed; re-reading the table and retrying");
                 tokio::time::sleep(Duration::from_millis(200 * (1 << attempt))).await;
                 s.runner = TableRunner::open(config, &s.runner.cfg.clone()).await?;
+                // Another writer may have committed some of these offsets meanwhile
+                // (a conflicting `txn`): keep only what the table still lacks.
+                for m in marks.iter_mut() {
+                    let p = m.partition.unwrap_or(0);
+                    let stored = s.runner.store.txn_version(&m.app).await?.unwrap_or(0);
+                    s.stored.insert(p, stored.max(s.stored.get(&p).copied().unwrap_or(0)));
+                    m.version = m.version.max(stored);
+                }
+                let stored = s.stored.clone();
+                let keep = |p: i32, pos: u64| stored.get(&p).is_none_or(|&next| pos as i64 >= next);
+                rows.retain(|(_, r)| r.replayed || keep(r.partition, r.pos));
+                dead.retain(|d| keep(d.partition, d.pos));
             }
             Err(e) => return Err(e),
         }

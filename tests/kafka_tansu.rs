@@ -243,3 +243,33 @@ fn poison_message_lands_once_in_the_dead_letters_and_the_table_goes_on() {
     assert_eq!(rows[0]["topic"], "crm.public.account");
     assert!(rows[0]["error"].as_str().unwrap().contains("not JSON"));
 }
+
+#[test]
+fn two_daemons_on_one_table_do_not_corrupt_it() {
+    let broker = Broker::start();
+    broker.create_topic("crm.public.account", 2);
+    let events = debezium_stream(1500, 40, 2);
+    broker.produce("crm.public.account", &events);
+    let (want1, want2) = reference(&broker, events.len());
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = write(tmp.path(), "c.yaml", &debezium_config(&broker.brokers(), 30, "100ms"));
+    let spawn = || Command::new(BIN).args(["run", "--config"]).arg(&cfg).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let (mut a, mut b) = (spawn(), spawn());
+    std::thread::sleep(Duration::from_secs(4));
+    for c in [&mut a, &mut b] {
+        let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
+    }
+    let _ = (a.wait(), b.wait());
+    ok(cli(&["run", "--once"], &cfg));
+    assert_eq!(live(show(&cfg, "account", &["_execution_id"])), want1);
+    let hist = show(&cfg, "account_history", &["_execution_id"]);
+    let cur: Vec<_> = hist.iter().filter(|r| r["_is_current"] == true).cloned().collect();
+    assert_eq!(cur, want2);
+    let mut seen = std::collections::HashSet::new();
+    for r in &hist {
+        assert!(
+            seen.insert((r["id"].to_string(), r["source_lsn"].to_string(), r["_is_deleted"].to_string())),
+            "version applied twice: {r}"
+        );
+    }
+}
