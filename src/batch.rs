@@ -54,7 +54,9 @@ pub fn conform(
     keys: &[String],
 ) -> Result<Conformed, String> {
     for k in keys {
-        if !raw.columns.contains(k) {
+        // A CSV header without the key is a malformed extract; JSON rows
+        // without it simply have a NULL key (dropped and counted downstream).
+        if raw.text && !raw.columns.contains(k) {
             return Err(format!(
                 "business key column `{k}` is missing from the input {} (key columns can never be added or dropped)",
                 raw.source
@@ -207,6 +209,14 @@ mod tests {
     #[test]
     fn schema_missing_key_column_is_an_error() {
         assert!(conform(raw(&["city"], &[&["x"]]), &[], &[], SchemaPolicy::Additive, &["id".into()]).is_err());
+    }
+
+    #[test]
+    fn json_rows_without_the_key_column_are_null_keys_not_an_error() {
+        let mut b = raw(&["city"], &[&["x"]]);
+        b.text = false;
+        let c = conform(b, &[("id".to_string(), DType::Int)], &[], SchemaPolicy::Additive, &["id".into()]).unwrap();
+        assert!(c.rows[0].data[0].is_null());
     }
 
     #[test]

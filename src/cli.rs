@@ -244,7 +244,7 @@ pub async fn run_files(c: &Config, once: bool) -> Result<()> {
     loop {
         for r in runners.iter_mut() {
             for report in run_table_files(c, r).await? {
-                log_report(&report);
+                crate::telemetry::run_committed(&report);
             }
         }
         if once {
@@ -282,21 +282,6 @@ async fn run_table_files(c: &Config, r: &mut TableRunner) -> Result<Vec<RunRepor
         reports.push(r.run_batch(raw, progress).await?);
     }
     Ok(reports)
-}
-
-pub fn log_report(r: &RunReport) {
-    let s = &r.stats;
-    tracing::info!(
-        table = %r.table, source = %r.source, version = ?r.version, execution_id = ?r.exec,
-        rows = s.rows_in, inserted = s.inserted, updated = s.updated, in_place = s.updated_in_place,
-        deleted = s.deleted + s.snapshot_deleted, revived = s.revived, late = s.late_inserted,
-        ignored_older = s.older_ignored, unchanged = s.unchanged + s.late_noop,
-        null_keys = s.null_keys, duplicates = s.duplicates, dead_letters = r.dead_letters,
-        files_added = r.files_added, files_removed = r.files_removed, "run committed"
-    );
-    if let Some(why) = &r.rejected {
-        tracing::error!(table = %r.table, source = %r.source, reason = %why, "batch rejected by a guardrail; its rows are in the dead-letter table");
-    }
 }
 
 pub async fn show(c: &Config, table: &str, view: &str, format: OutFormat) -> Result<()> {

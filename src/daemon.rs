@@ -30,6 +30,7 @@ use crate::engine::{Mark, RunReport, TableRunner};
 use crate::error::{Error, Result};
 use crate::source::kafka::{app_id, client_config, partitions, watermarks, Ctx};
 use crate::source::{RawBatch, RawRow, Unparsable};
+use crate::telemetry;
 use crate::value::Value;
 
 /// Where a run starts and when it stops.
@@ -114,6 +115,12 @@ fn store_paths(t: &TableConfig, format: Format) -> Vec<String> {
 
 /// Runs every Kafka system of the config until shutdown (or, with `once`, the end).
 pub async fn run(config: &Config, opts: RunOpts, shutdown: Shutdown) -> Result<Vec<RunReport>> {
+    let listen = config.metrics_listen.clone().or_else(|| (!opts.once).then(|| "127.0.0.1:9464".to_string()));
+    if let Some(addr) = listen {
+        if let Err(e) = telemetry::serve(&addr).await {
+            tracing::warn!(%addr, error = %e, "cannot serve metrics");
+        }
+    }
     let shared = futures::future::FutureExt::shared(shutdown);
     let mut runs = vec![];
     for (name, sys) in &config.systems {
@@ -224,6 +231,9 @@ async fn run_system(
     }
     consumer.assign(&tpl).map_err(|e| Error::Input(format!("assign: {e}")))?;
     tracing::info!(system, partitions = tpl.count(), "assigned partitions");
+    telemetry::set_ready(true);
+    let meta = Arc::new(meta);
+    let mut last_lag = Instant::now() - Duration::from_secs(3600);
 
     // One forwarding task per partition queue: EOF events then name their partition.
     let (tx, mut rx) = mpsc::channel::<Ev>(4096);
@@ -275,7 +285,12 @@ async fn run_system(
         tokio::select! {
             ev = rx.recv() => match ev {
                 None => break,
-                Some(Ev::Err(e)) => tracing::warn!(system, error = %e, "kafka client error (retrying)"),
+                Some(Ev::Err(e)) => {
+                    if e.contains("AllBrokersDown") || e.contains("BrokerTransportFailure") {
+                        telemetry::set_ready(false);
+                    }
+                    tracing::warn!(system, error = %e, "kafka client error (retrying)");
+                }
                 Some(Ev::Eof(topic, p)) => {
                     let key = (topic, p);
                     if position.get(&key).copied().unwrap_or(0) >= high_at_start.get(&key).copied().unwrap_or(0) {
@@ -286,6 +301,7 @@ async fn run_system(
                     }
                 }
                 Some(Ev::Msg(m)) => {
+                    telemetry::set_ready(true);
                     let (topic, p, off) = (m.topic().to_string(), m.partition(), m.offset());
                     position.insert((topic.clone(), p), off + 1);
                     route(&mut slots, *format, &opts, &m);
@@ -304,6 +320,10 @@ async fn run_system(
                 }
             },
             _ = tick.tick() => {
+                if last_lag.elapsed() >= Duration::from_secs(10) {
+                    last_lag = Instant::now();
+                    spawn_lag_probe(meta.clone(), &slots, brokers.clone());
+                }
                 for i in 0..slots.len() {
                     if slots[i].buf.since.is_some_and(|s| s.elapsed() >= batching.max_age) {
                         reports.push(flush(&mut slots, i, &consumer, config).await?);
@@ -337,6 +357,24 @@ async fn run_system(
         }
     }
     Ok(reports.into_iter().filter(|r| !r.skipped).collect())
+}
+
+/// Updates the consumer-lag gauges off the hot path (watermark calls block).
+fn spawn_lag_probe(meta: Arc<BaseConsumer<Ctx>>, slots: &[Slot], brokers: String) {
+    let targets: Vec<(String, String, i32, i64)> =
+        slots.iter().flat_map(|s| s.stored.iter().map(|(p, o)| (s.runner.cfg.name.clone(), s.topic.clone(), *p, *o))).collect();
+    tokio::task::spawn_blocking(move || {
+        for (table, topic, p, stored) in targets {
+            if let Ok((_, high)) = watermarks(&meta, &topic, p, &brokers) {
+                let part = p.to_string();
+                telemetry::gauge(
+                    "changelake_consumer_lag_messages",
+                    &[("table", &table), ("topic", &topic), ("partition", &part)],
+                    (high - stored).max(0) as f64,
+                );
+            }
+        }
+    });
 }
 
 async fn meta_call<T: Send + 'static>(
@@ -382,9 +420,13 @@ fn route(slots: &mut [Slot], format: Format, opts: &RunOpts, m: &OwnedMessage) {
                 }
                 b.rows.push((data, RawRow { cells: vec![], pos: off as u64, partition: p, raw, extra: env.clone(), replayed }));
             }
-            Ok(Decoded::Tombstone) => s.tombstones += 1,
+            Ok(Decoded::Tombstone) => {
+                s.tombstones += 1;
+                telemetry::count("changelake_rows_dropped_total", &[("table", &s.runner.cfg.name), ("reason", "tombstone")], 1);
+            }
             Ok(Decoded::Truncate) => {
                 s.truncates += 1;
+                telemetry::count("changelake_rows_dropped_total", &[("table", &s.runner.cfg.name), ("reason", "truncate")], 1);
                 tracing::warn!(table = %s.runner.cfg.name, topic, partition = p, offset = off, "truncate event: counted, not applied");
             }
             Err(_) if Some(i) != owner => {}
@@ -441,9 +483,16 @@ async fn flush(slots: &mut [Slot], i: usize, consumer: &StreamConsumer<Ctx>, con
         }
     };
     for m in &marks {
-        s.stored.insert(m.partition.unwrap_or(0), m.version);
+        let p = m.partition.unwrap_or(0);
+        s.stored.insert(p, m.version);
+        let part = p.to_string();
+        telemetry::gauge(
+            "changelake_committed_offset",
+            &[("table", &s.runner.cfg.name), ("topic", &s.topic), ("partition", &part)],
+            m.version as f64,
+        );
     }
-    crate::cli::log_report(&report);
+    crate::telemetry::run_committed(&report);
     // Group offsets for lag tools: the smallest next offset over the tables reading each partition.
     let topic = s.topic.clone();
     let mut tpl = TopicPartitionList::new();

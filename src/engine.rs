@@ -77,6 +77,10 @@ pub struct Mark {
 #[derive(Debug, Default, Clone)]
 pub struct RunReport {
     pub table: String,
+    pub strategy: String,
+    /// Seconds spent merging (state loads, rules, file writes) and committing.
+    pub merge_secs: f64,
+    pub commit_secs: f64,
     pub source: String,
     pub skipped: bool,
     pub stats: Stats,
@@ -137,10 +141,29 @@ impl TableRunner {
         Ok(true)
     }
 
+    /// Dead letters first: their commit is idempotent (txn), so a crash
+    /// before the data commit re-runs the batch without duplicating them.
+    async fn write_dead_letters(&self, progress: &[Mark], dead: &[DeadLetter]) -> Result<()> {
+        let groups: Vec<deadletter::Group> = progress
+            .iter()
+            .map(|m| deadletter::Group {
+                app: format!("{}/dead_letters", m.app),
+                version: m.version,
+                by_offset: m.partition.is_some(),
+                rows: dead.iter().filter(|d| m.partition.is_none_or(|p| p == d.partition)).cloned().collect(),
+            })
+            .collect();
+        let n = deadletter::append(&self.dead_letter_uri, groups).await?;
+        tracing::warn!(table = %self.cfg.name, count = n, "rows sent to the dead-letter table");
+        Ok(())
+    }
+
     /// Runs one batch and commits it together with `progress`.
     pub async fn run_batch(&mut self, raw: RawBatch, progress: Vec<Mark>) -> Result<RunReport> {
         let t = self.cfg.clone();
-        let mut report = RunReport { table: t.name.clone(), source: raw.source.clone(), ..Default::default() };
+        let started = std::time::Instant::now();
+        let mut report =
+            RunReport { table: t.name.clone(), strategy: t.strategy.as_str().into(), source: raw.source.clone(), ..Default::default() };
         let text = raw.text;
         let source = raw.source.clone();
         let to_dead = |u: &Unparsable| DeadLetter {
@@ -160,6 +183,19 @@ impl TableRunner {
             }
         })?;
         dead.extend(conformed.dead.iter().map(to_dead));
+        if t.business_key.iter().any(|k| !conformed.columns.iter().any(|(c, _)| c == k)) {
+            // A new table and no row carrying the key yet: nothing can be
+            // merged or created. The rows are NULL-key rows; offsets stay
+            // uncommitted, so they are simply re-read later.
+            report.stats.rows_in = conformed.rows.len() as u64;
+            report.stats.null_keys = conformed.rows.len() as u64;
+            report.merge_secs = started.elapsed().as_secs_f64();
+            if !dead.is_empty() {
+                self.write_dead_letters(&progress, &dead).await?;
+            }
+            report.dead_letters = dead.len();
+            return Ok(report);
+        }
         if !conformed.ignored_columns.is_empty() {
             tracing::info!(table = %t.name, columns = ?conformed.ignored_columns, "schema_policy ignore: dropped new columns");
         }
@@ -178,9 +214,6 @@ impl TableRunner {
         }
         let prepared = merge::prepare(&spec, rows);
         let mut stats = prepared.stats.clone();
-        if prepared.stats.null_keys > 0 {
-            tracing::warn!(table = %t.name, count = prepared.stats.null_keys, "dropped rows with a NULL business key");
-        }
         let reject = |reason: String, dead: &mut Vec<DeadLetter>| {
             for u in &raw_by_pos {
                 dead.push(DeadLetter { error: reason.clone(), ..to_dead(u) });
@@ -219,23 +252,14 @@ impl TableRunner {
         // Dead letters first: their commit is idempotent (txn), so a crash
         // before the data commit re-runs the batch without duplicating them.
         if !dead.is_empty() {
-            let groups: Vec<deadletter::Group> = progress
-                .iter()
-                .map(|m| deadletter::Group {
-                    app: format!("{}/dead_letters", m.app),
-                    version: m.version,
-                    by_offset: m.partition.is_some(),
-                    rows: dead.iter().filter(|d| m.partition.is_none_or(|p| p == d.partition)).cloned().collect(),
-                })
-                .collect();
-            let n = deadletter::append(&self.dead_letter_uri, groups).await?;
-            tracing::warn!(table = %t.name, count = n, "rows sent to the dead-letter table");
+            self.write_dead_letters(&progress, &dead).await?;
         }
         let changes = out.has_changes();
         let info = serde_json::json!({ "source": source, "stats": format!("{stats:?}") });
         if changes || !self.store.exists() {
             let schema_changed = self.store.add_columns(&conformed.columns);
             let pc = self.store.stage(&spec, &out, exec).await?;
+            report.merge_secs = started.elapsed().as_secs_f64();
             report.files_added = pc.files_added;
             report.files_removed = pc.files_removed;
             report.version = Some(self.store.commit(pc, txns(&progress), changes.then_some(exec), schema_changed, info).await?);
@@ -243,6 +267,11 @@ impl TableRunner {
         } else if !self.already_applied(&progress).await? {
             // Offsets moved but nothing changed: a txn-only commit, no data files.
             report.version = Some(self.store.commit(Default::default(), txns(&progress), None, false, info).await?);
+        }
+        report.commit_secs = (started.elapsed().as_secs_f64() - report.merge_secs).max(0.0);
+        if report.merge_secs == 0.0 {
+            report.merge_secs = started.elapsed().as_secs_f64();
+            report.commit_secs = 0.0;
         }
         report.dead_letters = dead.len();
         report.stats = stats;

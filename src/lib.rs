@@ -17,4 +17,5 @@ pub mod faults;
 pub mod merge;
 pub mod source;
 pub mod table;
+pub mod telemetry;
 pub mod value;

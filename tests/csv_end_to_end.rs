@@ -211,7 +211,10 @@ async fn layout_one_percent_update_rewrites_only_files_holding_touched_keys() {
 #[test]
 fn renamed_reserved_columns_are_what_readers_see() {
     let tmp = tempfile::tempdir().unwrap();
-    let yaml = SCD2_CFG.replace("      strategy: scd2\n", "      strategy: scd2\n      columns: {_is_current: is_current, _valid_from: valid_from, _valid_to: valid_to}\n");
+    let yaml = SCD2_CFG.replace(
+        "      strategy: scd2\n",
+        "      strategy: scd2\n      columns: {_is_current: is_current, _valid_from: valid_from, _valid_to: valid_to}\n",
+    );
     let cfg = write(tmp.path(), "c.yaml", &yaml);
     write(tmp.path(), "data/1.csv", "id,op,city,seq\n1,U,Berlin,1\n");
     write(tmp.path(), "data/2.csv", "id,op,city,seq\n1,U,Hamburg,2\n");
@@ -219,7 +222,11 @@ fn renamed_reserved_columns_are_what_readers_see() {
     let py = "import sys; from deltalake import DeltaTable; t = DeltaTable(sys.argv[1]); print(sorted(t.schema().to_arrow().names)); print(t.metadata().partition_columns)";
     let out = Command::new("python3").args(["-c", py]).arg(tmp.path().join("lake/bronze/customer")).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("'is_current'") && text.contains("'valid_from'") && !text.contains("'_is_current'"), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        text.contains("'is_current'") && text.contains("'valid_from'") && !text.contains("'_is_current'"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(text.contains("['is_current']"), "scd2 is partitioned by the (renamed) current flag: {text}");
 }
 
@@ -228,7 +235,11 @@ fn jsonl_source_and_show_views() {
     let tmp = tempfile::tempdir().unwrap();
     let yaml = SCD2_CFG.replace("type: csv, path: 'data/*.csv'", "type: jsonl, path: 'data/*.jsonl'");
     let cfg = write(tmp.path(), "c.yaml", &yaml);
-    write(tmp.path(), "data/1.jsonl", "{\"id\":1,\"op\":\"U\",\"city\":\"Berlin\",\"seq\":1}\n{\"id\":2,\"op\":\"U\",\"city\":\"Bonn\",\"seq\":1}\nnot json\n");
+    write(
+        tmp.path(),
+        "data/1.jsonl",
+        "{\"id\":1,\"op\":\"U\",\"city\":\"Berlin\",\"seq\":1}\n{\"id\":2,\"op\":\"U\",\"city\":\"Bonn\",\"seq\":1}\nnot json\n",
+    );
     assert!(run(&cfg, &[]).status.success());
     std::thread::sleep(std::time::Duration::from_millis(20));
     let between = chrono::Utc::now().to_rfc3339();

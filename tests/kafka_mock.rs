@@ -124,3 +124,79 @@ fn show_env(cfg: &std::path::Path, table: &str) -> Vec<serde_json::Value> {
     let out = ok(out);
     String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
+
+fn http_get(port: u16, path: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").unwrap();
+    (head.lines().next().unwrap().to_string(), body.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn metrics_endpoint_serves_valid_prometheus_text() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("crm.public.account", 2, 1).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    let mut events = debezium_stream(100, 20, 2);
+    events.push((0, "{\"id\":1}".into(), None));
+    events.push((1, "{\"id\":2}".into(), Some("not json".into())));
+    produce(&brokers, "crm.public.account", &events).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg_path = write(tmp.path(), "c.yaml", &format!("{}metrics: {{listen: \"127.0.0.1:{port}\"}}\n", config(&brokers)));
+    let cfg = Config::load(&cfg_path).unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let daemon = tokio::spawn(async move {
+        let shutdown = Box::pin(async move {
+            let _ = stop_rx.await;
+        });
+        daemon::run(&cfg, RunOpts::default(), shutdown).await
+    });
+    let t0 = Instant::now();
+    let body = loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (status, body) = tokio::task::spawn_blocking(move || http_get(port, "/metrics")).await.unwrap();
+        assert!(status.contains("200"), "{status}");
+        if body.contains("changelake_rows_dead_lettered_total{table=\"account\"}") && body.contains("reason=\"tombstone\"") {
+            break body;
+        }
+        if daemon.is_finished() {
+            panic!("daemon stopped early: {:?}", daemon.await.unwrap().err());
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "metrics never showed the stream:\n{body}");
+    };
+    for needle in [
+        "changelake_rows_read_total{table=\"account\"}",
+        "changelake_versions_total{",
+        "changelake_commit_duration_seconds_bucket",
+        "changelake_committed_offset{table=\"account\",topic=\"crm.public.account\",partition=\"0\"}",
+        "changelake_ready 1",
+    ] {
+        assert!(body.contains(needle), "missing {needle} in:\n{body}");
+    }
+    let (health, _) = tokio::task::spawn_blocking(move || http_get(port, "/healthz")).await.unwrap();
+    let (ready, _) = tokio::task::spawn_blocking(move || http_get(port, "/readyz")).await.unwrap();
+    assert!(health.contains("200") && ready.contains("200"), "{health} / {ready}");
+    // An independent parser: promtool (Debian's prometheus package, installed by .ci/run).
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool is installed (apt-get install prometheus)");
+    use std::io::Write;
+    let _ = child.stdin.take().unwrap().write_all(body.as_bytes());
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool rejected the metrics: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stop_tx.send(()).unwrap();
+    daemon.await.unwrap().unwrap();
+}
