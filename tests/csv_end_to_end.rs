@@ -257,3 +257,40 @@ fn jsonl_source_and_show_views() {
     assert!(past.contains("Berlin") && past.contains("Bonn") && !past.contains("Hamburg"), "{past}");
     assert_eq!(view("all").lines().count(), 1 + 3);
 }
+
+#[test]
+fn dashboard_queries_only_use_exported_metrics_and_cover_them_all() {
+    let text = std::fs::read_to_string(manifest().join("dashboards/changelake.json")).unwrap();
+    let dash: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let exported: Vec<&str> = changelake::telemetry::METRICS.iter().map(|(n, _, _)| *n).collect();
+    let mut used = std::collections::HashSet::new();
+    for p in dash["panels"].as_array().unwrap() {
+        for t in p["targets"].as_array().unwrap() {
+            let expr = t["expr"].as_str().unwrap();
+            let mut rest = expr;
+            while let Some(i) = rest.find("changelake_") {
+                let name: String = rest[i..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                rest = &rest[i + name.len()..];
+                let base = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(&name).to_string();
+                assert!(exported.contains(&base.as_str()), "panel {} queries {name}, which the daemon does not export", p["title"]);
+                used.insert(base);
+            }
+        }
+    }
+    for m in exported {
+        assert!(used.contains(m), "no dashboard panel shows {m}");
+    }
+}
+
+#[test]
+fn shipped_configs_pass_check() {
+    for cfg in ["config/changelake.yaml", "docker/changelake.yaml"] {
+        let out = Command::new(BIN)
+            .args(["check", "--config"])
+            .arg(manifest().join(cfg))
+            .env("CHANGELAKE_BROKERS", "kafka:9092")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{cfg}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
