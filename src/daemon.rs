@@ -98,6 +98,39 @@ enum Ev {
     Msg(OwnedMessage),
     Eof(String, i32),
     Err(String),
+    /// Current partitions of a topic (periodic metadata refresh).
+    Partitions(String, Vec<i32>),
+}
+
+/// Forwards one partition queue into the loop's channel.
+fn forward(consumer: &Arc<StreamConsumer<Ctx>>, topic: &str, p: i32, tx: &mpsc::Sender<Ev>) -> Option<tokio::task::JoinHandle<()>> {
+    let q = consumer.split_partition_queue(topic, p)?;
+    let tx = tx.clone();
+    let topic = topic.to_string();
+    Some(tokio::spawn(async move {
+        loop {
+            let ev = match q.recv().await {
+                Ok(m) => Ev::Msg(m.detach()),
+                Err(RdError::PartitionEOF(_)) => Ev::Eof(topic.clone(), p),
+                Err(e) => Ev::Err(e.to_string()),
+            };
+            if tx.send(ev).await.is_err() {
+                return;
+            }
+        }
+    }))
+}
+
+/// Starts reading a new partition: from the smallest stored offset over the tables reading it.
+fn start_offset(slots: &[Slot], topic: &str, p: i32) -> Offset {
+    slots
+        .iter()
+        .filter(|s| s.topic == topic)
+        .map(|s| s.stored.get(&p).copied())
+        .min()
+        .flatten()
+        .map(Offset::Offset)
+        .unwrap_or(Offset::Beginning)
 }
 
 fn store_paths(t: &TableConfig, format: Format) -> Vec<String> {
@@ -240,21 +273,7 @@ async fn run_system(
     let mut tasks = vec![];
     for (topic, ps) in &topic_parts {
         for &p in ps {
-            let Some(q) = consumer.split_partition_queue(topic, p) else { continue };
-            let tx = tx.clone();
-            let topic = topic.clone();
-            tasks.push(tokio::spawn(async move {
-                loop {
-                    let ev = match q.recv().await {
-                        Ok(m) => Ev::Msg(m.detach()),
-                        Err(RdError::PartitionEOF(_)) => Ev::Eof(topic.clone(), p),
-                        Err(e) => Ev::Err(e.to_string()),
-                    };
-                    if tx.send(ev).await.is_err() {
-                        return;
-                    }
-                }
-            }));
+            tasks.extend(forward(&consumer, topic, p, &tx));
         }
     }
     {
@@ -273,7 +292,10 @@ async fn run_system(
             }
         }));
     }
+    // The daemon keeps the sender to report new topics and partitions; `--once` reads what existed at start.
+    let refresh_tx = if opts.once { None } else { Some(tx.clone()) };
     drop(tx);
+    let mut last_refresh = Instant::now();
 
     let mut done: HashMap<(String, i32), bool> = position.keys().map(|k| (k.clone(), false)).collect();
     let batching = config.batching.clone();
@@ -290,6 +312,29 @@ async fn run_system(
                         telemetry::set_ready(false);
                     }
                     tracing::warn!(system, error = %e, "kafka client error (retrying)");
+                }
+                Some(Ev::Partitions(topic, ps)) => {
+                    let known = topic_parts.entry(topic.clone()).or_default();
+                    let new: Vec<i32> = ps.into_iter().filter(|p| !known.contains(p)).collect();
+                    if !new.is_empty() {
+                        let mut add = TopicPartitionList::new();
+                        for &p in &new {
+                            add.add_partition_offset(&topic, p, start_offset(&slots, &topic, p)).ok();
+                        }
+                        match consumer.incremental_assign(&add) {
+                            Ok(()) => {
+                                tracing::info!(topic = %topic, partitions = ?new, "assigned new partitions");
+                                for &p in &new {
+                                    known.push(p);
+                                    position.insert((topic.clone(), p), 0);
+                                    if let Some(tx) = &refresh_tx {
+                                        tasks.extend(forward(&consumer, &topic, p, tx));
+                                    }
+                                }
+                            }
+                            Err(e) => tracing::warn!(topic = %topic, error = %e, "cannot assign new partitions (will retry)"),
+                        }
+                    }
                 }
                 Some(Ev::Eof(topic, p)) => {
                     let key = (topic, p);
@@ -320,6 +365,10 @@ async fn run_system(
                 }
             },
             _ = tick.tick() => {
+                if let Some(tx) = refresh_tx.as_ref().filter(|_| last_refresh.elapsed() >= Duration::from_secs(10)) {
+                    last_refresh = Instant::now();
+                    spawn_partition_refresh(meta.clone(), topic_parts.keys().cloned().collect(), brokers.clone(), tx.clone());
+                }
                 if last_lag.elapsed() >= Duration::from_secs(10) {
                     last_lag = Instant::now();
                     spawn_lag_probe(meta.clone(), &slots, brokers.clone());
@@ -357,6 +406,20 @@ async fn run_system(
         }
     }
     Ok(reports.into_iter().filter(|r| !r.skipped).collect())
+}
+
+/// Re-reads topic metadata off the hot path: topics created after start and
+/// partitions added later are picked up without a restart.
+fn spawn_partition_refresh(meta: Arc<BaseConsumer<Ctx>>, topics: Vec<String>, brokers: String, tx: mpsc::Sender<Ev>) {
+    tokio::task::spawn_blocking(move || {
+        for topic in topics {
+            if let Ok(ps) = partitions(&meta, &topic, &brokers) {
+                if !ps.is_empty() && tx.blocking_send(Ev::Partitions(topic, ps)).is_err() {
+                    return;
+                }
+            }
+        }
+    });
 }
 
 /// Updates the consumer-lag gauges off the hot path (watermark calls block).

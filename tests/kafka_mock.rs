@@ -200,3 +200,31 @@ async fn metrics_endpoint_serves_valid_prometheus_text() {
     stop_tx.send(()).unwrap();
     daemon.await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn daemon_picks_up_a_topic_created_after_it_started() {
+    let cluster = MockCluster::new(1).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg_path = write(tmp.path(), "c.yaml", &config(&brokers));
+    let cfg = Config::load(&cfg_path).unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let daemon = tokio::spawn(async move {
+        let shutdown = Box::pin(async move {
+            let _ = stop_rx.await;
+        });
+        daemon::run(&cfg, RunOpts::default(), shutdown).await
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cluster.create_topic("crm.public.account", 2, 1).unwrap();
+    produce(&brokers, "crm.public.account", &debezium_stream(50, 10, 2)).await;
+    let table = tmp.path().join("lake/bronze/account");
+    let t0 = Instant::now();
+    while versions(&table) == 0 {
+        assert!(!daemon.is_finished(), "daemon stopped");
+        assert!(t0.elapsed() < Duration::from_secs(40), "the new topic was never read");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    stop_tx.send(()).unwrap();
+    daemon.await.unwrap().unwrap();
+}
