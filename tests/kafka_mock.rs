@@ -23,6 +23,20 @@ async fn produce(brokers: &str, topic: &str, records: &[(i32, String, Option<Str
     }
 }
 
+type Daemon = tokio::task::JoinHandle<changelake::error::Result<Vec<changelake::engine::RunReport>>>;
+
+/// Runs the daemon in the background; sending on the returned channel is SIGTERM.
+fn spawn_daemon(cfg: Config) -> (tokio::sync::oneshot::Sender<()>, Daemon) {
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let daemon = tokio::spawn(async move {
+        let shutdown = Box::pin(async move {
+            let _ = stop_rx.await;
+        });
+        daemon::run(&cfg, RunOpts::default(), shutdown).await
+    });
+    (stop_tx, daemon)
+}
+
 fn config(brokers: &str) -> String {
     format!(
         "storage: {{root: ./lake}}\nsystems:\n  crm: {{type: kafka, brokers: \"{brokers}\", topic: \"crm.public.{{object}}\", format: debezium, kafka: {{reconnect.backoff.max.ms: \"500\"}}}}\nbronze:\n  tables:\n    account:\n      source: {{system: crm, object: account}}\n      business_key: [id]\n      strategy: scd1\n      merge: {{sequence_by: [source.lsn]}}\nbatching: {{max_rows: 50, max_age: 200ms}}\nshutdown_timeout: 10s\n"
@@ -41,13 +55,7 @@ async fn broker_stopped_mid_stream_and_restarted_loses_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg_path = write(tmp.path(), "c.yaml", &config(&brokers));
     let cfg = Config::load(&cfg_path).unwrap();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let daemon = tokio::spawn(async move {
-        let shutdown = Box::pin(async move {
-            let _ = stop_rx.await;
-        });
-        daemon::run(&cfg, RunOpts::default(), shutdown).await
-    });
+    let (stop_tx, daemon) = spawn_daemon(cfg);
     let table = tmp.path().join("lake/bronze/account");
     let t0 = Instant::now();
     while versions(&table) == 0 {
@@ -148,13 +156,7 @@ async fn metrics_endpoint_serves_valid_prometheus_text() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg_path = write(tmp.path(), "c.yaml", &format!("{}metrics: {{listen: \"127.0.0.1:{port}\"}}\n", config(&brokers)));
     let cfg = Config::load(&cfg_path).unwrap();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let daemon = tokio::spawn(async move {
-        let shutdown = Box::pin(async move {
-            let _ = stop_rx.await;
-        });
-        daemon::run(&cfg, RunOpts::default(), shutdown).await
-    });
+    let (stop_tx, daemon) = spawn_daemon(cfg);
     let t0 = Instant::now();
     let body = loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -208,13 +210,7 @@ async fn daemon_picks_up_a_topic_created_after_it_started() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg_path = write(tmp.path(), "c.yaml", &config(&brokers));
     let cfg = Config::load(&cfg_path).unwrap();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let daemon = tokio::spawn(async move {
-        let shutdown = Box::pin(async move {
-            let _ = stop_rx.await;
-        });
-        daemon::run(&cfg, RunOpts::default(), shutdown).await
-    });
+    let (stop_tx, daemon) = spawn_daemon(cfg);
     tokio::time::sleep(Duration::from_secs(1)).await;
     cluster.create_topic("crm.public.account", 2, 1).unwrap();
     produce(&brokers, "crm.public.account", &debezium_stream(50, 10, 2)).await;
