@@ -193,7 +193,8 @@ async fn run_system(
     let mut topic_parts: BTreeMap<String, Vec<i32>> = BTreeMap::new();
     for t in &tables {
         let topic = template.replace("{object}", &t.object);
-        let runner = TableRunner::open(config, t).await?;
+        let mut runner = TableRunner::open(config, t).await?;
+        runner.lock(config)?;
         if !topic_parts.contains_key(&topic) {
             let m = meta_call(&meta, |m| partitions(m, &topic, brokers)).await?;
             if m.is_empty() {
@@ -528,7 +529,7 @@ async fn flush(slots: &mut [Slot], i: usize, consumer: &StreamConsumer<Ctx>, con
                 attempt += 1;
                 tracing::warn!(table = %s.runner.cfg.name, attempt, error = %e, "commit failed; re-reading the table and retrying");
                 tokio::time::sleep(Duration::from_millis(200 * (1 << attempt))).await;
-                s.runner = TableRunner::open(config, &s.runner.cfg.clone()).await?;
+                s.runner.reopen(config).await?;
                 // Another writer may have committed some of these offsets meanwhile
                 // (a conflicting `txn`): keep only what the table still lacks.
                 for m in marks.iter_mut() {

@@ -94,6 +94,8 @@ pub struct RunReport {
 
 pub struct TableRunner {
     pub cfg: TableConfig,
+    /// Held while this process writes the table (local lakes), see [`TableRunner::lock`].
+    lock: Option<std::fs::File>,
     pub store: TableStore,
     declared: Vec<(String, DType)>,
     dead_letter_uri: String,
@@ -125,7 +127,46 @@ impl TableRunner {
             return Err(e);
         }
         let declared = config.systems.get(&t.system).map(|s| s.columns.clone()).unwrap_or_default();
-        Ok(TableRunner { cfg: t.clone(), store, declared, dead_letter_uri: config.dead_letter_uri() })
+        Ok(TableRunner { cfg: t.clone(), lock: None, store, declared, dead_letter_uri: config.dead_letter_uri() })
+    }
+
+    /// Claims the table for writing. On a local lake an exclusive file lock
+    /// (`<root>/.changelake/locks/<table>.lock`, released when the process
+    /// ends, even by SIGKILL) makes a second writer fail fast instead of
+    /// racing; on object stores Delta's `txn` conflict check is the guard.
+    pub fn lock(&mut self, config: &Config) -> Result<()> {
+        if self.lock.is_some() || config.storage_root.contains("://") {
+            return Ok(());
+        }
+        let dir = std::path::Path::new(&config.storage_root).join(".changelake/locks");
+        std::fs::create_dir_all(&dir).map_err(|e| Error::Input(format!("{}: {e}", dir.display())))?;
+        let path = dir.join(format!("{}.lock", self.cfg.name));
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::Input(format!("{}: {e}", path.display())))?;
+        match f.try_lock() {
+            Ok(()) => {
+                self.lock = Some(f);
+                Ok(())
+            }
+            Err(std::fs::TryLockError::WouldBlock) => Err(Error::Input(format!(
+                "table {} is being written by another changelake process (lock {}); stop it first",
+                self.cfg.name,
+                path.display()
+            ))),
+            Err(std::fs::TryLockError::Error(e)) => Err(Error::Input(format!("{}: {e}", path.display()))),
+        }
+    }
+
+    /// Re-reads the table (after a conflicting commit), keeping the write lock.
+    pub async fn reopen(&mut self, config: &Config) -> Result<()> {
+        let lock = self.lock.take();
+        *self = TableRunner::open(config, &self.cfg.clone()).await?;
+        self.lock = lock;
+        Ok(())
     }
 
     /// Has this exact progress marker already been committed?

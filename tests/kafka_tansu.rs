@@ -253,13 +253,18 @@ fn two_daemons_on_one_table_do_not_corrupt_it() {
     let (want1, want2) = reference(&broker, events.len());
     let tmp = tempfile::tempdir().unwrap();
     let cfg = write(tmp.path(), "c.yaml", &debezium_config(&broker.brokers(), 30, "100ms"));
-    let spawn = || Command::new(BIN).args(["run", "--config"]).arg(&cfg).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-    let (mut a, mut b) = (spawn(), spawn());
+    let spawn = || Command::new(BIN).args(["run", "--config"]).arg(&cfg).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let (a, b) = (spawn(), spawn());
     std::thread::sleep(Duration::from_secs(4));
-    for c in [&mut a, &mut b] {
+    for c in [&a, &b] {
         let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
     }
-    let _ = (a.wait(), b.wait());
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    // Exactly one daemon owns the tables; the other loses at start with a clear error.
+    let losers: Vec<String> =
+        [&a, &b].iter().filter(|o| !o.status.success()).map(|o| String::from_utf8_lossy(&o.stderr).to_string()).collect();
+    assert_eq!(losers.len(), 1, "{losers:?}");
+    assert!(losers[0].contains("another changelake process"), "{}", losers[0]);
     ok(cli(&["run", "--once"], &cfg));
     assert_eq!(live(show(&cfg, "account", &["_execution_id"])), want1);
     let hist = show(&cfg, "account_history", &["_execution_id"]);
@@ -269,7 +274,8 @@ fn two_daemons_on_one_table_do_not_corrupt_it() {
     for r in &hist {
         assert!(
             seen.insert((r["id"].to_string(), r["source_lsn"].to_string(), r["_is_deleted"].to_string())),
-            "version applied twice: {r}"
+            "version applied twice: {r}\nall versions of the key: {:?}",
+            hist.iter().filter(|h| h["id"] == r["id"]).collect::<Vec<_>>()
         );
     }
 }
