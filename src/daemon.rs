@@ -350,7 +350,15 @@ async fn run_system(
                     telemetry::set_ready(true);
                     let (topic, p, off) = (m.topic().to_string(), m.partition(), m.offset());
                     position.insert((topic.clone(), p), off + 1);
-                    route(&mut slots, *format, &opts, &m);
+                    for i in route(&mut slots, *format, &opts, &m) {
+                        reports.push(flush(&mut slots, i, &consumer, config).await?);
+                        let s = &mut slots[i];
+                        let mark = Mark { app: app_id(&s.runner.cfg.name, &s.topic, p), version: off + 1, partition: Some(p) };
+                        let report = s.runner.truncate(vec![mark]).await?;
+                        s.stored.insert(p, off + 1);
+                        telemetry::run_committed(&report);
+                        reports.push(report);
+                    }
                     for i in 0..slots.len() {
                         let b = &slots[i].buf;
                         if b.rows.len() >= batching.max_rows || b.bytes >= batching.max_bytes {
@@ -449,8 +457,10 @@ async fn meta_call<T: Send + 'static>(
     tokio::task::block_in_place(|| f(meta)).map_err(|e| Error::Input(e.to_string()))
 }
 
-/// Hands one message to every table reading its topic.
-fn route(slots: &mut [Slot], format: Format, opts: &RunOpts, m: &OwnedMessage) {
+/// Hands one message to every table reading its topic. Returns the tables
+/// that must apply a truncate now (after committing what came before it).
+fn route(slots: &mut [Slot], format: Format, opts: &RunOpts, m: &OwnedMessage) -> Vec<usize> {
+    let mut truncates = vec![];
     let (topic, p, off) = (m.topic(), m.partition(), m.offset());
     let mut decoded: Option<std::result::Result<Decoded, String>> = None;
     // A message that does not decode is dead-lettered once, by the first table reading the topic.
@@ -464,6 +474,12 @@ fn route(slots: &mut [Slot], format: Format, opts: &RunOpts, m: &OwnedMessage) {
             let paths: Vec<String> = s.store_paths.clone();
             decode(format, m.key(), m.payload(), &paths)
         });
+        if s.runner.cfg.apply_truncates && matches!(d, Ok(Decoded::Truncate)) {
+            // Committed on its own, right after the rows before it.
+            s.truncates += 1;
+            truncates.push(i);
+            continue;
+        }
         let b = &mut s.buf;
         b.since.get_or_insert_with(Instant::now);
         let next = b.next.entry(p).or_insert(off + 1);
@@ -500,6 +516,7 @@ fn route(slots: &mut [Slot], format: Format, opts: &RunOpts, m: &OwnedMessage) {
             }
         }
     }
+    truncates
 }
 
 /// Commits one table's buffer with its offsets, then the consumer-group offsets.

@@ -199,6 +199,37 @@ impl TableRunner {
         Ok(())
     }
 
+    /// Applies a source truncate (Debezium `t`, scd1 with `apply_truncates`):
+    /// every live row is deleted per `delete_mode`, in one commit with `progress`.
+    pub async fn truncate(&mut self, progress: Vec<Mark>) -> Result<RunReport> {
+        let started = std::time::Instant::now();
+        let t = self.cfg.clone();
+        let mut report =
+            RunReport { table: t.name.clone(), strategy: t.strategy.as_str().into(), source: "truncate".into(), ..Default::default() };
+        if !self.store.exists() {
+            return Ok(report);
+        }
+        let mut spec = build_spec(&t, &self.store.columns)?;
+        spec.snapshot = true;
+        let absent: Vec<Key> = self.store.live_keys().cloned().collect();
+        let needs: HashMap<Key, Need> = absent.iter().map(|k| (k.clone(), Need::Current)).collect();
+        let states = self.store.load_states(&spec, &needs).await?;
+        let exec = self.store.last_exec + 1;
+        let out = merge::apply(&spec, RunCtx { exec, now: chrono::Utc::now().timestamp_micros() }, vec![], states, absent);
+        let changes = out.has_changes();
+        let pc = self.store.stage(&spec, &out, exec).await?;
+        report.files_added = pc.files_added;
+        report.files_removed = pc.files_removed;
+        report.merge_secs = started.elapsed().as_secs_f64();
+        let info = serde_json::json!({ "source": "truncate" });
+        report.version = Some(self.store.commit(pc, txns(&progress), changes.then_some(exec), false, info).await?);
+        report.exec = changes.then_some(exec);
+        report.commit_secs = started.elapsed().as_secs_f64() - report.merge_secs;
+        report.stats = out.stats;
+        tracing::warn!(table = %t.name, deleted = report.stats.snapshot_deleted, "source truncate applied (apply_truncates)");
+        Ok(report)
+    }
+
     /// Runs one batch and commits it together with `progress`.
     pub async fn run_batch(&mut self, raw: RawBatch, progress: Vec<Mark>) -> Result<RunReport> {
         let t = self.cfg.clone();

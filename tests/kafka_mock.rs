@@ -224,3 +224,30 @@ async fn daemon_picks_up_a_topic_created_after_it_started() {
     stop_tx.send(()).unwrap();
     daemon.await.unwrap().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn debezium_truncate_is_counted_or_applied_with_apply_truncates() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("crm.public.account", 1, 1).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    let ev = |id: i64, lsn: i64| {
+        (
+            0,
+            format!("{{\"id\":{id}}}"),
+            Some(format!("{{\"before\":null,\"after\":{{\"id\":{id},\"city\":\"c{id}\"}},\"source\":{{\"lsn\":{lsn}}},\"op\":\"c\"}}")),
+        )
+    };
+    let truncate = (0, String::new(), Some("{\"before\":null,\"after\":null,\"source\":{\"lsn\":50},\"op\":\"t\"}".to_string()));
+    produce(&brokers, "crm.public.account", &[ev(1, 10), ev(2, 20), truncate, ev(3, 60)]).await;
+    for (apply, want) in [(false, vec![(1, false), (2, false), (3, false)]), (true, vec![(1, true), (2, true), (3, false)])] {
+        let tmp = tempfile::tempdir().unwrap();
+        let yaml = config(&brokers)
+            .replace("merge: {sequence_by: [source.lsn]}", &format!("merge: {{sequence_by: [source.lsn], apply_truncates: {apply}}}"));
+        let cfg_path = write(tmp.path(), "c.yaml", &yaml);
+        let cfg = Config::load(&cfg_path).unwrap();
+        daemon::run(&cfg, RunOpts { once: true, ..Default::default() }, Box::pin(std::future::pending())).await.unwrap();
+        let rows = tokio::task::spawn_blocking(move || show(&cfg_path, "account", &[])).await.unwrap();
+        let got: Vec<(i64, bool)> = rows.iter().map(|r| (r["id"].as_i64().unwrap(), r["_is_deleted"].as_bool().unwrap())).collect();
+        assert_eq!(got, want, "apply_truncates: {apply}");
+    }
+}
