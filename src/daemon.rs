@@ -367,9 +367,14 @@ async fn run_system(
                     }
                     let total: usize = slots.iter().map(|s| s.buf.bytes).sum();
                     if total > batching.max_buffered_bytes {
-                        // Bounded memory: commit the biggest buffer now.
+                        // Bounded memory: pause fetching (librdkafka's prefetch queues too),
+                        // commit the biggest buffer, resume.
+                        let assigned = consumer.assignment().unwrap_or_default();
+                        let _ = consumer.pause(&assigned);
                         let i = (0..slots.len()).max_by_key(|&i| slots[i].buf.bytes).unwrap_or(0);
-                        reports.push(flush(&mut slots, i, &consumer, config).await?);
+                        let r = flush(&mut slots, i, &consumer, config).await;
+                        let _ = consumer.resume(&assigned);
+                        reports.push(r?);
                     }
                 }
             },
