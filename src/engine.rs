@@ -338,7 +338,9 @@ impl TableRunner {
             report.exec = changes.then_some(exec);
         } else if !self.already_applied(&progress).await? {
             // Offsets moved but nothing changed: a txn-only commit, no data files.
-            report.version = Some(self.store.commit(Default::default(), txns(&progress), None, false, info).await?);
+            // The run still takes its `_execution_id` (SPEC 3: every run gets one);
+            // no row carries it, so nothing is bumped.
+            report.version = Some(self.store.commit(Default::default(), txns(&progress), Some(exec), false, info).await?);
         }
         report.commit_secs = (started.elapsed().as_secs_f64() - report.merge_secs).max(0.0);
         if report.merge_secs == 0.0 {
