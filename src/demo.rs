@@ -129,6 +129,11 @@ pub async fn run(dir: &Path) -> Result<()> {
     }
     let brokers = cluster.bootstrap_servers();
     let producer: FutureProducer = ClientConfig::new().set("bootstrap.servers", &brokers).set("linger.ms", "0").create().map_err(kerr)?;
+    // Each demo starts a fresh cluster whose offsets start at 0 again: start a fresh lake too.
+    let lake = dir.join("lake");
+    if lake.join("bronze").exists() {
+        std::fs::remove_dir_all(&lake).map_err(|e| Error::Input(format!("{}: {e}", lake.display())))?;
+    }
     std::fs::create_dir_all(dir).map_err(|e| Error::Input(format!("{}: {e}", dir.display())))?;
     let cfg_path = dir.join("changelake.yaml");
     std::fs::write(&cfg_path, DEMO_CONFIG).map_err(|e| Error::Input(format!("{}: {e}", cfg_path.display())))?;
