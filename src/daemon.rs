@@ -89,6 +89,8 @@ struct Slot {
     /// Envelope paths to store as columns (Debezium `sequence_by` / `valid_time`).
     store_paths: Vec<String>,
     stored: HashMap<i32, i64>,
+    /// Every assigned partition of `topic`.
+    partitions: Vec<i32>,
     buf: Buffer,
     tombstones: u64,
     truncates: u64,
@@ -210,6 +212,7 @@ async fn run_system(
         }
         slots.push(Slot {
             store_paths: store_paths(t, *format),
+            partitions: topic_parts[&topic].clone(),
             runner,
             topic,
             stored,
@@ -327,6 +330,9 @@ async fn run_system(
                                 tracing::info!(topic = %topic, partitions = ?new, "assigned new partitions");
                                 for &p in &new {
                                     known.push(p);
+                                    for s in slots.iter_mut().filter(|s| s.topic == topic) {
+                                        s.partitions.push(p);
+                                    }
                                     position.insert((topic.clone(), p), 0);
                                     if let Some(tx) = &refresh_tx {
                                         tasks.extend(forward(&consumer, &topic, p, tx));
@@ -554,11 +560,15 @@ async fn flush(slots: &mut [Slot], i: usize, consumer: &StreamConsumer<Ctx>, con
                 s.runner.reopen(config).await?;
                 // Another writer may have committed some of these offsets meanwhile
                 // (a conflicting `txn`): keep only what the table still lacks.
+                // Refresh every partition, not only this batch's: the route
+                // skip must know what the other writer committed everywhere.
+                for p in s.partitions.clone() {
+                    if let Some(stored) = s.runner.store.txn_version(&app_id(&s.runner.cfg.name, &s.topic, p)).await? {
+                        s.stored.insert(p, stored.max(s.stored.get(&p).copied().unwrap_or(0)));
+                    }
+                }
                 for m in marks.iter_mut() {
-                    let p = m.partition.unwrap_or(0);
-                    let stored = s.runner.store.txn_version(&m.app).await?.unwrap_or(0);
-                    s.stored.insert(p, stored.max(s.stored.get(&p).copied().unwrap_or(0)));
-                    m.version = m.version.max(stored);
+                    m.version = m.version.max(s.stored.get(&m.partition.unwrap_or(0)).copied().unwrap_or(0));
                 }
                 let stored = s.stored.clone();
                 let keep = |p: i32, pos: u64| stored.get(&p).is_none_or(|&next| pos as i64 >= next);

@@ -779,7 +779,11 @@ impl TableStore {
                         .map_err(|e| self.delta(e))?;
                 let v = finalized.version();
                 let mut t = t.clone();
-                t.update_state().await.map_err(|e| self.delta(e))?;
+                // Advance to *our* commit, not to the latest version: commits by
+                // another writer after ours must stay after our read version, so
+                // that our next commit is checked against them (txn conflicts)
+                // instead of silently building on an index that never saw them.
+                t.update_incremental(Some(v)).await.map_err(|e| self.delta(e))?;
                 self.table = Some(t);
                 v
             }
