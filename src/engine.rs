@@ -276,6 +276,8 @@ impl TableRunner {
         let spec = build_spec(&t, &conformed.columns)?;
         let cols = conformed.columns.clone();
         let mut rows = Vec::with_capacity(conformed.rows.len());
+        // Raw rows are kept only when a guardrail may send the whole batch to the dead letters.
+        let guarded = t.guardrails.reject_duplicates || t.guardrails.reject_late;
         let mut raw_by_pos = vec![];
         for r in conformed.rows {
             let get = |p: &[String]| lookup(&cols, &r, text, p);
@@ -283,7 +285,9 @@ impl TableRunner {
                 continue;
             }
             let delete = t.delete_when.as_ref().is_some_and(|d| d.matches(&get));
-            raw_by_pos.push(Unparsable { partition: r.partition, pos: r.pos, raw: r.raw.clone().into_bytes(), error: String::new() });
+            if guarded {
+                raw_by_pos.push(Unparsable { partition: r.partition, pos: r.pos, raw: r.raw.clone().into_bytes(), error: String::new() });
+            }
             rows.push(InRow { data: r.data, delete, order: r.pos, replayed: r.replayed });
         }
         let prepared = merge::prepare(&spec, rows);
