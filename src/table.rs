@@ -11,7 +11,7 @@
 //!   file for its whole life; the key index remembers which file that is, so a
 //!   run rewrites exactly the files holding touched keys and nothing else.
 //! * **New keys** of a run are sorted by key and spread over up to `spread`
-//!   files of at most `file_rows` rows (at least 128 per file). Keys that are
+//!   files of at most `file_rows` rows (at least 16 per file). Keys that are
 //!   inserted together — and for CRM data, created together — stay together,
 //!   which is the locality real update streams have (most updates hit recent
 //!   rows). Small inserts top up the newest file while it is under a quarter
@@ -69,6 +69,9 @@ use crate::value::{DType, Value};
 pub const PROP_STRATEGY: &str = "changelake.strategy";
 pub const PROP_KEY: &str = "changelake.business_key";
 const NO_FILE: u32 = u32::MAX;
+/// Smallest file a large insert is split into: small tables still get several
+/// files, so touching a few keys never rewrites all of them.
+const MIN_FILE_ROWS: usize = 16;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TableError {
@@ -549,7 +552,7 @@ impl TableStore {
         }
         if !pending_new.is_empty() {
             let n = pending_new.len();
-            let chunk = n.div_ceil(layout.spread.max(1)).clamp(128.min(layout.file_rows), layout.file_rows);
+            let chunk = n.div_ceil(layout.spread.max(1)).clamp(MIN_FILE_ROWS.min(layout.file_rows), layout.file_rows);
             let all: Vec<(&Key, &Version)> = pending_new.into_iter().collect();
             for c in all.chunks(chunk) {
                 let keys: Vec<Key> = c.iter().map(|(k, _)| (*k).clone()).collect();

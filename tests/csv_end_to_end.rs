@@ -294,3 +294,19 @@ fn shipped_configs_pass_check() {
         assert!(out.status.success(), "{cfg}: {}", String::from_utf8_lossy(&out.stderr));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn layout_small_table_one_key_update_rewrites_one_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = Config::parse(&SCD2_CFG.replace("scd2", "scd1"), tmp.path()).unwrap();
+    let mut runner = TableRunner::open(&cfg, &cfg.tables[0]).await.unwrap();
+    let mut load = String::from("id,op,city,seq\n");
+    for id in 0..100 {
+        load.push_str(&format!("{id},U,c{id},1\n"));
+    }
+    let r = runner.run_batch(read_csv(Path::new("load.csv"), load.as_bytes(), b',').unwrap(), vec![]).await.unwrap();
+    assert!(r.files_added > 2, "a 100-key load still spreads over several files: {}", r.files_added);
+    let upd = "id,op,city,seq\n42,U,changed,2\n";
+    let r2 = runner.run_batch(read_csv(Path::new("upd.csv"), upd.as_bytes(), b',').unwrap(), vec![]).await.unwrap();
+    assert_eq!((r2.stats.updated, r2.files_removed, r2.files_added), (1, 1, 1));
+}
