@@ -111,20 +111,9 @@ impl TableRunner {
             surrogate_key: t.surrogate_key,
             layout: t.layout.clone(),
         };
-        let spec_err = std::sync::Mutex::new(None);
-        let store = TableStore::open(&config.table_uri(&t.name), meta, |cols| {
-            match build_spec(t, cols) {
-                Ok(s) => s,
-                Err(e) => {
-                    *spec_err.lock().expect("not poisoned") = Some(e);
-                    // Index with the key alone; the error surfaces below.
-                    fallback_spec(t, cols)
-                }
-            }
-        })
-        .await?;
-        if let Some(e) = spec_err.into_inner().expect("not poisoned") {
-            return Err(e);
+        let mut store = TableStore::open(&config.table_uri(&t.name), meta).await?;
+        if store.exists() {
+            store.load_index(&build_spec(t, &store.columns)?).await?;
         }
         let declared = config.systems.get(&t.system).map(|s| s.columns.clone()).unwrap_or_default();
         Ok(TableRunner { cfg: t.clone(), lock: None, store, declared, dead_letter_uri: config.dead_letter_uri() })
@@ -361,23 +350,4 @@ impl TableRunner {
 
 fn txns(progress: &[Mark]) -> Vec<(String, i64)> {
     progress.iter().map(|m| (m.app.clone(), m.version)).collect()
-}
-
-fn fallback_spec(t: &TableConfig, cols: &[(String, DType)]) -> Spec {
-    let names: Vec<String> = cols.iter().map(|(n, _)| n.clone()).collect();
-    Spec {
-        strategy: t.strategy,
-        key: t.business_key.iter().filter_map(|k| names.iter().position(|n| n == k)).collect(),
-        tracked: vec![true; names.len()],
-        names,
-        seq: vec![],
-        delete_mode: t.delete_mode,
-        snapshot: false,
-        intra_batch_all: false,
-        valid_time: ValidTime::Processing,
-        open_valid_to: None,
-        surrogate_key: false,
-        reject_duplicates: false,
-        reject_late: false,
-    }
 }

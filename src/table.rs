@@ -229,8 +229,9 @@ fn arrow_type(t: DType) -> ArrowType {
 }
 
 impl TableStore {
-    /// Opens (or prepares to create) the table and loads its key index.
-    pub async fn open(uri: &str, meta: TableMeta, spec_for_index: impl Fn(&[(String, DType)]) -> Spec) -> Result<TableStore> {
+    /// Opens (or prepares to create) the table. Call [`TableStore::load_index`]
+    /// next, with the merge spec built from [`TableStore::columns`].
+    pub async fn open(uri: &str, meta: TableMeta) -> Result<TableStore> {
         let mut store = TableStore {
             uri: uri.to_string(),
             meta,
@@ -290,7 +291,6 @@ impl TableStore {
             snap.transaction_version(table.log_store().as_ref(), store.exec_app_id()).await.map_err(|e| store.delta(e))?.unwrap_or(0);
         store.file_counter = store.files.len() as u64;
         store.table = Some(table);
-        store.load_index(&spec_for_index(&store.columns)).await?;
         Ok(store)
     }
 
@@ -337,7 +337,9 @@ impl TableStore {
         self.files.iter().flatten().map(|f| f.path.clone()).collect()
     }
 
-    async fn load_index(&mut self, spec: &Spec) -> Result<()> {
+    /// Reads the current rows (and, for scd2, the deleted latest versions)
+    /// into the key index. A table that does not exist yet has nothing to load.
+    pub async fn load_index(&mut self, spec: &Spec) -> Result<()> {
         let ids: Vec<u32> = (0..self.files.len() as u32).collect();
         let mut deleted_latest: HashMap<Key, Version> = HashMap::new();
         for id in ids {
