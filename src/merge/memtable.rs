@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use super::*;
+use crate::value::cmp_slices;
 
 pub struct MemTable {
     pub spec: Spec,

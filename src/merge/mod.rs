@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::config::{DeleteMode, Strategy};
-use crate::value::{cmp_slices, Value};
+use crate::value::Value;
 
 /// Encoded business key: the type-tagged bytes of every key column.
 pub type Key = Box<[u8]>;
@@ -230,6 +230,17 @@ impl Spec {
         self.seq.iter().map(|&i| data[i].clone()).collect()
     }
 
+    /// Compares a row's sequence columns with a stored sequence, in place.
+    pub fn cmp_seq_to(&self, row: &[Value], seq: &[Value]) -> Ordering {
+        for (&i, s) in self.seq.iter().zip(seq) {
+            let o = row[i].total_cmp(s);
+            if o != Ordering::Equal {
+                return o;
+            }
+        }
+        Ordering::Equal
+    }
+
     /// Compares the sequence columns of two rows in place (no allocation: this runs in sorts).
     pub fn cmp_seq(&self, a: &[Value], b: &[Value]) -> Ordering {
         for &i in &self.seq {
@@ -366,7 +377,7 @@ pub fn classify(spec: &Spec, stored: Option<&Summary>, rows: &[InRow], stats: &m
     // which intermediate versions and keys exist, and a reapply must not
     // second-guess them (SPEC 9: the result equals a single pass).
     if rows.iter().all(|r| r.replayed) {
-        let same = stored.is_some_and(|s| !s.deleted && rows.iter().any(|r| cmp_slices(&spec.seq_of(&r.data), &s.seq) == Ordering::Equal));
+        let same = stored.is_some_and(|s| !s.deleted && rows.iter().any(|r| spec.cmp_seq_to(&r.data, &s.seq) == Ordering::Equal));
         if !same {
             stats.unchanged += rows.len() as u64;
             return None;
@@ -380,8 +391,7 @@ pub fn classify(spec: &Spec, stored: Option<&Summary>, rows: &[InRow], stats: &m
         return Some(Need::History);
     }
     let row = &rows[0];
-    let seq = spec.seq_of(&row.data);
-    let older = !spec.seq.is_empty() && cmp_slices(&seq, &s.seq) == Ordering::Less;
+    let older = !spec.seq.is_empty() && spec.cmp_seq_to(&row.data, &s.seq) == Ordering::Less;
     let business = spec.valid_time != ValidTime::Processing;
     match spec.strategy {
         Strategy::Scd1 => {

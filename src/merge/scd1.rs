@@ -4,7 +4,6 @@ use std::cmp::Ordering;
 
 use super::{InRow, Key, KeyState, Output, RunCtx, Spec, Version};
 use crate::config::DeleteMode;
-use crate::value::cmp_slices;
 
 fn row(data: Vec<super::Value>, exec: i64, deleted: bool) -> Version {
     Version { data, valid_from: None, valid_to: None, current: true, deleted, exec, sk: None, loc: None }
@@ -24,7 +23,7 @@ pub(super) fn apply_key(spec: &Spec, ctx: &RunCtx, key: Key, mut rows: Vec<InRow
         return;
     };
     // SPEC 3.3: an older row is ignored, deletes included; a tie goes to the later batch.
-    if !spec.seq.is_empty() && cmp_slices(&spec.seq_of(&r.data), &spec.seq_of(&cur.data)) == Ordering::Less {
+    if !spec.seq.is_empty() && spec.cmp_seq(&r.data, &cur.data) == Ordering::Less {
         out.stats.older_ignored += 1;
         return;
     }

@@ -13,7 +13,6 @@
 use std::cmp::Ordering;
 
 use super::{InRow, Key, KeyState, Output, RunCtx, Spec, ValidTime, Version};
-use crate::value::cmp_slices;
 
 struct KeyRun<'a> {
     spec: &'a Spec,
@@ -71,20 +70,19 @@ impl KeyRun<'_> {
         self.cur.as_ref().or(self.latest_closed.as_ref())
     }
 
-    /// The version valid at sequence `seq`: the greatest (sequence, run) at or below it.
-    fn valid_at(&self, seq: &[super::Value]) -> Option<&Version> {
+    /// The version valid at the sequence of `row`: the greatest (sequence, run) at or below it.
+    fn valid_at(&self, row: &[super::Value]) -> Option<&Version> {
         self.history
             .iter()
             .chain(self.cur.iter())
-            .filter(|v| cmp_slices(&self.spec.seq_of(&v.data), seq) != Ordering::Greater)
+            .filter(|v| self.spec.cmp_seq(&v.data, row) != Ordering::Greater)
             .max_by(|a, b| self.spec.cmp_seq(&a.data, &b.data).then(a.exec.cmp(&b.exec)))
     }
 
     fn processing_row(&mut self, r: InRow, out: &mut Output) {
         let spec = self.spec;
         let now = self.ctx.now;
-        let late = !spec.seq.is_empty()
-            && self.latest().is_some_and(|l| cmp_slices(&spec.seq_of(&r.data), &spec.seq_of(&l.data)) == Ordering::Less);
+        let late = !spec.seq.is_empty() && self.latest().is_some_and(|l| spec.cmp_seq(&r.data, &l.data) == Ordering::Less);
         if late {
             if r.delete {
                 out.stats.late_deletes_ignored += 1;
@@ -94,8 +92,7 @@ impl KeyRun<'_> {
                 out.rejected = Some("reject_late: a row is older than the key's latest version".into());
                 return;
             }
-            let seq = spec.seq_of(&r.data);
-            if self.valid_at(&seq).is_some_and(|v| spec.tracked_equal(&v.data, &r.data)) {
+            if self.valid_at(&r.data).is_some_and(|v| spec.tracked_equal(&v.data, &r.data)) {
                 out.stats.late_noop += 1;
                 return;
             }
