@@ -175,8 +175,8 @@ async fn dispatch(cmd: Cmd) -> Result<()> {
 
 /// `run`: file sources first (one pass), then the Kafka daemon if any table reads Kafka.
 pub async fn run(c: &Config, once: bool) -> Result<()> {
-    let has_kafka = c.tables.iter().any(|t| matches!(c.systems.get(&t.system).map(|s| &s.kind), Some(SystemKind::Kafka { .. })));
-    let has_files = c.tables.iter().any(|t| !matches!(c.systems.get(&t.system).map(|s| &s.kind), Some(SystemKind::Kafka { .. })));
+    let has_kafka = c.tables.iter().any(|t| c.reads_kafka(t));
+    let has_files = c.tables.iter().any(|t| !c.reads_kafka(t));
     if has_files {
         run_files(c, once || has_kafka).await?;
     }
@@ -233,7 +233,7 @@ pub async fn offsets(c: &Config) -> Result<String> {
 pub async fn run_files(c: &Config, once: bool) -> Result<()> {
     let mut runners = vec![];
     for t in &c.tables {
-        if matches!(c.systems.get(&t.system).map(|s| &s.kind), Some(SystemKind::Kafka { .. })) {
+        if c.reads_kafka(t) {
             continue; // the daemon's
         }
         let mut r = TableRunner::open(c, t).await?;

@@ -215,6 +215,11 @@ impl Config {
         }
     }
 
+    /// Does this table read a Kafka system (the daemon's), rather than files?
+    pub fn reads_kafka(&self, t: &TableConfig) -> bool {
+        matches!(self.systems.get(&t.system).map(|s| &s.kind), Some(SystemKind::Kafka { .. }))
+    }
+
     pub fn table(&self, name: &str) -> Option<&TableConfig> {
         self.tables.iter().find(|t| t.name == name)
     }

@@ -213,9 +213,10 @@ impl TableRunner {
         report.files_removed = pc.files_removed;
         report.merge_secs = started.elapsed().as_secs_f64();
         let info = serde_json::json!({ "source": "truncate" });
+        let committing = std::time::Instant::now();
         report.version = Some(self.store.commit(pc, txns(&progress), changes.then_some(exec), false, info).await?);
+        report.commit_secs = committing.elapsed().as_secs_f64();
         report.exec = changes.then_some(exec);
-        report.commit_secs = started.elapsed().as_secs_f64() - report.merge_secs;
         report.stats = out.stats;
         tracing::warn!(table = %t.name, deleted = report.stats.snapshot_deleted, "source truncate applied (apply_truncates)");
         Ok(report)
@@ -329,18 +330,20 @@ impl TableRunner {
             report.merge_secs = started.elapsed().as_secs_f64();
             report.files_added = pc.files_added;
             report.files_removed = pc.files_removed;
+            let committing = std::time::Instant::now();
             report.version = Some(self.store.commit(pc, txns(&progress), changes.then_some(exec), schema_changed, info).await?);
+            report.commit_secs = committing.elapsed().as_secs_f64();
             report.exec = changes.then_some(exec);
         } else if !self.already_applied(&progress).await? {
             // Offsets moved but nothing changed: a txn-only commit, no data files.
             // The run still takes its `_execution_id` (SPEC 3: every run gets one);
             // no row carries it, so nothing is bumped.
-            report.version = Some(self.store.commit(Default::default(), txns(&progress), Some(exec), false, info).await?);
-        }
-        report.commit_secs = (started.elapsed().as_secs_f64() - report.merge_secs).max(0.0);
-        if report.merge_secs == 0.0 {
             report.merge_secs = started.elapsed().as_secs_f64();
-            report.commit_secs = 0.0;
+            let committing = std::time::Instant::now();
+            report.version = Some(self.store.commit(Default::default(), txns(&progress), Some(exec), false, info).await?);
+            report.commit_secs = committing.elapsed().as_secs_f64();
+        } else {
+            report.merge_secs = started.elapsed().as_secs_f64();
         }
         report.dead_letters = dead.len();
         report.stats = stats;
