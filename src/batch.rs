@@ -99,10 +99,16 @@ pub fn conform(
     'rows: for r in raw.rows {
         let mut data = vec![Value::Null; out.columns.len()];
         let mut extra = r.extra;
-        let dead = |error: String| Unparsable { partition: r.partition, pos: r.pos, raw: r.raw.clone().into_bytes(), error };
+        let dead = |reason: &'static str, error: String| Unparsable {
+            partition: r.partition,
+            pos: r.pos,
+            raw: r.raw.clone().into_bytes(),
+            error,
+            reason,
+        };
         for &ci in &unknown_strict {
             if !r.cells[ci].is_null() {
-                out.dead.push(dead(format!("unknown column `{}` (schema_policy: strict)", raw.columns[ci])));
+                out.dead.push(dead("schema", format!("unknown column `{}` (schema_policy: strict)", raw.columns[ci])));
                 continue 'rows;
             }
         }
@@ -111,7 +117,7 @@ pub fn conform(
                 Some(i) => match convert(v, out.columns[i].1, raw.text) {
                     Ok(v) => data[i] = v,
                     Err(e) => {
-                        out.dead.push(dead(format!("column `{}`: {e}", out.columns[i].0)));
+                        out.dead.push(dead("type", format!("column `{}`: {e}", out.columns[i].0)));
                         continue 'rows;
                     }
                 },

@@ -17,7 +17,7 @@ use crate::value::{cmp_slices, parse_ts, Value};
 #[command(name = "changelake", version, about = "CDC change streams into SCD1/SCD2 Delta Lake tables, exactly once")]
 pub struct Cli {
     /// Log format on stderr.
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Human)]
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     #[command(subcommand)]
     pub cmd: Cmd,
@@ -25,7 +25,10 @@ pub struct Cli {
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
 pub enum LogFormat {
-    Human,
+    /// Human-readable lines (also accepted as `human`).
+    #[value(alias = "human")]
+    Text,
+    /// One JSON object per line, with the current span's fields (table, rows, version).
     Json,
 }
 
@@ -111,14 +114,18 @@ pub fn main() -> i32 {
     }
 }
 
+/// Logs go to stderr. `RUST_LOG` (or `CHANGELAKE_LOG`) sets the filter with
+/// the usual `tracing` directives; the default is `warn,changelake=info`.
 fn init_tracing(f: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("CHANGELAKE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,changelake=info"));
+    let filter = ["RUST_LOG", "CHANGELAKE_LOG"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|s| !s.trim().is_empty()).and_then(|s| tracing_subscriber::EnvFilter::try_new(s).ok()))
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("warn,changelake=info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let b = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr);
     let _ = match f {
-        LogFormat::Human => b.try_init(),
-        LogFormat::Json => b.json().try_init(),
+        LogFormat::Text => b.try_init(),
+        LogFormat::Json => b.json().with_current_span(true).with_span_list(false).try_init(),
     };
 }
 
@@ -238,19 +245,25 @@ pub async fn run_files(c: &Config, once: bool) -> Result<()> {
         }
         let mut r = TableRunner::open(c, t).await?;
         r.lock(c)?;
+        crate::telemetry::register_table(&t.name, t.strategy.as_str());
         runners.push(r);
     }
+    let mut shutdown = if once {
+        None
+    } else {
+        daemon::serve_metrics(c, false).await?;
+        crate::telemetry::set_assigned("files", 0);
+        Some(daemon::signals())
+    };
     loop {
         for r in runners.iter_mut() {
             for report in run_table_files(c, r).await? {
                 crate::telemetry::run_committed(&report);
             }
         }
-        if once {
-            return Ok(());
-        }
+        let Some(stop) = shutdown.as_mut() else { return Ok(()) };
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => return Ok(()),
+            _ = stop => return Ok(()),
             _ = tokio::time::sleep(c.batching.max_age) => {}
         }
     }

@@ -23,6 +23,7 @@ use rdkafka::error::KafkaError as RdError;
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 use crate::config::{Config, Format, SystemKind, TableConfig, ValidTime};
 use crate::decode::{decode, is_envelope_path, Decoded};
@@ -57,17 +58,39 @@ pub enum StartAt {
 /// Resolves when the process is asked to stop (SIGINT/SIGTERM); injectable for tests.
 pub type Shutdown = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
+/// SIGINT/SIGTERM stop the daemon. SIGHUP (sent by some supervisors and on
+/// terminal hang-up) would kill the process by default; config reload is not
+/// supported, so it is logged and ignored. Handlers are installed at once, not
+/// when the future is first polled. Must be called inside the runtime.
 pub fn signals() -> Shutdown {
-    Box::pin(async {
-        #[cfg(unix)]
-        {
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let term = signal(SignalKind::terminate());
+        if let Ok(mut hup) = signal(SignalKind::hangup()) {
+            tokio::spawn(async move {
+                while hup.recv().await.is_some() {
+                    tracing::warn!("SIGHUP ignored: config reload is not supported; restart the daemon to apply a changed config");
+                }
+            });
         }
-        #[cfg(not(unix))]
+        Box::pin(async move {
+            match term {
+                Ok(mut term) => {
+                    tokio::select! {
+                        _ = tokio::signal::ctrl_c() => {}
+                        _ = term.recv() => {}
+                    }
+                }
+                Err(_) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+            tracing::info!("shutdown requested: stop fetching, commit open batches");
+        })
+    }
+    #[cfg(not(unix))]
+    Box::pin(async {
         let _ = tokio::signal::ctrl_c().await;
         tracing::info!("shutdown requested: stop fetching, commit open batches");
     })
@@ -148,14 +171,27 @@ fn store_paths(t: &TableConfig, format: Format) -> Vec<String> {
     p
 }
 
+/// Serves `/metrics` on `metrics.listen`, or on 127.0.0.1:9464 for a
+/// long-running daemon without one. A configured address that cannot be
+/// bound is an error: an unmonitored daemon looks healthy while it is not.
+pub async fn serve_metrics(config: &Config, once: bool) -> Result<()> {
+    match (&config.metrics_listen, once) {
+        (Some(addr), _) => telemetry::serve(addr).await.map_err(|e| Error::Input(format!("metrics.listen {addr}: {e}"))),
+        (None, false) => {
+            if let Err(e) = telemetry::serve("127.0.0.1:9464").await {
+                tracing::warn!(error = %e, "cannot serve metrics on the default 127.0.0.1:9464 (set metrics.listen)");
+            }
+            Ok(())
+        }
+        (None, true) => Ok(()),
+    }
+}
+
 /// Runs every Kafka system of the config until shutdown (or, with `once`, the end).
 pub async fn run(config: &Config, opts: RunOpts, shutdown: Shutdown) -> Result<Vec<RunReport>> {
-    let listen = config.metrics_listen.clone().or_else(|| (!opts.once).then(|| "127.0.0.1:9464".to_string()));
-    if let Some(addr) = listen {
-        if let Err(e) = telemetry::serve(&addr).await {
-            tracing::warn!(%addr, error = %e, "cannot serve metrics");
-        }
-    }
+    serve_metrics(config, opts.once).await?;
+    // Events may wait max_age for their batch, then a commit with retries.
+    telemetry::set_commit_deadline(config.batching.max_age * 2 + Duration::from_secs(60));
     let shared = futures::future::FutureExt::shared(shutdown);
     let mut runs = vec![];
     for (name, sys) in &config.systems {
@@ -205,8 +241,11 @@ async fn run_system(
             topic_parts.insert(topic.clone(), m);
         }
         let mut stored = HashMap::new();
+        telemetry::register_table(&t.name, t.strategy.as_str());
         for &p in &topic_parts[&topic] {
-            if let Some(v) = runner.store.txn_version(&app_id(&t.name, &topic, p)).await? {
+            let v = runner.store.txn_version(&app_id(&t.name, &topic, p)).await?;
+            telemetry::register_partition(&t.name, &topic, p, v);
+            if let Some(v) = v {
                 stored.insert(p, v);
             }
         }
@@ -268,9 +307,12 @@ async fn run_system(
     }
     consumer.assign(&tpl).map_err(|e| Error::Input(format!("assign: {e}")))?;
     tracing::info!(system, partitions = tpl.count(), "assigned partitions");
-    telemetry::set_ready(true);
+    telemetry::set_assigned(system, tpl.count());
+    telemetry::broker_probe(system, true, None);
     let meta = Arc::new(meta);
     let mut last_lag = Instant::now() - Duration::from_secs(3600);
+    let probing = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut last_probe = Instant::now();
 
     // One forwarding task per partition queue: EOF events then name their partition.
     let (tx, mut rx) = mpsc::channel::<Ev>(4096);
@@ -311,12 +353,7 @@ async fn run_system(
         tokio::select! {
             ev = rx.recv() => match ev {
                 None => break,
-                Some(Ev::Err(e)) => {
-                    if e.contains("AllBrokersDown") || e.contains("BrokerTransportFailure") {
-                        telemetry::set_ready(false);
-                    }
-                    tracing::warn!(system, error = %e, "kafka client error (retrying)");
-                }
+                Some(Ev::Err(e)) => telemetry::kafka_error(system, &e),
                 Some(Ev::Partitions(topic, ps)) => {
                     let known = topic_parts.entry(topic.clone()).or_default();
                     let new: Vec<i32> = ps.into_iter().filter(|p| !known.contains(p)).collect();
@@ -328,10 +365,12 @@ async fn run_system(
                         match consumer.incremental_assign(&add) {
                             Ok(()) => {
                                 tracing::info!(topic = %topic, partitions = ?new, "assigned new partitions");
+                                telemetry::set_assigned(system, new.len());
                                 for &p in &new {
                                     known.push(p);
                                     for s in slots.iter_mut().filter(|s| s.topic == topic) {
                                         s.partitions.push(p);
+                                        telemetry::register_partition(&s.runner.cfg.name, &topic, p, None);
                                     }
                                     position.insert((topic.clone(), p), 0);
                                     if let Some(tx) = &refresh_tx {
@@ -353,7 +392,6 @@ async fn run_system(
                     }
                 }
                 Some(Ev::Msg(m)) => {
-                    telemetry::set_ready(true);
                     let (topic, p, off) = (m.topic().to_string(), m.partition(), m.offset());
                     position.insert((topic.clone(), p), off + 1);
                     for i in route(&mut slots, *format, &opts, &m) {
@@ -363,10 +401,14 @@ async fn run_system(
                         let report = s.runner.truncate(vec![mark]).await?;
                         s.stored.insert(p, off + 1);
                         telemetry::run_committed(&report);
+                        telemetry::offsets_committed(&s.runner.cfg.name, &s.topic, &[(p, off + 1)]);
                         reports.push(report);
                     }
                     for i in 0..slots.len() {
                         let b = &slots[i].buf;
+                        if slots[i].topic == topic {
+                            telemetry::buffered(&slots[i].runner.cfg.name, b.bytes);
+                        }
                         if b.rows.len() >= batching.max_rows || b.bytes >= batching.max_bytes {
                             reports.push(flush(&mut slots, i, &consumer, config).await?);
                         }
@@ -377,9 +419,11 @@ async fn run_system(
                         // commit the biggest buffer, resume.
                         let assigned = consumer.assignment().unwrap_or_default();
                         let _ = consumer.pause(&assigned);
+                        telemetry::paused(assigned.count(), total, batching.max_buffered_bytes);
                         let i = (0..slots.len()).max_by_key(|&i| slots[i].buf.bytes).unwrap_or(0);
                         let r = flush(&mut slots, i, &consumer, config).await;
                         let _ = consumer.resume(&assigned);
+                        telemetry::paused(0, 0, batching.max_buffered_bytes);
                         reports.push(r?);
                     }
                 }
@@ -389,9 +433,13 @@ async fn run_system(
                     last_refresh = Instant::now();
                     spawn_partition_refresh(meta.clone(), topic_parts.keys().cloned().collect(), brokers.clone(), tx.clone());
                 }
-                if last_lag.elapsed() >= Duration::from_secs(10) {
+                if last_lag.elapsed() >= Duration::from_secs(5) {
                     last_lag = Instant::now();
                     spawn_lag_probe(meta.clone(), &slots, brokers.clone());
+                }
+                if last_probe.elapsed() >= Duration::from_secs(2) && !probing.swap(true, std::sync::atomic::Ordering::AcqRel) {
+                    last_probe = Instant::now();
+                    spawn_broker_probe(meta.clone(), system.to_string(), probing.clone());
                 }
                 for i in 0..slots.len() {
                     if slots[i].buf.since.is_some_and(|s| s.elapsed() >= batching.max_age) {
@@ -442,21 +490,44 @@ fn spawn_partition_refresh(meta: Arc<BaseConsumer<Ctx>>, topics: Vec<String>, br
     });
 }
 
-/// Updates the consumer-lag gauges off the hot path (watermark calls block).
+/// Updates the watermark and consumer-lag gauges off the hot path (watermark
+/// calls block). A partition a table never committed counts from its low
+/// watermark.
 fn spawn_lag_probe(meta: Arc<BaseConsumer<Ctx>>, slots: &[Slot], brokers: String) {
-    let targets: Vec<(String, String, i32, i64)> =
-        slots.iter().flat_map(|s| s.stored.iter().map(|(p, o)| (s.runner.cfg.name.clone(), s.topic.clone(), *p, *o))).collect();
+    let targets: Vec<(String, String, i32, Option<i64>)> = slots
+        .iter()
+        .flat_map(|s| s.partitions.iter().map(|p| (s.runner.cfg.name.clone(), s.topic.clone(), *p, s.stored.get(p).copied())))
+        .collect();
     tokio::task::spawn_blocking(move || {
+        let mut seen: HashMap<(String, i32), (i64, i64)> = HashMap::new();
         for (table, topic, p, stored) in targets {
-            if let Ok((_, high)) = watermarks(&meta, &topic, p, &brokers) {
-                let part = p.to_string();
-                telemetry::gauge(
-                    "changelake_consumer_lag_messages",
-                    &[("table", &table), ("topic", &topic), ("partition", &part)],
-                    (high - stored).max(0) as f64,
-                );
+            let key = (topic.clone(), p);
+            let marks = match seen.get(&key) {
+                Some(m) => Some(*m),
+                None => watermarks(&meta, &topic, p, &brokers).ok().inspect(|&m| {
+                    seen.insert(key, m);
+                }),
+            };
+            if let Some((low, high)) = marks {
+                telemetry::high_watermark(&topic, p, high);
+                telemetry::lag(&table, &topic, p, stored.unwrap_or(low).max(low));
             }
         }
+    });
+}
+
+/// Asks the cluster for metadata (off the hot path): `/readyz` reports the
+/// broker unreachable when this fails, and reachable again when it answers.
+fn spawn_broker_probe(meta: Arc<BaseConsumer<Ctx>>, system: String, busy: Arc<std::sync::atomic::AtomicBool>) {
+    tokio::task::spawn_blocking(move || {
+        // Only brokers answer a metadata request; a cached answer would hide an outage.
+        let r = meta.fetch_metadata(None, Duration::from_secs(3));
+        match r {
+            Ok(md) if !md.brokers().is_empty() => telemetry::broker_probe(&system, true, None),
+            Ok(_) => telemetry::broker_probe(&system, false, Some("no brokers in metadata")),
+            Err(e) => telemetry::broker_probe(&system, false, Some(&e.to_string())),
+        }
+        busy.store(false, std::sync::atomic::Ordering::Release);
     });
 }
 
@@ -492,7 +563,11 @@ fn route(slots: &mut [Slot], format: Format, opts: &RunOpts, m: &OwnedMessage) -
             continue;
         }
         let b = &mut s.buf;
-        b.since.get_or_insert_with(Instant::now);
+        if b.since.is_none() {
+            let now = Instant::now();
+            b.since = Some(now);
+            telemetry::pending(&s.runner.cfg.name, Some(now));
+        }
         let next = b.next.entry(p).or_insert(off + 1);
         *next = (*next).max(off + 1);
         match d {
@@ -513,17 +588,22 @@ fn route(slots: &mut [Slot], format: Format, opts: &RunOpts, m: &OwnedMessage) -
             }
             Ok(Decoded::Tombstone) => {
                 s.tombstones += 1;
-                telemetry::count("changelake_rows_dropped_total", &[("table", &s.runner.cfg.name), ("reason", "tombstone")], 1);
+                telemetry::dropped(&s.runner.cfg.name, "tombstone", topic, p, off);
             }
             Ok(Decoded::Truncate) => {
                 s.truncates += 1;
-                telemetry::count("changelake_rows_dropped_total", &[("table", &s.runner.cfg.name), ("reason", "truncate")], 1);
-                tracing::warn!(table = %s.runner.cfg.name, topic, partition = p, offset = off, "truncate event: counted, not applied");
+                telemetry::dropped(&s.runner.cfg.name, "truncate", topic, p, off);
             }
             Err(_) if Some(i) != owner => {}
             Err(e) => {
                 b.bytes += m.payload().map_or(0, |x| x.len());
-                b.dead.push(Unparsable { partition: p, pos: off as u64, raw: m.payload().unwrap_or_default().to_vec(), error: e.clone() });
+                b.dead.push(Unparsable {
+                    partition: p,
+                    pos: off as u64,
+                    raw: m.payload().unwrap_or_default().to_vec(),
+                    error: e.clone(),
+                    reason: "malformed",
+                });
             }
         }
     }
@@ -548,14 +628,16 @@ async fn flush(slots: &mut [Slot], i: usize, consumer: &StreamConsumer<Ctx>, con
         .collect();
     let mut attempt = 0;
     let (mut rows, mut dead, mut marks) = (buf.rows, buf.dead, marks);
+    let table = s.runner.cfg.name.clone();
+    let span = tracing::info_span!("batch", table = %table, topic = %s.topic, rows = rows.len() + dead.len(), bytes = buf.bytes);
     let report = loop {
         let mut raw = RawBatch::from_maps(s.topic.clone(), rows.clone());
         raw.unparsable = dead.clone();
-        match s.runner.run_batch(raw, marks.clone()).await {
+        match s.runner.run_batch(raw, marks.clone()).instrument(span.clone()).await {
             Ok(r) => break r,
             Err(e) if e.retryable() && attempt < 5 => {
                 attempt += 1;
-                tracing::warn!(table = %s.runner.cfg.name, attempt, error = %e, "commit failed; re-reading the table and retrying");
+                span.in_scope(|| telemetry::commit_retried(&table, attempt, &e));
                 tokio::time::sleep(Duration::from_millis(200 * (1 << attempt))).await;
                 s.runner.reopen(config).await?;
                 // Another writer may have committed some of these offsets meanwhile
@@ -575,20 +657,22 @@ async fn flush(slots: &mut [Slot], i: usize, consumer: &StreamConsumer<Ctx>, con
                 rows.retain(|(_, r)| r.replayed || keep(r.partition, r.pos));
                 dead.retain(|d| keep(d.partition, d.pos));
             }
-            Err(e) => return Err(e),
+            Err(e) => {
+                span.in_scope(|| telemetry::commit_failed(&table, &e));
+                return Err(e);
+            }
         }
     };
     for m in &marks {
-        let p = m.partition.unwrap_or(0);
-        s.stored.insert(p, m.version);
-        let part = p.to_string();
-        telemetry::gauge(
-            "changelake_committed_offset",
-            &[("table", &s.runner.cfg.name), ("topic", &s.topic), ("partition", &part)],
-            m.version as f64,
-        );
+        s.stored.insert(m.partition.unwrap_or(0), m.version);
     }
-    crate::telemetry::run_committed(&report);
+    span.in_scope(|| {
+        telemetry::run_committed(&report);
+        let committed: Vec<(i32, i64)> = marks.iter().map(|m| (m.partition.unwrap_or(0), m.version)).collect();
+        telemetry::offsets_committed(&table, &s.topic, &committed);
+        telemetry::pending(&table, None);
+        telemetry::buffered(&table, 0);
+    });
     // Group offsets for lag tools: the smallest next offset over the tables reading each partition.
     let topic = s.topic.clone();
     let mut tpl = TopicPartitionList::new();

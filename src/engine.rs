@@ -89,6 +89,12 @@ pub struct RunReport {
     pub files_added: usize,
     pub files_removed: usize,
     pub dead_letters: usize,
+    /// Dead letters by bounded reason (malformed, schema, type, guardrail).
+    pub dead_by_reason: std::collections::BTreeMap<&'static str, u64>,
+    /// Rows dropped by the source filter.
+    pub filtered: u64,
+    /// Source bytes of the batch.
+    pub bytes: u64,
     pub rejected: Option<String>,
 }
 
@@ -185,8 +191,9 @@ impl TableRunner {
                 rows: dead.iter().filter(|d| m.partition.is_none_or(|p| p == d.partition)).cloned().collect(),
             })
             .collect();
+        // Logged and counted by `telemetry::run_committed` (the report carries them).
         let n = deadletter::append(&self.dead_letter_uri, groups).await?;
-        tracing::warn!(table = %self.cfg.name, count = n, "rows sent to the dead-letter table");
+        tracing::debug!(table = %self.cfg.name, written = n, "dead-letter commit (replayed groups are skipped)");
         Ok(())
     }
 
@@ -239,6 +246,10 @@ impl TableRunner {
             error: u.error.clone(),
         };
         let mut dead: Vec<DeadLetter> = raw.unparsable.iter().map(to_dead).collect();
+        report.bytes = raw.rows.iter().map(|r| r.raw.len() as u64).chain(raw.unparsable.iter().map(|u| u.raw.len() as u64)).sum();
+        for u in &raw.unparsable {
+            *report.dead_by_reason.entry(u.reason).or_default() += 1;
+        }
         let conformed = conform(raw, &self.store.columns, &self.declared, t.schema_policy, &t.business_key).map_err(|e| {
             if e.contains("float") {
                 Error::ConfigData(format!("bronze.tables.{}.business_key: {e}", t.name))
@@ -247,6 +258,9 @@ impl TableRunner {
             }
         })?;
         dead.extend(conformed.dead.iter().map(to_dead));
+        for u in &conformed.dead {
+            *report.dead_by_reason.entry(u.reason).or_default() += 1;
+        }
         if t.business_key.iter().any(|k| !conformed.columns.iter().any(|(c, _)| c == k)) {
             // A new table and no row carrying the key yet: nothing can be
             // merged or created. The rows are NULL-key rows; offsets stay
@@ -272,11 +286,18 @@ impl TableRunner {
         for r in conformed.rows {
             let get = |p: &[String]| lookup(&cols, &r, text, p);
             if t.filter.as_ref().is_some_and(|f| !f.matches(&get)) {
+                report.filtered += 1;
                 continue;
             }
             let delete = t.delete_when.as_ref().is_some_and(|d| d.matches(&get));
             if guarded {
-                raw_by_pos.push(Unparsable { partition: r.partition, pos: r.pos, raw: r.raw.clone().into_bytes(), error: String::new() });
+                raw_by_pos.push(Unparsable {
+                    partition: r.partition,
+                    pos: r.pos,
+                    raw: r.raw.clone().into_bytes(),
+                    error: String::new(),
+                    reason: "guardrail",
+                });
             }
             rows.push(InRow { data: r.data, delete, order: r.pos, replayed: r.replayed });
         }
@@ -291,6 +312,7 @@ impl TableRunner {
         let mut out = merge::Output::default();
         if let Some(reason) = prepared.rejected.clone() {
             reject(reason.clone(), &mut dead);
+            *report.dead_by_reason.entry("guardrail").or_default() += raw_by_pos.len() as u64;
             report.rejected = Some(reason);
         } else {
             let batch_keys: HashSet<Key> = prepared.keys.iter().map(|(k, _)| k.clone()).collect();
@@ -312,6 +334,7 @@ impl TableRunner {
             out = merge::apply(&spec, ctx, keys, states, absent);
             if let Some(reason) = out.rejected.clone() {
                 reject(reason.clone(), &mut dead);
+                *report.dead_by_reason.entry("guardrail").or_default() += raw_by_pos.len() as u64;
                 report.rejected = Some(reason);
                 out = merge::Output::default();
             }

@@ -722,7 +722,36 @@ impl TableStore {
 
     /// Commits staged work plus progress `txn`s; creates the table on first use.
     /// Returns the new table version.
+    /// Commits staged files and `txn` actions as one Delta version, inside a
+    /// `commit` span carrying the table, the version and the duration.
     pub async fn commit(
+        &mut self,
+        pc: PendingCommit,
+        txns: Vec<(String, i64)>,
+        exec: Option<i64>,
+        schema_changed: bool,
+        info: serde_json::Value,
+    ) -> Result<i64> {
+        use tracing::Instrument;
+        let span = tracing::info_span!(
+            "commit",
+            table = %self.meta.name,
+            files_added = pc.files_added,
+            files_removed = pc.files_removed,
+            version = tracing::field::Empty,
+            duration_ms = tracing::field::Empty
+        );
+        let started = std::time::Instant::now();
+        let r = self.commit_inner(pc, txns, exec, schema_changed, info).instrument(span.clone()).await;
+        span.record("duration_ms", started.elapsed().as_millis() as u64);
+        if let Ok(v) = &r {
+            span.record("version", v);
+            span.in_scope(|| tracing::debug!("delta commit written"));
+        }
+        r
+    }
+
+    async fn commit_inner(
         &mut self,
         mut pc: PendingCommit,
         txns: Vec<(String, i64)>,

@@ -162,7 +162,12 @@ async fn metrics_endpoint_serves_valid_prometheus_text() {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let (status, body) = tokio::task::spawn_blocking(move || http_get(port, "/metrics")).await.unwrap();
         assert!(status.contains("200"), "{status}");
-        if body.contains("changelake_rows_dead_lettered_total{table=\"account\"}") && body.contains("reason=\"tombstone\"") {
+        // Counters are process-wide and other tests here use the same table name: look for movement.
+        let positive =
+            |series: &str| body.lines().any(|l| l.strip_prefix(series).and_then(|v| v.trim().parse::<f64>().ok()).is_some_and(|v| v > 0.0));
+        if positive("changelake_dead_letters_total{reason=\"malformed\",table=\"account\"}")
+            && positive("changelake_rows_dropped_total{reason=\"tombstone\",table=\"account\"}")
+        {
             break body;
         }
         if daemon.is_finished() {
@@ -172,16 +177,15 @@ async fn metrics_endpoint_serves_valid_prometheus_text() {
     };
     for needle in [
         "changelake_rows_read_total{table=\"account\"}",
-        "changelake_versions_total{",
+        "changelake_versions_inserted_total{strategy=\"scd1\",table=\"account\"}",
         "changelake_commit_duration_seconds_bucket",
-        "changelake_committed_offset{table=\"account\",topic=\"crm.public.account\",partition=\"0\"}",
-        "changelake_ready 1",
+        "changelake_committed_offset{partition=\"0\",table=\"account\",topic=\"crm.public.account\"}",
     ] {
         assert!(body.contains(needle), "missing {needle} in:\n{body}");
     }
+    // (Readiness is process-wide and other tests here stop brokers: tests/operations.rs checks it.)
     let (health, _) = tokio::task::spawn_blocking(move || http_get(port, "/healthz")).await.unwrap();
-    let (ready, _) = tokio::task::spawn_blocking(move || http_get(port, "/readyz")).await.unwrap();
-    assert!(health.contains("200") && ready.contains("200"), "{health} / {ready}");
+    assert!(health.contains("200"), "{health}");
     // An independent parser: promtool (Debian's prometheus package, installed by .ci/run).
     let mut child = std::process::Command::new("promtool")
         .args(["check", "metrics"])

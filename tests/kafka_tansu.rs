@@ -213,7 +213,7 @@ fn restart_after_clean_shutdown_resumes_at_the_stored_offsets() {
     let log = String::from_utf8_lossy(&out.stderr);
     let rows: u64 = log
         .lines()
-        .filter(|l| l.contains("run committed") && l.contains("table=account "))
+        .filter(|l| l.contains("batch committed") && l.contains("table=account "))
         .filter_map(|l| l.split("rows=").nth(1)?.split_whitespace().next()?.trim_matches(|c: char| !c.is_ascii_digit()).parse::<u64>().ok())
         .sum();
     assert_eq!(rows, second.len() as u64, "the restart read exactly the new events\n{log}");

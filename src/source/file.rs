@@ -64,14 +64,20 @@ pub fn read_csv(path: &Path, bytes: &[u8], delimiter: u8) -> Result<RawBatch, Fi
         match rec {
             Err(e) => {
                 let pos = e.position().map(|p| p.line()).unwrap_or(0);
-                batch.unparsable.push(Unparsable { partition: 0, pos, raw: vec![], error: format!("malformed CSV: {e}") });
+                batch.unparsable.push(Unparsable {
+                    partition: 0,
+                    pos,
+                    raw: vec![],
+                    error: format!("malformed CSV: {e}"),
+                    reason: "malformed",
+                });
             }
             Ok(r) => {
                 let pos = r.position().map(|p| p.line()).unwrap_or(0);
                 let raw = r.iter().collect::<Vec<_>>().join(&(delimiter as char).to_string());
                 if r.len() != batch.columns.len() {
                     let error = format!("has {} fields, the header has {}", r.len(), batch.columns.len());
-                    batch.unparsable.push(Unparsable { partition: 0, pos, raw: raw.into_bytes(), error });
+                    batch.unparsable.push(Unparsable { partition: 0, pos, raw: raw.into_bytes(), error, reason: "malformed" });
                     continue;
                 }
                 let cells = r.iter().map(|c| if c.is_empty() { Value::Null } else { Value::Str(c.to_string()) }).collect();
@@ -105,7 +111,7 @@ pub fn read_jsonl(path: &Path, bytes: &[u8]) -> Result<RawBatch, FileError> {
         if line.trim().is_empty() {
             continue;
         }
-        let bad = |error: String| Unparsable { partition: 0, pos, raw: line.as_bytes().to_vec(), error };
+        let bad = |error: String| Unparsable { partition: 0, pos, raw: line.as_bytes().to_vec(), error, reason: "malformed" };
         match serde_json::from_str::<serde_json::Value>(line) {
             Ok(serde_json::Value::Object(m)) => {
                 let data = m.iter().map(|(k, v)| (k.clone(), json_cell(v))).collect();

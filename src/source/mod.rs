@@ -39,6 +39,8 @@ pub struct Unparsable {
     pub pos: u64,
     pub raw: Vec<u8>,
     pub error: String,
+    /// Bounded reason for metrics: malformed, schema, type, guardrail.
+    pub reason: &'static str,
 }
 
 impl RawBatch {

@@ -54,6 +54,33 @@ impl Broker {
         Broker { child, port, bin }
     }
 
+    /// Stops the broker (its memory storage is lost).
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let t0 = Instant::now();
+        while TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            assert!(t0.elapsed() < Duration::from_secs(20), "tansu did not stop");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Starts the broker again on the same port (empty: tansu's memory storage).
+    pub fn restart(&mut self) {
+        let url = format!("tcp://127.0.0.1:{}", self.port);
+        self.child = Command::new(&self.bin)
+            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url, "--storage-engine", "memory://tansu/"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start tansu");
+        let t0 = Instant::now();
+        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(t0.elapsed() < Duration::from_secs(20), "tansu did not restart");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     pub fn brokers(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
@@ -101,6 +128,22 @@ impl Drop for Broker {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A plain HTTP/1.1 GET: (status line, body). None when nothing listens.
+pub fn http_get(port: u16, path: &str) -> Option<(String, String)> {
+    use std::io::{Read, Write};
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").as_bytes()).ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let (head, body) = out.split_once("\r\n\r\n")?;
+    Some((head.lines().next()?.to_string(), body.to_string()))
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {

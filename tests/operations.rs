@@ -1,0 +1,282 @@
+//! Operations against a running daemon and a real Kafka-protocol broker
+//! (tansu): a live Prometheus scrape whose values move with the stream,
+//! checked by `promtool`; the dashboard and alert rules name only exported
+//! metrics; `/readyz` flips while the broker is down; SIGHUP is survived;
+//! JSON logs carry the batch and commit spans.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn manifest() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `name{labels} value` lines of a scrape: (name, sorted labels) -> value.
+fn samples(scrape: &str) -> BTreeMap<(String, String), f64> {
+    scrape
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (name, labels) = match series.split_once('{') {
+                Some((n, rest)) => (n.to_string(), rest.trim_end_matches('}').to_string()),
+                None => (series.to_string(), String::new()),
+            };
+            Some(((name, labels), value.parse().ok()?))
+        })
+        .collect()
+}
+
+/// Sum of a metric's samples whose labels contain every `want` pair.
+fn sum(s: &BTreeMap<(String, String), f64>, name: &str, want: &[(&str, &str)]) -> f64 {
+    s.iter()
+        .filter(|((n, l), _)| n == name && want.iter().all(|(k, v)| l.split(',').any(|kv| kv == format!("{k}=\"{v}\""))))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// Metric family names (`# TYPE` lines) of a scrape.
+fn families(scrape: &str) -> BTreeSet<String> {
+    scrape.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split_whitespace().next()).map(String::from).collect()
+}
+
+/// Every `changelake_*` name in a text (PromQL), histogram suffixes stripped.
+fn names_in(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("changelake_") {
+        let name: String = rest[i..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        rest = &rest[i + name.len()..];
+        let base = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(&name).to_string();
+        out.insert(base);
+    }
+    out
+}
+
+/// Every PromQL expression in the dashboard (panels, nested rows, variables).
+fn dashboard_exprs(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, x) in m {
+                match (k.as_str(), x) {
+                    ("expr" | "definition", serde_json::Value::String(s)) => out.push(s.clone()),
+                    _ => dashboard_exprs(x, out),
+                }
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().for_each(|x| dashboard_exprs(x, out)),
+        _ => {}
+    }
+}
+
+fn promtool(args: &[&str], stdin: Option<&str>) {
+    use std::io::Write;
+    let mut child = Command::new("promtool")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool is installed (apt-get install prometheus; .ci/run does)");
+    let mut pipe = child.stdin.take().unwrap();
+    if let Some(s) = stdin {
+        pipe.write_all(s.as_bytes()).unwrap();
+    }
+    drop(pipe);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool {args:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn wait_for<T>(what: &str, secs: u64, child: &mut Child, mut f: impl FnMut() -> Option<T>) -> T {
+    let t0 = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            panic!("daemon exited ({st}) while waiting for {what}");
+        }
+        assert!(t0.elapsed() < Duration::from_secs(secs), "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn scrape(port: u16) -> Option<String> {
+    http_get(port, "/metrics").filter(|(st, _)| st.contains("200")).map(|(_, b)| b)
+}
+
+fn debezium(id: &str, lsn: u64, city: &str) -> String {
+    format!(
+        "{{\"before\":null,\"after\":{{\"id\":{id},\"name\":\"A\",\"city\":\"{city}\"}},\"source\":{{\"connector\":\"postgresql\",\"table\":\"account\",\"lsn\":{lsn}}},\"op\":\"u\",\"ts_ms\":1700000000000}}"
+    )
+}
+
+#[test]
+fn live_scrape_moves_with_the_stream_and_readyz_follows_the_broker() {
+    let mut broker = Broker::start();
+    broker.create_topic("crm.public.account", 2);
+    let mut events = debezium_stream(300, 30, 2);
+    // Three NULL business keys, one duplicate pair (same key and batch, older
+    // sequence loses), one event that is not JSON.
+    for i in 0..3 {
+        events.push((0, format!("{{\"id\":null,\"n\":{i}}}"), Some(debezium("null", 90_000 + i, "Nowhere"))));
+    }
+    events.push((1, "{\"id\":9001}".into(), Some(debezium("9001", 90_010, "first"))));
+    events.push((1, "{\"id\":9001}".into(), Some(debezium("9001", 90_005, "older"))));
+    events.push((0, "{\"id\":1}".into(), Some("this is not json".into())));
+    broker.produce("crm.public.account", &events);
+
+    let port = free_port();
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = write(
+        tmp.path(),
+        "c.yaml",
+        &format!(
+            r#"storage: {{root: ./lake}}
+systems:
+  crm: {{type: kafka, brokers: "{}", group_id: ops-test, topic: "crm.public.{{object}}", format: debezium}}
+bronze:
+  tables:
+    account:
+      source: {{system: crm, object: account}}
+      business_key: [id]
+      strategy: scd1
+      merge: {{sequence_by: [source.lsn]}}
+    account_history:
+      source: {{system: crm, object: account}}
+      business_key: [id]
+      strategy: scd2
+      merge: {{sequence_by: [source.lsn]}}
+batching: {{max_rows: 100000, max_age: 500ms}}
+metrics: {{listen: "127.0.0.1:{port}"}}
+shutdown_timeout: 10s
+"#,
+            broker.brokers()
+        ),
+    );
+    let log = tmp.path().join("daemon.log");
+    let mut child = Command::new(BIN)
+        .args(["--log-format", "json", "run", "--config"])
+        .arg(&cfg)
+        .env("RUST_LOG", "changelake=debug,warn")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+
+    // Caught up: every event read, committed, lag zero on both partitions.
+    let first = wait_for("the stream to be committed with zero lag", 90, &mut child, || {
+        let body = scrape(port)?;
+        let s = samples(&body);
+        let read = sum(&s, "changelake_rows_read_total", &[("table", "account")]);
+        let lag: Vec<f64> =
+            (0..2).map(|p| sum(&s, "changelake_consumer_lag_messages", &[("table", "account"), ("partition", &p.to_string())])).collect();
+        let hw = sum(&s, "changelake_high_watermark", &[]);
+        (read >= events.len() as f64 && hw >= events.len() as f64 && lag.iter().all(|l| *l == 0.0)).then_some(body)
+    });
+    let s = samples(&first);
+    let a = [("table", "account")];
+    assert_eq!(sum(&s, "changelake_rows_read_total", &a), events.len() as f64);
+    assert!(sum(&s, "changelake_commits_total", &[("table", "account"), ("outcome", "ok")]) >= 1.0);
+    assert_eq!(sum(&s, "changelake_rows_dropped_total", &[("table", "account"), ("reason", "null_key")]), 3.0);
+    assert!(sum(&s, "changelake_rows_dropped_total", &[("table", "account"), ("reason", "duplicate")]) >= 1.0);
+    assert_eq!(sum(&s, "changelake_dead_letters_total", &[("table", "account"), ("reason", "malformed")]), 1.0);
+    let inserted = sum(&s, "changelake_versions_inserted_total", &[("table", "account_history"), ("strategy", "scd2")]);
+    assert!(inserted >= 10.0, "{inserted}");
+    assert_eq!(sum(&s, "changelake_committed_offset", &a), events.len() as f64, "next offsets of both partitions");
+    assert_eq!(sum(&s, "changelake_ready", &[]), 1.0);
+    assert_eq!(sum(&s, "changelake_buffered_bytes", &a), 0.0);
+    assert_eq!(sum(&s, "changelake_build_info", &[]), 1.0);
+
+    // An independent parser of the text format.
+    promtool(&["check", "metrics"], Some(&first));
+
+    // The dashboard and the alert rules query only what this scrape exports.
+    let exported = families(&first);
+    let dash: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(manifest().join("dashboards/changelake.json")).unwrap()).unwrap();
+    let mut exprs = vec![];
+    dashboard_exprs(&dash, &mut exprs);
+    assert!(exprs.len() > 20, "{exprs:?}");
+    let shown: BTreeSet<String> = exprs.iter().flat_map(|e| names_in(e)).collect();
+    for n in &shown {
+        assert!(exported.contains(n), "the dashboard queries {n}, which the daemon does not export");
+    }
+    let alerts = std::fs::read_to_string(manifest().join("dashboards/alerts.yml")).unwrap();
+    for n in names_in(&alerts) {
+        assert!(exported.contains(&n), "an alert queries {n}, which the daemon does not export");
+    }
+    for n in &exported {
+        assert!(shown.contains(n), "no dashboard panel shows {n}");
+    }
+    promtool(&["check", "rules", manifest().join("dashboards/alerts.yml").to_str().unwrap()], None);
+
+    // SIGHUP is logged and ignored (no reload), the daemon keeps serving.
+    assert!(Command::new("kill").args(["-HUP", &child.id().to_string()]).status().unwrap().success());
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(child.try_wait().unwrap().is_none(), "SIGHUP killed the daemon");
+    assert!(http_get(port, "/healthz").unwrap().0.contains("200"));
+    assert!(http_get(port, "/readyz").unwrap().0.contains("200"));
+
+    // More events: the counters move again and lag returns to zero.
+    broker.produce("crm.public.account", &[(0, "{\"id\":7}".into(), Some(debezium("7", 95_000, "Hamburg")))]);
+    let table_version = sum(&s, "changelake_table_version", &a);
+    let commits_before = sum(&s, "changelake_commits_total", &[("table", "account"), ("outcome", "ok")]);
+    wait_for("the new event to be committed", 60, &mut child, || {
+        let s = samples(&scrape(port)?);
+        (sum(&s, "changelake_rows_read_total", &a) == events.len() as f64 + 1.0
+            && sum(&s, "changelake_commits_total", &[("table", "account"), ("outcome", "ok")]) > commits_before
+            && sum(&s, "changelake_table_version", &a) > table_version
+            && sum(&s, "changelake_consumer_lag_messages", &a) == 0.0)
+            .then_some(())
+    });
+
+    // Broker down: /readyz fails and says why; the process stays alive.
+    broker.stop();
+    let why = wait_for("/readyz to fail while the broker is down", 60, &mut child, || {
+        http_get(port, "/readyz").filter(|(st, _)| st.contains("503")).map(|(_, b)| b)
+    });
+    assert!(why.contains("broker unreachable"), "{why}");
+    assert!(http_get(port, "/healthz").unwrap().0.contains("200"), "alive while not ready");
+    assert_eq!(sum(&samples(&scrape(port).unwrap()), "changelake_broker_up", &[]), 0.0);
+
+    // Broker back: ready again.
+    broker.restart();
+    wait_for("/readyz to recover after the broker is back", 90, &mut child, || {
+        http_get(port, "/readyz").filter(|(st, _)| st.contains("200")).map(|_| ())
+    });
+
+    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    let st = child.wait().unwrap();
+    assert!(st.success(), "SIGTERM exits 0");
+
+    // JSON logs: one object per line; batch events carry the batch span, commits their own span.
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<serde_json::Value> =
+        text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))).collect();
+    let committed = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "batch committed" && l["fields"]["table"] == "account")
+        .unwrap_or_else(|| panic!("no `batch committed` event:\n{text}"));
+    assert_eq!(committed["span"]["name"], "batch", "{committed}");
+    assert_eq!(committed["span"]["table"], "account");
+    assert!(committed["span"]["rows"].as_u64().unwrap() > 0);
+    assert!(committed["fields"]["version"].is_string() || committed["fields"]["version"].is_number(), "{committed}");
+    assert!(committed["fields"]["duration_ms"].is_number(), "{committed}");
+    let commit = lines.iter().find(|l| l["fields"]["message"] == "delta commit written").expect("commit span event");
+    assert_eq!(commit["span"]["name"], "commit");
+    assert!(commit["span"]["version"].is_number() && commit["span"]["duration_ms"].is_number(), "{commit}");
+    assert!(text.contains("SIGHUP ignored"), "SIGHUP is logged");
+    assert!(text.contains("broker unreachable") && text.contains("broker reachable again"), "readiness transitions are logged");
+}
