@@ -82,6 +82,11 @@ pub enum Cmd {
         #[arg(long, default_value = "changelake-demo")]
         dir: PathBuf,
     },
+    /// Exit 0 when an HTTP endpoint answers 200 (container health checks without curl).
+    Probe {
+        #[arg(default_value = "http://127.0.0.1:9464/readyz")]
+        url: String,
+    },
     /// Print a table ordered by business key, then version order.
     Show {
         table: String,
@@ -173,6 +178,11 @@ async fn dispatch(cmd: Cmd) -> Result<()> {
             Ok(())
         }
         Cmd::Demo { dir } => crate::demo::run(&dir).await,
+        Cmd::Probe { url } => {
+            let body = tokio::task::spawn_blocking(move || probe(&url)).await.map_err(|e| Error::Input(e.to_string()))??;
+            print!("{body}");
+            Ok(())
+        }
         Cmd::Show { table, config, view, format } => {
             let c = Config::load(&config)?;
             show(&c, &table, &view, format).await
@@ -191,6 +201,32 @@ pub async fn run(c: &Config, once: bool) -> Result<()> {
         daemon::run(c, RunOpts { once, ..Default::default() }, daemon::signals()).await?;
     }
     Ok(())
+}
+
+/// GET `url` (plain http), Ok(body) on 200.
+fn probe(url: &str) -> Result<String> {
+    use std::io::{Read, Write};
+    let u = url::Url::parse(url).map_err(|e| Error::Usage(format!("probe: `{url}`: {e}")))?;
+    if u.scheme() != "http" {
+        return Err(Error::Usage(format!("probe: `{url}`: only http:// is supported")));
+    }
+    let fail = |e: &dyn std::fmt::Display| Error::Input(format!("probe {url}: {e}"));
+    let addrs = u.socket_addrs(|| Some(80)).map_err(|e| fail(&e))?;
+    let addr = addrs.first().ok_or_else(|| fail(&"no address"))?;
+    let timeout = std::time::Duration::from_secs(5);
+    let mut s = std::net::TcpStream::connect_timeout(addr, timeout).map_err(|e| fail(&e))?;
+    s.set_read_timeout(Some(timeout)).map_err(|e| fail(&e))?;
+    let host = u.host_str().unwrap_or("localhost");
+    s.write_all(format!("GET {} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n", u.path()).as_bytes()).map_err(|e| fail(&e))?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).map_err(|e| fail(&e))?;
+    let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
+    let status = head.lines().next().unwrap_or("");
+    if status.split_whitespace().nth(1) == Some("200") {
+        Ok(body.to_string())
+    } else {
+        Err(fail(&format!("{status}: {}", body.trim())))
+    }
 }
 
 fn parse_offsets(s: &str) -> Result<Vec<(String, i32, i64)>> {

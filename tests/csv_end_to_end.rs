@@ -291,11 +291,16 @@ fn dashboard_queries_only_use_exported_metrics_and_cover_them_all() {
 
 #[test]
 fn shipped_configs_pass_check() {
-    for cfg in ["config/changelake.yaml", "docker/changelake.yaml"] {
+    for cfg in ["config/changelake.yaml", "config/production.yaml", "docker/changelake.yaml"] {
         let out = Command::new(BIN)
             .args(["check", "--config"])
             .arg(manifest().join(cfg))
             .env("CHANGELAKE_BROKERS", "kafka:9092")
+            .env("CHANGELAKE_LAKE_ROOT", "/tmp/changelake-check-lake")
+            .env("KAFKA_CA_PEM", "/etc/ssl/ca.pem")
+            .env("KAFKA_CLIENT_CERT_PEM", "/etc/ssl/client.pem")
+            .env("KAFKA_CLIENT_KEY_PEM", "/etc/ssl/client.key")
+            .env("KAFKA_CLIENT_KEY_PASSWORD", "")
             .output()
             .unwrap();
         assert!(out.status.success(), "{cfg}: {}", String::from_utf8_lossy(&out.stderr));

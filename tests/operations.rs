@@ -228,6 +228,8 @@ shutdown_timeout: 10s
     assert!(child.try_wait().unwrap().is_none(), "SIGHUP killed the daemon");
     assert!(http_get(port, "/healthz").unwrap().0.contains("200"));
     assert!(http_get(port, "/readyz").unwrap().0.contains("200"));
+    let probe = |path: &str| Command::new(BIN).args(["probe", &format!("http://127.0.0.1:{port}{path}")]).output().unwrap();
+    assert!(probe("/readyz").status.success(), "the container health check passes while ready");
 
     // More events: the counters move again and lag returns to zero.
     broker.produce("crm.public.account", &[(0, "{\"id\":7}".into(), Some(debezium("7", 95_000, "Hamburg")))]);
@@ -248,6 +250,9 @@ shutdown_timeout: 10s
         http_get(port, "/readyz").filter(|(st, _)| st.contains("503")).map(|(_, b)| b)
     });
     assert!(why.contains("broker unreachable"), "{why}");
+    let failed = probe("/readyz");
+    assert_eq!(failed.status.code(), Some(1), "the health check fails while not ready");
+    assert!(String::from_utf8_lossy(&failed.stderr).contains("broker unreachable"));
     assert!(http_get(port, "/healthz").unwrap().0.contains("200"), "alive while not ready");
     assert_eq!(sum(&samples(&scrape(port).unwrap()), "changelake_broker_up", &[]), 0.0);
 
@@ -279,4 +284,57 @@ shutdown_timeout: 10s
     assert!(commit["span"]["version"].is_number() && commit["span"]["duration_ms"].is_number(), "{commit}");
     assert!(text.contains("SIGHUP ignored"), "SIGHUP is logged");
     assert!(text.contains("broker unreachable") && text.contains("broker reachable again"), "readiness transitions are logged");
+}
+
+/// The compose stack's config and sample events (docker/) through a real
+/// broker: what `docker compose up` would show, minus Docker.
+#[test]
+fn compose_config_loads_the_sample_crm_events() {
+    let broker = Broker::start();
+    for t in ["account", "contact"] {
+        broker.create_topic(&format!("crm.dbo.{t}"), 3);
+        let text = std::fs::read_to_string(manifest().join(format!("docker/sample/{t}.jsonl"))).unwrap();
+        let records: Vec<(i32, String, Option<String>)> = text
+            .lines()
+            .map(|l| {
+                let (k, v) = l.split_once('|').unwrap();
+                let key: serde_json::Value = serde_json::from_str(k).unwrap();
+                let id = key.as_object().unwrap().values().next().unwrap().as_i64().unwrap_or(0);
+                ((id % 3) as i32, k.to_string(), Some(v.to_string()))
+            })
+            .collect();
+        broker.produce(&format!("crm.dbo.{t}"), &records);
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let text = std::fs::read_to_string(manifest().join("docker/changelake.yaml")).unwrap();
+    assert!(text.contains("root: /data/lake"));
+    let cfg = write(
+        tmp.path(),
+        "c.yaml",
+        &text
+            .replace("/data/lake", &tmp.path().join("lake").display().to_string())
+            .replace("0.0.0.0:9464", &format!("127.0.0.1:{}", free_port()))
+            .replace("${CHANGELAKE_BROKERS}", &broker.brokers()),
+    );
+    let out = Command::new(BIN).args(["run", "--once", "--config"]).arg(&cfg).output().unwrap();
+    let log = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{log}");
+    assert!(log.contains("dropped rows with a NULL business key"), "{log}");
+    let account = show(&cfg, "account", &["_execution_id"]);
+    // Account 5 is created and deleted within the one batch: its latest event is
+    // a delete of a key the table never held, which is ignored (SPEC 4).
+    assert_eq!(account.len(), 5, "{account:?}");
+    assert!(account.iter().all(|r| r["accountid"] != 5 && r["_is_deleted"] == false));
+    let by_id = |rows: &[serde_json::Value], col: &str, id: i64| rows.iter().find(|r| r[col] == id).cloned().unwrap();
+    assert_eq!(by_id(&account, "accountid", 2)["address1_city"], "Dresden");
+    assert_eq!(by_id(&account, "accountid", 2)["statecode"], 1);
+    assert_eq!(by_id(&account, "accountid", 1)["address1_city"], "Potsdam");
+    let history = show(&cfg, "account_history", &["_execution_id"]);
+    // One batch, intra_batch latest: one version per key, equal to the scd1 row.
+    assert_eq!(history.len(), 5, "{history:?}");
+    assert_eq!(by_id(&history, "accountid", 2)["address1_city"], "Dresden");
+    assert!(history.iter().all(|r| r["_is_current"] == true));
+    let contact = show(&cfg, "contact", &["_execution_id"]);
+    assert_eq!(contact.len(), 4);
+    assert_eq!(by_id(&contact, "contactid", 102)["emailaddress1"], "c2@example.org");
 }
