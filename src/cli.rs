@@ -4,12 +4,12 @@ use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::config::{Config, Strategy, SystemKind};
+use crate::config::{Config, Format, Strategy, SystemKind};
 use crate::daemon::{self, RunOpts, StartAt};
 use crate::engine::{build_spec, Mark, RunReport, TableRunner};
 use crate::error::{Error, Result};
 use crate::merge::Version;
-use crate::source::file::{content_version, expand, read_csv, read_jsonl};
+use crate::source::file::{content_version, expand, read_csv, read_debezium_jsonl, read_jsonl};
 use crate::source::kafka;
 use crate::value::{cmp_slices, parse_ts, Value};
 
@@ -307,9 +307,9 @@ pub async fn run_files(c: &Config, once: bool) -> Result<()> {
 
 async fn run_table_files(c: &Config, r: &mut TableRunner) -> Result<Vec<RunReport>> {
     let system = &c.systems[&r.cfg.system];
-    let (pattern, csv_delim) = match &system.kind {
-        SystemKind::Csv { path, delimiter } => (path.clone(), Some(*delimiter)),
-        SystemKind::Jsonl { path } => (path.clone(), None),
+    let (pattern, csv_delim, format) = match &system.kind {
+        SystemKind::Csv { path, delimiter } => (path.clone(), Some(*delimiter), Format::Json),
+        SystemKind::Jsonl { path, format } => (path.clone(), None, *format),
         SystemKind::Kafka { .. } => unreachable!("checked by run_files"),
     };
     let pattern = c.resolve(&pattern.replace("{object}", &r.cfg.object));
@@ -323,9 +323,10 @@ async fn run_table_files(c: &Config, r: &mut TableRunner) -> Result<Vec<RunRepor
             tracing::debug!(table = %r.cfg.name, file = %rel, "unchanged since its last run, skipped");
             continue;
         }
-        let raw = match csv_delim {
-            Some(d) => read_csv(Path::new(&rel), &bytes, d)?,
-            None => read_jsonl(Path::new(&rel), &bytes)?,
+        let raw = match (csv_delim, format) {
+            (Some(d), _) => read_csv(Path::new(&rel), &bytes, d)?,
+            (None, Format::Json) => read_jsonl(Path::new(&rel), &bytes)?,
+            (None, Format::Debezium) => read_debezium_jsonl(&rel, &bytes, &crate::decode::store_paths(&r.cfg, format)),
         };
         reports.push(r.run_batch(raw, progress).await?);
     }

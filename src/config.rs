@@ -60,9 +60,22 @@ pub enum Format {
 
 #[derive(Debug, Clone)]
 pub enum SystemKind {
-    Kafka { brokers: String, group_id: String, topic: String, format: Format, kafka: BTreeMap<String, String> },
-    Csv { path: String, delimiter: u8 },
-    Jsonl { path: String },
+    Kafka {
+        brokers: String,
+        group_id: String,
+        topic: String,
+        format: Format,
+        kafka: BTreeMap<String, String>,
+    },
+    Csv {
+        path: String,
+        delimiter: u8,
+    },
+    /// One event per line: flat JSON rows, or Debezium envelopes (`format: debezium`).
+    Jsonl {
+        path: String,
+        format: Format,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -483,7 +496,7 @@ impl Cx {
         let allowed: &[&str] = match ty.as_str() {
             "kafka" => &["type", "brokers", "group_id", "topic", "format", "kafka", "columns"],
             "csv" => &["type", "path", "delimiter", "columns"],
-            "jsonl" => &["type", "path", "columns"],
+            "jsonl" => &["type", "path", "format", "columns"],
             other => {
                 self.err(&format!("{path}.type"), format!("unknown system type `{other}` (expected kafka, csv or jsonl)"));
                 return None;
@@ -509,14 +522,7 @@ impl Cx {
                 });
                 let group_id = self.opt_string(&m, "group_id", &path).unwrap_or_else(|| format!("changelake-{name}"));
                 let topic = self.opt_string(&m, "topic", &path).unwrap_or_else(|| "{object}".into());
-                let format = match self.opt_string(&m, "format", &path).as_deref() {
-                    None | Some("debezium") => Format::Debezium,
-                    Some("json") => Format::Json,
-                    Some(other) => {
-                        self.err(&format!("{path}.format"), format!("unknown format `{other}` (expected debezium or json)"));
-                        Format::Debezium
-                    }
-                };
+                let format = self.format(&m, &path, Format::Debezium);
                 let mut kafka = BTreeMap::new();
                 if let Some(k) = m.get("kafka") {
                     let kp = format!("{path}.kafka");
@@ -541,9 +547,21 @@ impl Cx {
                 let p = self.file_path(&m, &path);
                 SystemKind::Csv { path: p, delimiter }
             }
-            _ => SystemKind::Jsonl { path: self.file_path(&m, &path) },
+            _ => SystemKind::Jsonl { path: self.file_path(&m, &path), format: self.format(&m, &path, Format::Json) },
         };
         Some(System { name: name.to_string(), kind, columns })
+    }
+
+    fn format(&mut self, m: &BTreeMap<String, &Y>, path: &str, default: Format) -> Format {
+        match self.opt_string(m, "format", path).as_deref() {
+            None => default,
+            Some("debezium") => Format::Debezium,
+            Some("json") => Format::Json,
+            Some(other) => {
+                self.err(&format!("{path}.format"), format!("unknown format `{other}` (expected debezium or json)"));
+                default
+            }
+        }
     }
 
     fn file_path(&mut self, m: &BTreeMap<String, &Y>, path: &str) -> String {

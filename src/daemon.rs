@@ -25,8 +25,8 @@ use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::config::{Config, Format, SystemKind, TableConfig, ValidTime};
-use crate::decode::{decode, is_envelope_path, Decoded};
+use crate::config::{Config, Format, SystemKind, TableConfig};
+use crate::decode::{decode, store_paths, Decoded};
 use crate::engine::{Mark, RunReport, TableRunner};
 use crate::error::{Error, Result};
 use crate::source::kafka::{app_id, client_config, partitions, watermarks, Ctx};
@@ -158,19 +158,6 @@ fn start_offset(slots: &[Slot], topic: &str, p: i32) -> Offset {
         .unwrap_or(Offset::Beginning)
 }
 
-fn store_paths(t: &TableConfig, format: Format) -> Vec<String> {
-    if format != Format::Debezium {
-        return vec![];
-    }
-    let mut p: Vec<String> = t.sequence_by.iter().filter(|s| is_envelope_path(s)).cloned().collect();
-    if let ValidTime::Column(c) = &t.valid_time {
-        if is_envelope_path(c) {
-            p.push(c.clone());
-        }
-    }
-    p
-}
-
 /// Serves `/metrics` on `metrics.listen`, or on 127.0.0.1:9464 for a
 /// long-running daemon without one. A configured address that cannot be
 /// bound is an error: an unmonitored daemon looks healthy while it is not.
@@ -296,6 +283,15 @@ async fn run_system(
             };
             tpl.add_partition_offset(topic, p, start).map_err(|e| Error::Input(e.to_string()))?;
             let (low, high) = meta_call(&meta, |m| watermarks(m, topic, p, brokers)).await?;
+            if let Some(stored) = stored_min.filter(|s| *s > high) {
+                // The topic was recreated or truncated: events up to the stored
+                // offset would be taken for replays and skipped.
+                tracing::error!(
+                    topic = %topic, partition = p, stored_next_offset = stored, high_watermark = high,
+                    "stored offset is beyond the partition's end (topic recreated?); new events below it are skipped as replays. \
+                     Re-read them with `changelake replay --from-offsets {topic}:{p}=0 --reapply`"
+                );
+            }
             let pos = match start {
                 Offset::Offset(o) => o,
                 Offset::End => high,

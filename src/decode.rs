@@ -37,6 +37,20 @@ pub fn is_envelope_path(name: &str) -> bool {
     name.contains('.') || matches!(name, "op" | "ts_ms" | "ts_us" | "ts_ns")
 }
 
+/// Envelope paths a table stores as columns (Debezium `sequence_by` / `valid_time`).
+pub fn store_paths(t: &crate::config::TableConfig, format: Format) -> Vec<String> {
+    if format != Format::Debezium {
+        return vec![];
+    }
+    let mut p: Vec<String> = t.sequence_by.iter().filter(|s| is_envelope_path(s)).cloned().collect();
+    if let crate::config::ValidTime::Column(c) = &t.valid_time {
+        if is_envelope_path(c) {
+            p.push(c.clone());
+        }
+    }
+    p
+}
+
 pub fn decode(format: Format, key: Option<&[u8]>, value: Option<&[u8]>, store_paths: &[String]) -> Result<Decoded, String> {
     let Some(value) = value else { return Ok(Decoded::Tombstone) };
     let v: J = serde_json::from_slice(value).map_err(|e| format!("not JSON: {e}"))?;

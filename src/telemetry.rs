@@ -72,6 +72,7 @@ pub struct Metrics {
     pub ready: IntGauge,
     pub kafka_errors: IntCounter,
     pub build_info: IntGaugeVec,
+    pub start_time: IntGauge,
 }
 
 fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -158,9 +159,11 @@ impl Metrics {
                 c
             },
             build_info: gauge_vec(&r, "changelake_build_info", "Build information; always 1.", &["version"]),
+            start_time: gauge(&r, "changelake_start_time_seconds", "Unix time the process started (a restart loop shows as changes)."),
             registry: r,
         };
         m.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        m.start_time.set(chrono::Utc::now().timestamp());
         m
     }
 }

@@ -102,6 +102,45 @@ pub fn json_cell(v: &serde_json::Value) -> Value {
     }
 }
 
+/// A file of Debezium envelopes, one per line (a topic dump): decoded as the
+/// Kafka source does; the line number is the position. Truncate events and
+/// empty lines are skipped; lines that do not decode are dead letters.
+pub fn read_debezium_jsonl(source: &str, bytes: &[u8], store_paths: &[String]) -> RawBatch {
+    use crate::decode::{decode, stored_name, Decoded};
+    let mut rows = vec![];
+    let mut unparsable = vec![];
+    let mut truncates = 0;
+    for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
+        let pos = i as u64 + 1;
+        if line.iter().all(|b| b.is_ascii_whitespace()) {
+            continue;
+        }
+        match decode(crate::config::Format::Debezium, None, Some(line), store_paths) {
+            Ok(Decoded::Row { mut data, env }) => {
+                for p in store_paths {
+                    let col = stored_name(p);
+                    if !data.iter().any(|(n, _)| *n == col) {
+                        if let Some((_, v)) = env.iter().find(|(n, _)| n == p) {
+                            data.push((col, v.clone()));
+                        }
+                    }
+                }
+                let raw = String::from_utf8_lossy(line).into_owned();
+                rows.push((data, RawRow { cells: vec![], pos, partition: 0, raw, extra: env, replayed: false }));
+            }
+            Ok(Decoded::Tombstone) => {}
+            Ok(Decoded::Truncate) => truncates += 1,
+            Err(error) => unparsable.push(Unparsable { partition: 0, pos, raw: line.to_vec(), error, reason: "malformed" }),
+        }
+    }
+    if truncates > 0 {
+        tracing::warn!(source, truncates, "truncate events in a file source are skipped");
+    }
+    let mut batch = RawBatch::from_maps(source.to_string(), rows);
+    batch.unparsable = unparsable;
+    batch
+}
+
 pub fn read_jsonl(path: &Path, bytes: &[u8]) -> Result<RawBatch, FileError> {
     let text = String::from_utf8_lossy(bytes);
     let mut objects = vec![];
