@@ -82,6 +82,49 @@ pub enum Cmd {
         #[arg(long, default_value = "changelake-demo")]
         dir: PathBuf,
     },
+    /// Benchmark: a seeded CRM workload through decode → merge → commit, and
+    /// the same batches through delta-rs MERGE (Python `deltalake`), side by side.
+    Bench {
+        /// Work directory (tables, batch files, bench.json, bench.md).
+        #[arg(long, default_value = "bench-out")]
+        dir: PathBuf,
+        /// Keys in the table before the timed runs.
+        #[arg(long, default_value_t = 1_000_000)]
+        keys: u64,
+        /// Events per batch (one batch = one run = one commit).
+        #[arg(long, default_value_t = 100_000)]
+        batch: usize,
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Comma-separated: scd1, scd2.
+        #[arg(long, default_value = "scd1,scd2")]
+        strategies: String,
+        /// uniform, or recent (90% of updates on the newest 10% of keys).
+        #[arg(long, default_value = "uniform")]
+        distribution: String,
+        /// Percent shares besides updates: insert=5,delete=2,late=3,duplicate=5
+        #[arg(long, default_value = "insert=5,delete=2,late=3,duplicate=5")]
+        mix: String,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Skip the delta-rs MERGE comparison.
+        #[arg(long)]
+        no_deltars: bool,
+        /// Also stream through an in-process broker at this many events/s.
+        #[arg(long)]
+        broker_rate: Option<u64>,
+        #[arg(long, default_value_t = 20)]
+        broker_secs: u64,
+        /// batching.max_age for the broker run, in milliseconds.
+        #[arg(long, default_value_t = 1000)]
+        max_age_ms: u64,
+        /// Events per load commit.
+        #[arg(long, default_value_t = 250_000)]
+        load_chunk: usize,
+        /// Extra table `layout:` options, e.g. "file_rows: 200000".
+        #[arg(long)]
+        layout: Option<String>,
+    },
     /// Exit 0 when an HTTP endpoint answers 200 (container health checks without curl).
     Probe {
         #[arg(default_value = "http://127.0.0.1:9464/readyz")]
@@ -178,6 +221,46 @@ async fn dispatch(cmd: Cmd) -> Result<()> {
             Ok(())
         }
         Cmd::Demo { dir } => crate::demo::run(&dir).await,
+        Cmd::Bench {
+            dir,
+            keys,
+            batch,
+            runs,
+            strategies,
+            distribution,
+            mix,
+            seed,
+            no_deltars,
+            broker_rate,
+            broker_secs,
+            max_age_ms,
+            load_chunk,
+            layout,
+        } => {
+            use crate::bench::{BenchOpts, Distribution, Mix};
+            let distribution = match distribution.as_str() {
+                "uniform" => Distribution::Uniform,
+                "recent" => Distribution::Recent,
+                other => return Err(Error::Usage(format!("--distribution: `{other}` (uniform or recent)"))),
+            };
+            let opts = BenchOpts {
+                dir,
+                keys,
+                batch,
+                runs,
+                strategies: strategies.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+                distribution,
+                mix: Mix::parse(&mix)?,
+                seed,
+                deltars: !no_deltars,
+                broker_rate,
+                broker_secs,
+                max_age_ms,
+                load_chunk,
+                table_option: layout,
+            };
+            crate::bench::run(opts).await
+        }
         Cmd::Probe { url } => {
             let body = tokio::task::spawn_blocking(move || probe(&url)).await.map_err(|e| Error::Input(e.to_string()))??;
             print!("{body}");

@@ -78,6 +78,16 @@ pub enum SystemKind {
     },
 }
 
+impl SystemKind {
+    /// The event format of a Kafka or JSONL system (CSV has none).
+    pub fn format(&self) -> Option<Format> {
+        match self {
+            SystemKind::Kafka { format, .. } | SystemKind::Jsonl { format, .. } => Some(*format),
+            SystemKind::Csv { .. } => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Strategy {
     Scd1,
@@ -730,8 +740,7 @@ impl Cx {
             })
             .unwrap_or_default();
         let sequence_by = mm.get("sequence_by").map(|v| self.list(v, &format!("{mp}.sequence_by"))).unwrap_or_default();
-        let is_debezium =
-            systems.get(&system).map(|s| matches!(s.kind, SystemKind::Kafka { format: Format::Debezium, .. })).unwrap_or(false);
+        let is_debezium = systems.get(&system).is_some_and(|s| s.kind.format() == Some(Format::Debezium));
         let delete_when = match self.opt_string(&mm, "delete_when", &mp) {
             Some(s) => match expr::parse(&s) {
                 Ok(e) => Some(e),

@@ -4,6 +4,8 @@
 //! batch of one table end to end and `cli` wires commands to it.
 
 pub mod batch;
+pub mod bench;
+pub mod bench_broker;
 pub mod cli;
 pub mod config;
 pub mod daemon;

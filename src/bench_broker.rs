@@ -1,0 +1,179 @@
+//! `changelake bench --broker-rate N`: produce-to-commit latency through a
+//! Kafka-protocol broker (librdkafka's in-process mock cluster) at a fixed
+//! event rate, with the daemon running in the same process.
+//!
+//! Latency of an event = time its table commit (carrying the offset) became
+//! visible minus the time it was handed to the producer. The committed next
+//! offset per partition is read from the daemon's own gauge, which is set
+//! right after the Delta commit returns, so the measurement includes decode,
+//! batching (`max_age`), merge and commit.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::ClientConfig;
+use serde_json::json;
+
+use crate::bench::{BenchOpts, Workload};
+use crate::config::Config;
+use crate::daemon::{self, RunOpts};
+use crate::error::{Error, Result};
+
+const TOPIC: &str = "crm.public.account";
+const PARTITIONS: i32 = 4;
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+pub async fn run(opts: &BenchOpts, rate: u64) -> Result<(serde_json::Value, String)> {
+    let cluster = MockCluster::new(1).map_err(|e| Error::Input(format!("mock cluster: {e}")))?;
+    cluster.create_topic(TOPIC, PARTITIONS, 1).map_err(|e| Error::Input(format!("mock topic: {e}")))?;
+    let brokers = cluster.bootstrap_servers();
+    let dir = opts.dir.join("broker");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(|e| Error::Input(e.to_string()))?;
+    let max_age = opts.max_age_ms;
+    let text = format!(
+        "storage: {{root: ./lake}}\nsystems:\n  crm: {{type: kafka, brokers: \"{brokers}\", topic: \"crm.public.{{object}}\", format: debezium}}\n\
+         bronze:\n  tables:\n    account:\n      source: {{system: crm, object: account}}\n      business_key: [accountid]\n      strategy: scd1\n      merge: {{sequence_by: [source.lsn], delete_mode: hard}}\n\
+         batching: {{max_rows: 100000, max_age: {max_age}ms}}\nshutdown_timeout: 30s\n"
+    );
+    let config = Config::parse(&text, &dir)?;
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let daemon = tokio::spawn(async move {
+        let shutdown: daemon::Shutdown = Box::pin(async move {
+            let _ = stop_rx.await;
+        });
+        daemon::run(&config, RunOpts::default(), shutdown).await
+    });
+
+    // Send times per partition, indexed by offset (one producer, idempotent: in order).
+    let sent: Arc<Mutex<Vec<Vec<Instant>>>> = Arc::new(Mutex::new(vec![vec![]; PARTITIONS as usize]));
+    let total = rate * opts.broker_secs;
+    let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "5")
+        .set("queue.buffering.max.messages", "1000000")
+        .create()
+        .map_err(|e| Error::Input(format!("producer: {e}")))?;
+    // Let the daemon assign its partitions first.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let sent_p = sent.clone();
+    let seed = opts.seed;
+    let mut produce = Some(tokio::task::spawn_blocking(move || {
+        let mut wl = Workload::new(
+            seed,
+            100_000,
+            crate::bench::Mix { insert: 5, delete: 1, late: 2, duplicate: 2 },
+            crate::bench::Distribution::Recent,
+        );
+        let start = Instant::now();
+        let tick = Duration::from_millis(10);
+        let per_tick = (rate / 100).max(1) as usize;
+        let mut done = 0u64;
+        let mut i = 0u64;
+        while done < total {
+            let lines = wl.batch(per_tick);
+            for line in lines.lines() {
+                let key = line.split("\"accountid\":").nth(1).and_then(|s| s.split(',').next()).unwrap_or("0").to_string();
+                let p = (i % PARTITIONS as u64) as i32;
+                i += 1;
+                let mut rec: BaseRecord<'_, String, str> = BaseRecord::to(TOPIC).partition(p).key(&key).payload(line);
+                loop {
+                    match producer.send(rec) {
+                        Ok(()) => break,
+                        Err((_, back)) => {
+                            producer.poll(Duration::from_millis(1));
+                            rec = back;
+                        }
+                    }
+                }
+                sent_p.lock().unwrap_or_else(|e| e.into_inner())[p as usize].push(Instant::now());
+                done += 1;
+            }
+            let due = start + tick * (done / per_tick as u64) as u32;
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+        }
+        let _ = producer.flush(Duration::from_secs(30));
+        (done, start.elapsed())
+    }));
+
+    // Watch the committed offsets (set right after each Delta commit).
+    let m = crate::telemetry::metrics();
+    let mut seen: HashMap<i32, i64> = HashMap::new();
+    let mut lat = vec![];
+    let t0 = Instant::now();
+    let mut produced: Option<(u64, Duration)> = None;
+    loop {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let now = Instant::now();
+        let mut committed_all = 0i64;
+        {
+            let sent = sent.lock().unwrap_or_else(|e| e.into_inner());
+            for p in 0..PARTITIONS {
+                let next = m.committed_offset.with_label_values(&["account", TOPIC, &p.to_string()]).get();
+                committed_all += next;
+                let from = *seen.get(&p).unwrap_or(&0);
+                let to = next.min(sent[p as usize].len() as i64);
+                for o in from..to {
+                    lat.push(now.duration_since(sent[p as usize][o as usize]).as_secs_f64());
+                }
+                seen.insert(p, to.max(from));
+            }
+        }
+        if produce.as_ref().is_some_and(|h| h.is_finished()) {
+            let h = produce.take().expect("checked");
+            produced = Some(h.await.map_err(|e| Error::Input(e.to_string()))?);
+            continue;
+        }
+        if let Some((n, _)) = produced {
+            if committed_all as u64 >= n {
+                break;
+            }
+        }
+        if t0.elapsed() > Duration::from_secs(opts.broker_secs * 4 + 120) {
+            return Err(Error::Input(format!("broker bench: only {committed_all} of {total} events committed")));
+        }
+    }
+    let _ = stop_tx.send(());
+    let reports = daemon.await.map_err(|e| Error::Input(e.to_string()))??;
+    let (n, produce_time) = produced.unwrap_or((0, Duration::ZERO));
+    lat.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    let bound = 2.0 * max_age as f64 / 1000.0;
+    let (p50, p99, max) = (pct(&lat, 0.5), pct(&lat, 0.99), lat.last().copied().unwrap_or(f64::NAN));
+    let commits = reports.iter().filter(|r| r.version.is_some()).count();
+    let achieved = n as f64 / produce_time.as_secs_f64();
+    let mut md = String::new();
+    let _ = writeln!(md, "### end to end through the broker (in-process mock cluster, {PARTITIONS} partitions, max_age {max_age} ms)\n");
+    let _ = writeln!(
+        md,
+        "| target rate | achieved produce rate | events | commits | latency p50 | p99 | max | bound 2 x max_age |\n| --- | --- | --- | --- | --- | --- | --- | --- |"
+    );
+    let _ = writeln!(
+        md,
+        "| {rate}/s | {achieved:.0}/s | {n} | {commits} | {:.0} ms | {:.0} ms | {:.0} ms | {:.0} ms ({}) |\n",
+        p50 * 1e3,
+        p99 * 1e3,
+        max * 1e3,
+        bound * 1e3,
+        if max < bound { "met" } else { "**missed**" }
+    );
+    let j = json!({
+        "target_rate": rate, "achieved_rate": achieved, "events": n, "commits": commits, "max_age_ms": max_age,
+        "latency_p50_seconds": p50, "latency_p99_seconds": p99, "latency_max_seconds": max, "bound_seconds": bound,
+    });
+    drop(cluster);
+    Ok((j, md))
+}
