@@ -381,6 +381,68 @@ impl TableStore {
     }
 
     async fn read_file(&self, id: u32, spec: &Spec) -> Result<FileRows> {
+        self.read_file_where(id, spec, None).await
+    }
+
+    /// The file as Arrow batches in the table's current schema (columns added
+    /// since it was written are NULL; a changed type is converted as
+    /// [`Value::convert`] does).
+    async fn read_batches(&self, id: u32) -> Result<Vec<RecordBatch>> {
+        let f = self.files[id as usize].clone().expect("live file");
+        let store = self.store()?;
+        let data_err = |msg: String| TableError::Data { uri: self.uri.clone(), msg };
+        let bytes = store
+            .get(&Path::from(f.path.as_str()))
+            .await
+            .map_err(|e| data_err(format!("reading {}: {e}", f.path)))?
+            .bytes()
+            .await
+            .map_err(|e| data_err(format!("reading {}: {e}", f.path)))?;
+        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+            .and_then(|b| b.with_batch_size(64 * 1024).build())
+            .map_err(|e| data_err(format!("parquet {}: {e}", f.path)))?;
+        let schema = self.arrow_schema();
+        let mut out = vec![];
+        for batch in reader {
+            let batch = batch.map_err(|e| data_err(format!("parquet {}: {e}", f.path)))?;
+            let n = batch.num_rows();
+            let mut cols = Vec::with_capacity(schema.fields().len());
+            for (fi, field) in schema.fields().iter().enumerate() {
+                let col = match batch.schema().index_of(field.name()).ok().map(|i| batch.column(i).clone()) {
+                    Some(c) if c.data_type() == field.data_type() => c,
+                    Some(c) => {
+                        let t = self.columns.get(fi).map(|(_, t)| *t).or_else(|| {
+                            self.meta.system_fields().into_iter().find(|(name, _)| name == field.name()).map(|(_, t)| t)
+                        });
+                        let t = t.expect("schema field is a data or system column");
+                        build_array(t, (0..n).map(|i| cell(&c, i).convert(t).unwrap_or(Value::Null)))
+                    }
+                    None => deltalake::arrow::array::new_null_array(field.data_type(), n),
+                };
+                cols.push(col);
+            }
+            out.push(RecordBatch::try_new(schema.clone(), cols).map_err(|e| data_err(e.to_string()))?);
+        }
+        Ok(out)
+    }
+
+    /// Business keys of a batch's rows (only the key columns are converted).
+    fn batch_keys(&self, spec: &Spec, batch: &RecordBatch) -> Vec<Option<Key>> {
+        let cols: Vec<(ArrayRef, DType)> = spec.key.iter().map(|&i| (batch.column(i).clone(), self.columns[i].1)).collect();
+        let mut vals = vec![Value::Null; cols.len()];
+        (0..batch.num_rows())
+            .map(|r| {
+                for (j, (c, t)) in cols.iter().enumerate() {
+                    vals[j] = cell(c, r).convert(*t).unwrap_or(Value::Null);
+                }
+                crate::merge::key_from(vals.iter())
+            })
+            .collect()
+    }
+
+    /// Reads a file's rows as versions; with `wanted`, only the rows of those
+    /// keys are materialised (the others are skipped after reading their key).
+    async fn read_file_where(&self, id: u32, spec: &Spec, wanted: Option<&HashSet<&Key>>) -> Result<FileRows> {
         let f = self.files[id as usize].clone().expect("live file");
         let store = self.store()?;
         let data_err = |msg: String| TableError::Data { uri: self.uri.clone(), msg };
@@ -396,12 +458,26 @@ impl TableStore {
             .map_err(|e| data_err(format!("parquet {}: {e}", f.path)))?;
         let mut out = FileRows { keys: vec![], versions: vec![] };
         let r = &self.meta.reserved;
+        let mut row_no = 0u32;
         for batch in reader {
             let batch = batch.map_err(|e| data_err(format!("parquet {}: {e}", f.path)))?;
             let col = |name: &str| batch.schema().index_of(name).ok().map(|i| batch.column(i).clone());
             let data_cols: Vec<Option<ArrayRef>> = self.columns.iter().map(|(n, _)| col(n)).collect();
             let (vf, vt, del, ex, sk) = (col(&r.valid_from), col(&r.valid_to), col(&r.is_deleted), col(&r.execution_id), col(&r.sk));
+            let key_cols: Vec<(Option<&ArrayRef>, DType)> = spec.key.iter().map(|&i| (data_cols[i].as_ref(), self.columns[i].1)).collect();
+            let mut kv = vec![Value::Null; key_cols.len()];
             for i in 0..batch.num_rows() {
+                let row = row_no;
+                row_no += 1;
+                if let Some(w) = wanted {
+                    for (j, (c, t)) in key_cols.iter().enumerate() {
+                        kv[j] = c.map(|c| cell(c, i)).unwrap_or(Value::Null).convert(*t).unwrap_or(Value::Null);
+                    }
+                    match crate::merge::key_from(kv.iter()) {
+                        Some(k) if w.contains(&k) => {}
+                        _ => continue,
+                    }
+                }
                 let data: Vec<Value> = data_cols
                     .iter()
                     .zip(&self.columns)
@@ -424,7 +500,7 @@ impl TableStore {
                         Some(Value::Int(e)) => Some(e),
                         _ => None,
                     },
-                    loc: Some(Loc { file: id, row: out.versions.len() as u32 }),
+                    loc: Some(Loc { file: id, row }),
                     data,
                 };
                 out.keys.push(spec.key_of(&v.data));
@@ -452,7 +528,7 @@ impl TableStore {
         }
         for (id, keys) in by_file {
             let wanted: HashSet<&Key> = keys.into_iter().collect();
-            let rows = self.read_file(id, spec).await?;
+            let rows = self.read_file_where(id, spec, Some(&wanted)).await?;
             for (k, v) in rows.keys.into_iter().zip(rows.versions) {
                 if let Some(k) = k {
                     if wanted.contains(&k) {
@@ -468,7 +544,7 @@ impl TableStore {
                 if !matches!(f, Some(f) if !f.current) {
                     continue;
                 }
-                let rows = self.read_file(id as u32, spec).await?;
+                let rows = self.read_file_where(id as u32, spec, Some(&hist_keys)).await?;
                 for (k, v) in rows.keys.into_iter().zip(rows.versions) {
                     if let Some(k) = k {
                         if hist_keys.contains(&k) {
@@ -527,29 +603,58 @@ impl TableStore {
         new_rows.sort_by(|a, b| a.0.cmp(b.0));
         let mut pending_new: std::collections::VecDeque<(&Key, &Version)> = new_rows.into();
         for &id in touched.keys() {
-            let rows = self.read_file(id, spec).await?;
-            let mut keys = vec![];
-            let mut versions = vec![];
-            for (k, v) in rows.keys.into_iter().zip(rows.versions) {
-                let Some(k) = k else { continue };
-                if removes.contains(&k) {
-                    continue;
+            // Copy-on-write at the Arrow level: untouched rows are filtered
+            // through as columns (never converted to values); only replaced
+            // and new rows are built from versions.
+            let mut keys: Vec<Key> = vec![];
+            let mut kept: Vec<RecordBatch> = vec![];
+            let mut changed: Vec<Version> = vec![];
+            let mut changed_keys: Vec<Key> = vec![];
+            for batch in self.read_batches(id).await? {
+                let bk = self.batch_keys(spec, &batch);
+                let mut mask = BooleanBuilder::with_capacity(bk.len());
+                for k in bk {
+                    let keep = match k {
+                        None => false,
+                        Some(k) if removes.contains(&k) => false,
+                        Some(k) => match replace.get(&k) {
+                            Some(v) => {
+                                changed.push((*v).clone());
+                                changed_keys.push(k);
+                                false
+                            }
+                            None => {
+                                keys.push(k);
+                                true
+                            }
+                        },
+                    };
+                    mask.append_value(keep);
                 }
-                let v = replace.get(&k).map(|v| (*v).clone()).unwrap_or(v);
-                keys.push(k);
-                versions.push(v);
+                let f = deltalake::arrow::compute::filter_record_batch(&batch, &mask.finish())
+                    .map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e.to_string() })?;
+                if f.num_rows() > 0 {
+                    kept.push(f);
+                }
             }
-            while versions.len() < layout.file_rows
-                && !pending_new.is_empty()
-                && self.files[id as usize].as_ref().is_some_and(|f| f.rows < layout.file_rows / 4)
-            {
+            let small = self.files[id as usize].as_ref().is_some_and(|f| f.rows < layout.file_rows / 4);
+            while small && keys.len() + changed.len() < layout.file_rows && !pending_new.is_empty() {
                 let (k, v) = pending_new.pop_front().unwrap();
-                keys.push(k.clone());
-                versions.push(v.clone());
+                changed_keys.push(k.clone());
+                changed.push(v.clone());
+            }
+            if !changed.is_empty() {
+                kept.push(self.to_batch(&changed)?);
+                keys.extend(changed_keys);
             }
             self.remove_file(id, &mut pc);
-            for (ck, cv) in keys.chunks(layout.file_rows).zip(versions.chunks(layout.file_rows)) {
-                self.write_file(true, ck.to_vec(), cv, exec, &mut pc).await?;
+            let all = deltalake::arrow::compute::concat_batches(&self.arrow_schema(), &kept)
+                .map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e.to_string() })?;
+            let mut start = 0;
+            while start < all.num_rows() {
+                let len = layout.file_rows.min(all.num_rows() - start);
+                self.write_batch(true, keys[start..start + len].to_vec(), all.slice(start, len), exec, &mut pc).await?;
+                start += len;
             }
         }
         if !pending_new.is_empty() {
@@ -629,6 +734,14 @@ impl TableStore {
             return Ok(());
         }
         let batch = self.to_batch(versions)?;
+        self.write_batch(current, keys, batch, exec, pc).await
+    }
+
+    async fn write_batch(&mut self, current: bool, keys: Vec<Key>, batch: RecordBatch, exec: i64, pc: &mut PendingCommit) -> Result<()> {
+        let rows = batch.num_rows();
+        if rows == 0 {
+            return Ok(());
+        }
         let props = WriterProperties::builder().set_compression(Compression::ZSTD(ZstdLevel::default())).build();
         let mut buf = Vec::with_capacity(64 * 1024);
         let data_err = |e: String| TableError::Data { uri: self.uri.clone(), msg: e };
@@ -667,16 +780,16 @@ impl TableStore {
             size,
             modification_time: chrono::Utc::now().timestamp_millis(),
             data_change: true,
-            stats: Some(format!("{{\"numRecords\":{}}}", versions.len())),
+            stats: Some(format!("{{\"numRecords\":{rows}}}")),
             tags: None,
             deletion_vector: None,
             base_row_id: None,
             default_row_commit_version: None,
             clustering_provider: None,
         }));
-        pc.rows_written += versions.len();
+        pc.rows_written += rows;
         pc.files_added += 1;
-        pc.new_files.push((FileMeta { path, rows: versions.len(), size, current }, keys));
+        pc.new_files.push((FileMeta { path, rows, size, current }, keys));
         Ok(())
     }
 

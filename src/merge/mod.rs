@@ -27,6 +27,18 @@ use crate::value::Value;
 /// Encoded business key: the type-tagged bytes of every key column.
 pub type Key = Box<[u8]>;
 
+/// Encodes business-key values (in key order); None when all are NULL.
+pub fn key_from<'a>(vals: impl Iterator<Item = &'a Value> + Clone) -> Option<Key> {
+    if vals.clone().all(|v| v.is_null()) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(16);
+    for v in vals {
+        v.encode(&mut out);
+    }
+    Some(out.into_boxed_slice())
+}
+
 /// How `_valid_from/_valid_to` are stamped (scd2).
 #[derive(Debug, Clone, PartialEq)]
 pub enum ValidTime {
@@ -216,14 +228,7 @@ pub struct RunCtx {
 
 impl Spec {
     pub fn key_of(&self, data: &[Value]) -> Option<Key> {
-        if self.key.iter().all(|&i| data[i].is_null()) {
-            return None;
-        }
-        let mut out = Vec::with_capacity(16);
-        for &i in &self.key {
-            data[i].encode(&mut out);
-        }
-        Some(out.into_boxed_slice())
+        key_from(self.key.iter().map(|&i| &data[i]))
     }
 
     pub fn seq_of(&self, data: &[Value]) -> Box<[Value]> {
