@@ -53,6 +53,9 @@ pub fn store_paths(t: &crate::config::TableConfig, format: Format) -> Vec<String
 
 pub fn decode(format: Format, key: Option<&[u8]>, value: Option<&[u8]>, store_paths: &[String]) -> Result<Decoded, String> {
     let Some(value) = value else { return Ok(Decoded::Tombstone) };
+    if let Some(d) = fast::decode(format, key, value, store_paths) {
+        return d;
+    }
     let v: J = serde_json::from_slice(value).map_err(|e| format!("not JSON: {e}"))?;
     match format {
         Format::Json => match v {
@@ -92,20 +95,7 @@ fn debezium(v: J, key: Option<&[u8]>, store_paths: &[String]) -> Result<Decoded,
         _ => return Err(format!("Debezium `{op}` event without `{section}`")),
     };
     if is_delete {
-        // Deletes may carry only the key (REPLICA IDENTITY DEFAULT): the message key supplies it.
-        if let Some(k) = key.and_then(|k| serde_json::from_slice::<J>(k).ok()) {
-            let (kschema, kp) = unwrap_schema(&k);
-            if let J::Object(km) = kp {
-                let kf = kschema.and_then(|s| s.get("fields")).and_then(J::as_array);
-                for (name, kv) in km {
-                    let have = data.iter().any(|(n, v)| n == name && !v.is_null());
-                    if !have {
-                        data.retain(|(n, _)| n != name);
-                        data.push((name.clone(), typed(kv, kf.and_then(|f| field_schema(f, name)))));
-                    }
-                }
-            }
-        }
+        key_fallback(&mut data, key);
     }
     let mut env = vec![];
     flatten(p, "", &mut env);
@@ -115,6 +105,275 @@ fn debezium(v: J, key: Option<&[u8]>, store_paths: &[String]) -> Result<Decoded,
         }
     }
     Ok(Decoded::Row { data, env })
+}
+
+/// Deletes may carry only the key (REPLICA IDENTITY DEFAULT): the message key supplies it.
+fn key_fallback(data: &mut Vec<(String, Value)>, key: Option<&[u8]>) {
+    if let Some(k) = key.and_then(|k| serde_json::from_slice::<J>(k).ok()) {
+        let (kschema, kp) = unwrap_schema(&k);
+        if let J::Object(km) = kp {
+            let kf = kschema.and_then(|s| s.get("fields")).and_then(J::as_array);
+            for (name, kv) in km {
+                let have = data.iter().any(|(n, v)| n == name && !v.is_null());
+                if !have {
+                    data.retain(|(n, _)| n != name);
+                    data.push((name.clone(), typed(kv, kf.and_then(|f| field_schema(f, name)))));
+                }
+            }
+        }
+    }
+}
+
+/// The hot path: envelopes without the schema wrapper (the common JSON
+/// converter setting) and flat rows, deserialised straight into cells — no
+/// intermediate `serde_json::Value` tree per message. Anything unusual
+/// (schema wrapper, invalid JSON) returns None and takes the general path,
+/// which also produces the error messages.
+mod fast {
+    use std::fmt;
+
+    use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+    use serde::Deserialize;
+
+    use super::{key_fallback, stored_name, Decoded};
+    use crate::config::Format;
+    use crate::value::Value;
+
+    /// One JSON value as a cell, as `json_cell` maps it (nested values become JSON text).
+    struct Cell(Value);
+
+    impl<'de> Deserialize<'de> for Cell {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(CellVisitor)
+        }
+    }
+
+    struct CellVisitor;
+
+    impl<'de> Visitor<'de> for CellVisitor {
+        type Value = Cell;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a JSON value")
+        }
+        fn visit_bool<E>(self, v: bool) -> Result<Cell, E> {
+            Ok(Cell(Value::Bool(v)))
+        }
+        fn visit_i64<E>(self, v: i64) -> Result<Cell, E> {
+            Ok(Cell(Value::Int(v)))
+        }
+        fn visit_u64<E>(self, v: u64) -> Result<Cell, E> {
+            Ok(Cell(i64::try_from(v).map(Value::Int).unwrap_or(Value::Float(v as f64))))
+        }
+        fn visit_f64<E>(self, v: f64) -> Result<Cell, E> {
+            Ok(Cell(Value::Float(v)))
+        }
+        fn visit_str<E>(self, v: &str) -> Result<Cell, E> {
+            Ok(Cell(Value::Str(v.to_string())))
+        }
+        fn visit_string<E>(self, v: String) -> Result<Cell, E> {
+            Ok(Cell(Value::Str(v)))
+        }
+        fn visit_unit<E>(self) -> Result<Cell, E> {
+            Ok(Cell(Value::Null))
+        }
+        fn visit_none<E>(self) -> Result<Cell, E> {
+            Ok(Cell(Value::Null))
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Cell, D::Error> {
+            Cell::deserialize(d)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, m: A) -> Result<Cell, A::Error> {
+            let v = serde_json::Value::deserialize(serde::de::value::MapAccessDeserializer::new(m))?;
+            Ok(Cell(Value::Str(v.to_string())))
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, s: A) -> Result<Cell, A::Error> {
+            let v = serde_json::Value::deserialize(serde::de::value::SeqAccessDeserializer::new(s))?;
+            Ok(Cell(Value::Str(v.to_string())))
+        }
+    }
+
+    /// A JSON object's fields as cells, in document order (`prefix.` prepended).
+    struct Fields<'p>(&'p str);
+
+    impl<'de> DeserializeSeed<'de> for Fields<'_> {
+        type Value = Option<Vec<(String, Value)>>;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Fields<'_> {
+        type Value = Option<Vec<(String, Value)>>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a JSON object or null")
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::with_capacity(m.size_hint().unwrap_or(24));
+            while let Some(k) = m.next_key::<String>()? {
+                let v: Cell = m.next_value()?;
+                let name = if self.0.is_empty() { k } else { format!("{}.{k}", self.0) };
+                out.push((name, v.0));
+            }
+            Ok(Some(out))
+        }
+        // Any other JSON type: not an object (the general path reports it).
+        fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Err(E::custom("not an object"))
+        }
+        fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Err(E::custom("not an object"))
+        }
+        fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Err(E::custom("not an object"))
+        }
+        fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Err(E::custom("not an object"))
+        }
+        fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Err(E::custom("not an object"))
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+            Err(serde::de::Error::custom("not an object"))
+        }
+    }
+
+    /// A top-level envelope field: an object is flattened one level (`source.lsn`).
+    struct EnvField(String);
+
+    impl<'de> DeserializeSeed<'de> for EnvField {
+        type Value = Vec<(String, Value)>;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for EnvField {
+        type Value = Vec<(String, Value)>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a JSON value")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, m: A) -> Result<Self::Value, A::Error> {
+            Ok(Fields(&self.0).visit_map(m)?.unwrap_or_default())
+        }
+        fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+            Ok(vec![(self.0, Value::Bool(v))])
+        }
+        fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+            Ok(vec![(self.0, Value::Int(v))])
+        }
+        fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+            Ok(vec![(self.0, i64::try_from(v).map(Value::Int).unwrap_or(Value::Float(v as f64)))])
+        }
+        fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+            Ok(vec![(self.0, Value::Float(v))])
+        }
+        fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(vec![(self.0, Value::Str(v.to_string()))])
+        }
+        fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+            Ok(vec![(self.0, Value::Str(v))])
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(vec![(self.0, Value::Null)])
+        }
+        fn visit_none<E>(self) -> Result<Self::Value, E> {
+            Ok(vec![(self.0, Value::Null)])
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, s: A) -> Result<Self::Value, A::Error> {
+            let name = self.0;
+            Ok(vec![(name, CellVisitor.visit_seq(s)?.0)])
+        }
+    }
+
+    #[derive(Default)]
+    struct Envelope {
+        before: Option<Vec<(String, Value)>>,
+        after: Option<Vec<(String, Value)>>,
+        env: Vec<(String, Value)>,
+        /// `schema`/`payload` wrapper present: the general path handles it.
+        wrapped: bool,
+    }
+
+    impl<'de> Deserialize<'de> for Envelope {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_map(EnvelopeVisitor)
+        }
+    }
+
+    struct EnvelopeVisitor;
+
+    impl<'de> Visitor<'de> for EnvelopeVisitor {
+        type Value = Envelope;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a Debezium envelope")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Envelope, A::Error> {
+            let mut e = Envelope::default();
+            while let Some(k) = m.next_key::<String>()? {
+                match k.as_str() {
+                    "before" => e.before = m.next_value_seed(Fields(""))?,
+                    "after" => e.after = m.next_value_seed(Fields(""))?,
+                    "schema" | "payload" => {
+                        e.wrapped = true;
+                        m.next_value::<IgnoredAny>()?;
+                    }
+                    _ => {
+                        let f = m.next_value_seed(EnvField(k))?;
+                        e.env.extend(f);
+                    }
+                }
+            }
+            Ok(e)
+        }
+    }
+
+    pub fn decode(format: Format, key: Option<&[u8]>, value: &[u8], store_paths: &[String]) -> Option<Result<Decoded, String>> {
+        match format {
+            Format::Json => {
+                let mut de = serde_json::Deserializer::from_slice(value);
+                let data = Fields("").deserialize(&mut de).ok()??;
+                de.end().ok()?;
+                Some(Ok(Decoded::Row { data, env: vec![] }))
+            }
+            Format::Debezium => {
+                let e: Envelope = serde_json::from_slice(value).ok()?;
+                if e.wrapped {
+                    return None;
+                }
+                let op = match e.env.iter().find(|(n, _)| n == "op") {
+                    Some((_, Value::Str(op))) => op.clone(),
+                    _ => return None,
+                };
+                let (section, is_delete) = match op.as_str() {
+                    "c" | "u" | "r" => (e.after, false),
+                    "d" => (e.before, true),
+                    "t" => return Some(Ok(Decoded::Truncate)),
+                    "m" => return Some(Ok(Decoded::Tombstone)),
+                    _ => return None,
+                };
+                let mut data = match section {
+                    Some(d) => d,
+                    None if is_delete => vec![],
+                    None => return None,
+                };
+                if is_delete {
+                    key_fallback(&mut data, key);
+                }
+                for path in store_paths {
+                    if let Some((_, v)) = e.env.iter().find(|(n, _)| n == path) {
+                        data.push((stored_name(path), v.clone()));
+                    }
+                }
+                Some(Ok(Decoded::Row { data, env: e.env }))
+            }
+        }
+    }
 }
 
 fn flatten(m: &Map<String, J>, prefix: &str, out: &mut Vec<(String, Value)>) {
@@ -248,6 +507,36 @@ mod tests {
         assert_eq!(decode(Format::Debezium, None, Some(br#"{"op":"t","source":{}}"#), &[]).unwrap(), Decoded::Truncate);
         assert!(decode(Format::Debezium, None, Some(b"\x00garbage"), &[]).is_err());
         assert!(decode(Format::Debezium, None, Some(br#"{"id":1}"#), &[]).is_err());
+    }
+
+    /// The fast path and the general path agree on every shape they share.
+    #[test]
+    fn fast_decode_equals_the_general_path() {
+        let general = |format, key: Option<&[u8]>, v: &str, paths: &[String]| {
+            let j: J = serde_json::from_str(v).unwrap();
+            match format {
+                Format::Debezium => debezium(j, key, paths).unwrap(),
+                Format::Json => match j {
+                    J::Object(m) => Decoded::Row { data: m.iter().map(|(k, v)| (k.clone(), json_cell(v))).collect(), env: vec![] },
+                    _ => unreachable!(),
+                },
+            }
+        };
+        let paths = vec!["source.lsn".to_string(), "ts_ms".to_string()];
+        let nested = r#"{"before":null,"after":{"id":18446744073709551615,"tags":["a",{"b":1}],"meta":{"x":null},"amount":-1.5e3,"ok":true,"name":"Zo\u00eb \"Q\""},"source":{"lsn":7,"table":"t","extra":{"deep":[1]}},"op":"c","ts_ms":1,"transaction":null}"#;
+        for (format, key, v) in [
+            (Format::Debezium, None, PG_UPDATE_NO_SCHEMA),
+            (Format::Debezium, Some(&br#"{"id":1}"#[..]), PG_DELETE_KEY_ONLY),
+            (Format::Debezium, None, nested),
+            (Format::Json, None, r#"{"id":1,"op":"U","amount":2.5,"n":null,"nested":{"a":[1,2]}}"#),
+        ] {
+            let fast = fast::decode(format, key, v.as_bytes(), &paths).unwrap_or_else(|| panic!("fast path not taken: {v}")).unwrap();
+            assert_eq!(fast, general(format, key, v, &paths), "{v}");
+        }
+        // The schema wrapper and bad input take the general path.
+        assert!(fast::decode(Format::Debezium, None, SQLSERVER_CREATE_WITH_SCHEMA.as_bytes(), &paths).is_none());
+        assert!(fast::decode(Format::Debezium, None, b"{not json", &paths).is_none());
+        assert!(fast::decode(Format::Debezium, None, br#"{"op":"x"}"#, &paths).is_none());
     }
 
     #[test]

@@ -250,6 +250,12 @@ impl TableRunner {
         for u in &raw.unparsable {
             *report.dead_by_reason.entry(u.reason).or_default() += 1;
         }
+        let mut phases: Vec<(&str, f64)> = vec![];
+        let mut lap = std::time::Instant::now();
+        let mut mark = |name: &'static str, phases: &mut Vec<(&str, f64)>| {
+            phases.push((name, lap.elapsed().as_secs_f64() * 1e3));
+            lap = std::time::Instant::now();
+        };
         let conformed = conform(raw, &self.store.columns, &self.declared, t.schema_policy, &t.business_key).map_err(|e| {
             if e.contains("float") {
                 Error::ConfigData(format!("bronze.tables.{}.business_key: {e}", t.name))
@@ -301,7 +307,9 @@ impl TableRunner {
             }
             rows.push(InRow { data: r.data, delete, order: r.pos, replayed: r.replayed });
         }
+        mark("conform", &mut phases);
         let prepared = merge::prepare(&spec, rows);
+        mark("prepare", &mut phases);
         let mut stats = prepared.stats.clone();
         let reject = |reason: String, dead: &mut Vec<DeadLetter>| {
             for u in &raw_by_pos {
@@ -329,9 +337,12 @@ impl TableRunner {
             for k in &absent {
                 needs.insert(k.clone(), Need::Current);
             }
+            mark("classify", &mut phases);
             let states = self.store.load_states(&spec, &needs).await?;
+            mark("load_states", &mut phases);
             let ctx = RunCtx { exec, now: chrono::Utc::now().timestamp_micros() };
             out = merge::apply(&spec, ctx, keys, states, absent);
+            mark("apply", &mut phases);
             if let Some(reason) = out.rejected.clone() {
                 reject(reason.clone(), &mut dead);
                 *report.dead_by_reason.entry("guardrail").or_default() += raw_by_pos.len() as u64;
@@ -350,11 +361,14 @@ impl TableRunner {
         if changes || !self.store.exists() {
             let schema_changed = self.store.add_columns(&conformed.columns);
             let pc = self.store.stage(&spec, &out, exec).await?;
+            mark("stage", &mut phases);
             report.merge_secs = started.elapsed().as_secs_f64();
             report.files_added = pc.files_added;
             report.files_removed = pc.files_removed;
             let committing = std::time::Instant::now();
             report.version = Some(self.store.commit(pc, txns(&progress), changes.then_some(exec), schema_changed, info).await?);
+            mark("commit", &mut phases);
+            tracing::debug!(table = %t.name, phases_ms = ?phases, "batch phases");
             report.commit_secs = committing.elapsed().as_secs_f64();
             report.exec = changes.then_some(exec);
         } else if !self.already_applied(&progress).await? {
