@@ -170,11 +170,27 @@ pub struct Layout {
     pub file_rows: usize,
     /// Target number of files a large load of new keys is spread over.
     pub spread: usize,
+    /// A Delta checkpoint every this many commits (readers and restarts
+    /// replay at most this many JSON commits); vacuum runs at the same time.
+    pub checkpoint_interval: usize,
+    /// Compact a partition once it has this many small files (under a
+    /// quarter of `file_rows`); 0 disables compaction.
+    pub compact_min_files: usize,
+    /// Data files removed from the table longer ago than this are deleted
+    /// from storage (readers time-travelling further back lose them); None
+    /// disables vacuum.
+    pub vacuum_retention: Option<std::time::Duration>,
 }
 
 impl Default for Layout {
     fn default() -> Self {
-        Layout { file_rows: 65_536, spread: 32 }
+        Layout {
+            file_rows: 65_536,
+            spread: 32,
+            checkpoint_interval: 20,
+            compact_min_files: 16,
+            vacuum_retention: Some(std::time::Duration::from_secs(7 * 24 * 3600)),
+        }
     }
 }
 
@@ -703,13 +719,32 @@ impl Cx {
         let mut layout = Layout::default();
         if let Some(l) = m.get("layout") {
             let lp = format!("{path}.layout");
-            let lm = self.map(l, &lp, &["file_rows", "spread"]);
-            for (key, slot) in [("file_rows", &mut layout.file_rows), ("spread", &mut layout.spread)] {
+            let lm = self.map(l, &lp, &["file_rows", "spread", "checkpoint_interval", "compact_min_files", "vacuum_retention"]);
+            for (key, slot) in [
+                ("file_rows", &mut layout.file_rows),
+                ("spread", &mut layout.spread),
+                ("checkpoint_interval", &mut layout.checkpoint_interval),
+            ] {
                 if let Some(v) = lm.get(key) {
                     match v.as_u64() {
                         Some(n) if n > 0 => *slot = n as usize,
                         _ => self.err(&child(&lp, key), "expected a positive integer"),
                     }
+                }
+            }
+            if let Some(v) = lm.get("compact_min_files") {
+                match v.as_u64() {
+                    Some(n) if n == 0 || n >= 2 => layout.compact_min_files = n as usize,
+                    _ => self.err(&child(&lp, "compact_min_files"), "expected 0 (off) or an integer of at least 2"),
+                }
+            }
+            if let Some(s) = self.opt_string(&lm, "vacuum_retention", &lp) {
+                match s.as_str() {
+                    "off" | "never" => layout.vacuum_retention = None,
+                    _ => match parse_duration(&s) {
+                        Some(d) => layout.vacuum_retention = Some(d),
+                        None => self.err(&child(&lp, "vacuum_retention"), format!("`{s}` is not a duration such as 168h, or off")),
+                    },
                 }
             }
         }
@@ -928,6 +963,7 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
         "" | "s" => n,
         "m" | "min" => n * 60.0,
         "h" => n * 3600.0,
+        "d" => n * 86400.0,
         _ => return None,
     };
     (secs >= 0.0).then(|| Duration::from_secs_f64(secs))

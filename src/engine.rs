@@ -4,13 +4,13 @@
 //! the Kafka micro-batcher: callers pass the batch plus the progress markers
 //! (`txn` app id → next position) that the commit must carry.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use crate::batch::{conform, lookup};
 use crate::config::{Config, Strategy, TableConfig, ValidTime as CfgValidTime};
 use crate::deadletter::{self, DeadLetter};
 use crate::error::{Error, Result};
-use crate::merge::{self, InRow, Key, Need, RunCtx, Spec, Stats, ValidTime};
+use crate::merge::{self, InRow, Key, KeyMap, Need, RunCtx, Spec, Stats, ValidTime};
 use crate::source::{RawBatch, Unparsable};
 use crate::table::{TableMeta, TableStore};
 use crate::value::DType;
@@ -105,6 +105,8 @@ pub struct TableRunner {
     pub store: TableStore,
     declared: Vec<(String, DType)>,
     dead_letter_uri: String,
+    /// Version of the last checkpoint this process wrote (see `maintain`).
+    last_checkpoint: i64,
 }
 
 impl TableRunner {
@@ -122,7 +124,8 @@ impl TableRunner {
             store.load_index(&build_spec(t, &store.columns)?).await?;
         }
         let declared = config.systems.get(&t.system).map(|s| s.columns.clone()).unwrap_or_default();
-        Ok(TableRunner { cfg: t.clone(), lock: None, store, declared, dead_letter_uri: config.dead_letter_uri() })
+        let last_checkpoint = store.version().unwrap_or(0);
+        Ok(TableRunner { cfg: t.clone(), lock: None, store, declared, dead_letter_uri: config.dead_letter_uri(), last_checkpoint })
     }
 
     /// Claims the table for writing. On a local lake an exclusive file lock
@@ -210,7 +213,7 @@ impl TableRunner {
         let mut spec = build_spec(&t, &self.store.columns)?;
         spec.snapshot = true;
         let absent: Vec<Key> = self.store.live_keys().cloned().collect();
-        let needs: HashMap<Key, Need> = absent.iter().map(|k| (k.clone(), Need::Current)).collect();
+        let needs: KeyMap<Need> = absent.iter().map(|k| (k.clone(), Need::Current)).collect();
         let states = self.store.load_states(&spec, &needs).await?;
         let exec = self.store.last_exec + 1;
         let out = merge::apply(&spec, RunCtx { exec, now: chrono::Utc::now().timestamp_micros() }, vec![], states, absent);
@@ -227,6 +230,36 @@ impl TableRunner {
         report.stats = out.stats;
         tracing::warn!(table = %t.name, deleted = report.stats.snapshot_deleted, "source truncate applied (apply_truncates)");
         Ok(report)
+    }
+
+    /// Keeps a long-running table healthy after a data commit: compacts small
+    /// files, and every `checkpoint_interval` versions writes a checkpoint and
+    /// vacuums. None of it changes what a reader sees; a failure is logged and
+    /// retried after a later batch (the data commit already succeeded).
+    async fn maintain(&mut self, spec: &merge::Spec) {
+        let table = self.cfg.name.clone();
+        match self.store.stage_compaction(spec).await {
+            Ok(Some(pc)) => {
+                let (removed, added) = (pc.files_removed, pc.files_added);
+                let started = std::time::Instant::now();
+                match self.store.commit(pc, vec![], None, false, serde_json::json!({ "source": "compaction" })).await {
+                    Ok(v) => crate::telemetry::compacted(&table, removed, added, v, started.elapsed().as_secs_f64()),
+                    Err(e) => crate::telemetry::maintenance_failed(&table, "compaction", &e),
+                }
+            }
+            Ok(None) => {}
+            Err(e) => crate::telemetry::maintenance_failed(&table, "compaction", &e),
+        }
+        let interval = self.cfg.layout.checkpoint_interval.max(1) as i64;
+        if let Some(v) = self.store.version().filter(|v| *v > 0) {
+            if v / interval > self.last_checkpoint / interval {
+                self.last_checkpoint = v;
+                match self.store.checkpoint_and_vacuum().await {
+                    Ok(vacuumed) => crate::telemetry::checkpointed(&table, v, vacuumed),
+                    Err(e) => crate::telemetry::maintenance_failed(&table, "checkpoint", &e),
+                }
+            }
+        }
     }
 
     /// Runs one batch and commits it together with `progress`.
@@ -324,7 +357,7 @@ impl TableRunner {
             report.rejected = Some(reason);
         } else {
             let batch_keys: HashSet<Key> = prepared.keys.iter().map(|(k, _)| k.clone()).collect();
-            let mut needs: HashMap<Key, Need> = HashMap::new();
+            let mut needs: KeyMap<Need> = KeyMap::default();
             let mut keys = Vec::with_capacity(prepared.keys.len());
             for (k, rs) in prepared.keys {
                 if let Some(n) = merge::classify(&spec, self.store.summary(&k), &rs, &mut stats) {
@@ -371,6 +404,7 @@ impl TableRunner {
             tracing::debug!(table = %t.name, phases_ms = ?phases, "batch phases");
             report.commit_secs = committing.elapsed().as_secs_f64();
             report.exec = changes.then_some(exec);
+            self.maintain(&spec).await;
         } else if !self.already_applied(&progress).await? {
             // Offsets moved but nothing changed: a txn-only commit, no data files.
             // The run still takes its `_execution_id` (SPEC 3: every run gets one);

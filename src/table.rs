@@ -63,7 +63,7 @@ use object_store::ObjectStoreExt;
 use url::Url;
 
 use crate::config::{Layout, Reserved, Strategy};
-use crate::merge::{Key, KeyState, Loc, Need, Output, Spec, Summary, Version};
+use crate::merge::{Key, KeyMap, KeyState, Loc, Need, Output, Spec, Summary, Version};
 use crate::value::{DType, Value};
 
 pub const PROP_STRATEGY: &str = "changelake.strategy";
@@ -160,6 +160,8 @@ pub struct PendingCommit {
     pub files_removed: usize,
     pub files_added: usize,
     pub rows_written: usize,
+    /// Compaction: files are rearranged, no row changes (`dataChange: false`).
+    pub rearrange: bool,
 }
 
 pub struct TableStore {
@@ -169,7 +171,7 @@ pub struct TableStore {
     /// Data columns (source columns), in table order.
     pub columns: Vec<(String, DType)>,
     files: Vec<Option<FileMeta>>,
-    index: HashMap<Key, (u32, Summary)>,
+    index: KeyMap<(u32, Summary)>,
     pub last_exec: i64,
     file_counter: u64,
     /// Decoded batches of the files the current run touches (see `batches`).
@@ -243,7 +245,7 @@ impl TableStore {
             table: None,
             columns: vec![],
             files: vec![],
-            index: HashMap::new(),
+            index: KeyMap::default(),
             last_exec: 0,
             file_counter: 0,
             cache: Default::default(),
@@ -347,7 +349,7 @@ impl TableStore {
     /// into the key index. A table that does not exist yet has nothing to load.
     pub async fn load_index(&mut self, spec: &Spec) -> Result<()> {
         let ids: Vec<u32> = (0..self.files.len() as u32).collect();
-        let mut deleted_latest: HashMap<Key, Version> = HashMap::new();
+        let mut deleted_latest: KeyMap<Version> = KeyMap::default();
         for id in ids {
             let Some(f) = self.files[id as usize].clone() else {
                 continue;
@@ -527,8 +529,8 @@ impl TableStore {
     }
 
     /// Loads the stored versions the merge asked for (see `merge::classify`).
-    pub async fn load_states(&self, spec: &Spec, needs: &HashMap<Key, Need>) -> Result<HashMap<Key, KeyState>> {
-        let mut states: HashMap<Key, KeyState> = HashMap::new();
+    pub async fn load_states(&self, spec: &Spec, needs: &KeyMap<Need>) -> Result<KeyMap<KeyState>> {
+        let mut states: KeyMap<KeyState> = KeyMap::default();
         let mut by_file: BTreeMap<u32, Vec<&Key>> = BTreeMap::new();
         let mut want_history = false;
         for (k, need) in needs {
@@ -680,8 +682,8 @@ impl TableStore {
             let all: Vec<(&Key, &Version)> = pending_new.into_iter().collect();
             for c in all.chunks(chunk) {
                 let keys: Vec<Key> = c.iter().map(|(k, _)| (*k).clone()).collect();
-                let vs: Vec<Version> = c.iter().map(|(_, v)| (*v).clone()).collect();
-                queue.push((true, keys, self.to_batch(&vs)?));
+                let vs: Vec<&Version> = c.iter().map(|(_, v)| *v).collect();
+                queue.push((true, keys, self.to_batch_refs(&vs)?));
             }
         }
         // History partition: appends go to new files, replacements rewrite theirs.
@@ -711,6 +713,72 @@ impl TableStore {
         Ok(pc)
     }
 
+    /// Small-file compaction: once a partition holds `compact_min_files` files
+    /// under a quarter of `file_rows` (streaming runs add small files), they
+    /// are rewritten into full ones. Rows are moved as Arrow columns, never
+    /// changed; the commit marks the actions `dataChange: false`, so readers
+    /// see the same rows before and after and streaming readers skip it.
+    /// Returns the staged commit, or None when nothing needs compacting.
+    pub async fn stage_compaction(&mut self, spec: &Spec) -> Result<Option<PendingCommit>> {
+        let layout = self.meta.layout.clone();
+        if layout.compact_min_files == 0 || self.table.is_none() {
+            return Ok(None);
+        }
+        let mut pc = PendingCommit { rearrange: true, ..Default::default() };
+        for current in [true, false] {
+            let small: Vec<u32> = self
+                .files
+                .iter()
+                .enumerate()
+                .filter_map(|(i, f)| f.as_ref().filter(|f| f.current == current && f.rows < layout.file_rows / 4).map(|_| i as u32))
+                .collect();
+            if small.len() < layout.compact_min_files {
+                continue;
+            }
+            let mut batches = vec![];
+            let mut keys: Vec<Key> = vec![];
+            for &id in &small {
+                for b in self.batches(id, false).await?.iter() {
+                    if current {
+                        keys.extend(self.batch_keys(spec, b).into_iter().flatten());
+                    }
+                    batches.push(b.clone());
+                }
+                self.remove_file(id, &mut pc);
+            }
+            let all = deltalake::arrow::compute::concat_batches(&self.arrow_schema(), &batches)
+                .map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e.to_string() })?;
+            let mut queue = vec![];
+            let mut start = 0;
+            while start < all.num_rows() {
+                let len = layout.file_rows.min(all.num_rows() - start);
+                let k = if current { keys[start..start + len].to_vec() } else { vec![] };
+                queue.push((current, k, all.slice(start, len)));
+                start += len;
+            }
+            let encoded =
+                encode_all(queue.iter().map(|(_, _, b)| b).collect()).map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e })?;
+            for ((cur, k, batch), bytes) in queue.into_iter().zip(encoded) {
+                self.put_file(cur, k, batch.num_rows(), bytes, 0, &mut pc).await?;
+            }
+        }
+        Ok((pc.files_removed > 0).then_some(pc))
+    }
+
+    /// Writes a Delta checkpoint of the current version, then vacuums files
+    /// removed longer ago than the retention. Neither changes what a reader
+    /// of the current version sees.
+    pub async fn checkpoint_and_vacuum(&mut self) -> Result<usize> {
+        let Some(t) = self.table.clone() else { return Ok(0) };
+        deltalake::checkpoints::create_checkpoint(&t, None).await.map_err(|e| self.delta(e))?;
+        let Some(retention) = self.meta.layout.vacuum_retention else { return Ok(0) };
+        let retention = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::days(7));
+        // The vacuum's own log entries (VACUUM START/END) carry no data; our
+        // table state stays at our last commit (see `commit_inner`).
+        let (_, m) = t.vacuum().with_retention_period(retention).with_enforce_retention_duration(false).await.map_err(|e| self.delta(e))?;
+        Ok(m.files_deleted.len())
+    }
+
     fn remove_file(&self, id: u32, pc: &mut PendingCommit) {
         let f = self.files[id as usize].as_ref().expect("live file");
         let mut pv = HashMap::new();
@@ -719,7 +787,7 @@ impl TableStore {
         }
         pc.actions.push(Action::Remove(Remove {
             path: f.path.clone(),
-            data_change: true,
+            data_change: !pc.rearrange,
             deletion_timestamp: Some(chrono::Utc::now().timestamp_millis()),
             extended_file_metadata: Some(true),
             partition_values: Some(pv),
@@ -796,7 +864,7 @@ impl TableStore {
             partition_values: pv,
             size,
             modification_time: chrono::Utc::now().timestamp_millis(),
-            data_change: true,
+            data_change: !pc.rearrange,
             stats: Some(format!("{{\"numRecords\":{rows}}}")),
             tags: None,
             deletion_vector: None,
@@ -811,9 +879,13 @@ impl TableStore {
     }
 
     fn to_batch(&self, versions: &[Version]) -> Result<RecordBatch> {
+        self.to_batch_refs(&versions.iter().collect::<Vec<_>>())
+    }
+
+    fn to_batch_refs(&self, versions: &[&Version]) -> Result<RecordBatch> {
         let mut arrays: Vec<ArrayRef> = vec![];
         for (i, (_, t)) in self.columns.iter().enumerate() {
-            arrays.push(build_array(*t, versions.iter().map(|v| v.data.get(i).cloned().unwrap_or(Value::Null))));
+            arrays.push(build_array_ref(*t, versions.iter().map(|v| v.data.get(i).unwrap_or(&Value::Null))));
         }
         for (n, t) in self.meta.system_fields() {
             let r = &self.meta.reserved;
@@ -947,7 +1019,8 @@ impl TableStore {
                 // another writer after ours must stay after our read version, so
                 // that our next commit is checked against them (txn conflicts)
                 // instead of silently building on an index that never saw them.
-                t.update_incremental(Some(v)).await.map_err(|e| self.delta(e))?;
+                // The finalized commit carries that snapshot (no log re-read).
+                t.state = Some(finalized.snapshot());
                 self.table = Some(t);
                 v
             }
@@ -1003,6 +1076,36 @@ impl TableStore {
     }
 }
 
+/// Like [`build_array`], borrowing the values (no per-cell clone).
+fn build_array_ref<'a>(t: DType, vals: impl Iterator<Item = &'a Value>) -> ArrayRef {
+    match t {
+        DType::Bool => Arc::new(vals.map(|v| if let Value::Bool(x) = v { Some(*x) } else { None }).collect::<BooleanArray>()),
+        DType::Int => Arc::new(vals.map(|v| if let Value::Int(x) = v { Some(*x) } else { None }).collect::<Int64Array>()),
+        DType::Float => Arc::new(
+            vals.map(|v| match v {
+                Value::Float(x) => Some(*x),
+                Value::Int(x) => Some(*x as f64),
+                _ => None,
+            })
+            .collect::<Float64Array>(),
+        ),
+        DType::Str => {
+            let mut b = StringBuilder::new();
+            for v in vals {
+                match v {
+                    Value::Null => b.append_null(),
+                    Value::Str(s) => b.append_value(s),
+                    other => b.append_value(other.to_string()),
+                }
+            }
+            Arc::new(b.finish())
+        }
+        DType::Ts => Arc::new(
+            vals.map(|v| if let Value::Ts(x) = v { Some(*x) } else { None }).collect::<TimestampMicrosecondArray>().with_timezone("UTC"),
+        ),
+    }
+}
+
 fn build_array(t: DType, vals: impl Iterator<Item = Value>) -> ArrayRef {
     match t {
         DType::Bool => {
@@ -1054,8 +1157,8 @@ fn encode_parquet(batch: &RecordBatch) -> std::result::Result<Vec<u8>, String> {
 fn encode_all(batches: Vec<&RecordBatch>) -> std::result::Result<Vec<Vec<u8>>, String> {
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(batches.len().max(1));
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: Vec<std::sync::Mutex<Option<std::result::Result<Vec<u8>, String>>>> =
-        batches.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    type Slot = std::sync::Mutex<Option<std::result::Result<Vec<u8>, String>>>;
+    let results: Vec<Slot> = batches.iter().map(|_| std::sync::Mutex::new(None)).collect();
     std::thread::scope(|s| {
         for _ in 0..threads {
             s.spawn(|| loop {

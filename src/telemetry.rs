@@ -73,6 +73,11 @@ pub struct Metrics {
     pub kafka_errors: IntCounter,
     pub build_info: IntGaugeVec,
     pub start_time: IntGauge,
+    pub compactions: IntCounterVec,
+    pub files_compacted: IntCounterVec,
+    pub checkpoints: IntCounterVec,
+    pub files_vacuumed: IntCounterVec,
+    pub maintenance_failures: IntCounterVec,
 }
 
 fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
@@ -160,6 +165,16 @@ impl Metrics {
             },
             build_info: gauge_vec(&r, "changelake_build_info", "Build information; always 1.", &["version"]),
             start_time: gauge(&r, "changelake_start_time_seconds", "Unix time the process started (a restart loop shows as changes)."),
+            compactions: counter(&r, "changelake_compactions_total", "Small-file compactions committed (dataChange false: rows unchanged).", t),
+            files_compacted: counter(&r, "changelake_files_compacted_total", "Small data files replaced by compaction.", t),
+            checkpoints: counter(&r, "changelake_checkpoints_total", "Delta checkpoints written.", t),
+            files_vacuumed: counter(&r, "changelake_files_vacuumed_total", "Removed data files deleted from storage after the vacuum retention.", t),
+            maintenance_failures: counter(
+                &r,
+                "changelake_maintenance_failures_total",
+                "Compactions, checkpoints or vacuums that failed (retried after a later batch; data commits are unaffected).",
+                tr,
+            ),
             registry: r,
         };
         m.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
@@ -177,7 +192,17 @@ pub fn metrics() -> &'static Metrics {
 /// Creates every series of a table at zero (see the module comment).
 pub fn register_table(table: &str, strategy: &str) {
     let m = metrics();
-    for c in [&m.rows_read, &m.rows_decoded, &m.batches, &m.files_written, &m.files_removed] {
+    for c in [
+        &m.rows_read,
+        &m.rows_decoded,
+        &m.batches,
+        &m.files_written,
+        &m.files_removed,
+        &m.compactions,
+        &m.files_compacted,
+        &m.checkpoints,
+        &m.files_vacuumed,
+    ] {
         c.with_label_values(&[table]);
     }
     for c in [&m.rows_upserted, &m.rows_deleted, &m.versions_inserted, &m.versions_closed, &m.versions_updated_in_place] {
@@ -188,6 +213,9 @@ pub fn register_table(table: &str, strategy: &str) {
     }
     for r in DEAD_REASONS {
         m.dead_letters.with_label_values(&[table, r]);
+    }
+    for r in ["compaction", "checkpoint"] {
+        m.maintenance_failures.with_label_values(&[table, r]);
     }
     for o in OUTCOMES {
         m.commits.with_label_values(&[table, o]);
@@ -261,6 +289,33 @@ pub fn commit_retried(table: &str, attempt: u32, error: &dyn std::fmt::Display) 
 pub fn commit_failed(table: &str, error: &dyn std::fmt::Display) {
     metrics().commits.with_label_values(&[table, "failed"]).inc();
     tracing::error!(table, error = %error, "commit failed; the batch's events will be re-read after a restart");
+}
+
+pub fn compacted(table: &str, removed: usize, added: usize, version: i64, secs: f64) {
+    let m = metrics();
+    m.compactions.with_label_values(&[table]).inc();
+    m.files_compacted.with_label_values(&[table]).inc_by(removed as u64);
+    m.table_version.with_label_values(&[table]).set(version);
+    tracing::info!(
+        table,
+        files_removed = removed,
+        files_added = added,
+        version,
+        duration_ms = (secs * 1e3) as u64,
+        "small files compacted"
+    );
+}
+
+pub fn checkpointed(table: &str, version: i64, vacuumed: usize) {
+    let m = metrics();
+    m.checkpoints.with_label_values(&[table]).inc();
+    m.files_vacuumed.with_label_values(&[table]).inc_by(vacuumed as u64);
+    tracing::info!(table, version, files_vacuumed = vacuumed, "checkpoint written, table vacuumed");
+}
+
+pub fn maintenance_failed(table: &str, what: &'static str, error: &dyn std::fmt::Display) {
+    metrics().maintenance_failures.with_label_values(&[table, what]).inc();
+    tracing::warn!(table, what, error = %error, "table maintenance failed (retried after a later batch)");
 }
 
 pub fn buffered(table: &str, bytes: usize) {

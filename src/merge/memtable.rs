@@ -1,16 +1,14 @@
 //! An in-memory table that drives prepare → classify → apply exactly as the
 //! engine does, so the rules can be tested (and property-tested) without I/O.
 
-use std::collections::HashMap;
-
 use super::*;
 use crate::value::cmp_slices;
 
 pub struct MemTable {
     pub spec: Spec,
-    pub current: HashMap<Key, Version>,
+    pub current: KeyMap<Version>,
     pub history: Vec<Version>,
-    pub index: HashMap<Key, Summary>,
+    pub index: KeyMap<Summary>,
     pub exec: i64,
     pub now: i64,
     pub commits: usize,
@@ -18,7 +16,7 @@ pub struct MemTable {
 
 impl MemTable {
     pub fn new(spec: Spec) -> MemTable {
-        MemTable { spec, current: HashMap::new(), history: vec![], index: HashMap::new(), exec: 0, now: 1_000_000, commits: 0 }
+        MemTable { spec, current: KeyMap::default(), history: vec![], index: KeyMap::default(), exec: 0, now: 1_000_000, commits: 0 }
     }
 
     /// One run; returns the output (stats, writes) like the engine sees it.
@@ -32,7 +30,7 @@ impl MemTable {
         }
         let batch_keys: Vec<Key> = p.keys.iter().map(|(k, _)| k.clone()).collect();
         let mut keys = vec![];
-        let mut states: HashMap<Key, KeyState> = HashMap::new();
+        let mut states: KeyMap<KeyState> = KeyMap::default();
         for (k, rs) in p.keys {
             let Some(need) = classify(&spec, self.index.get(&k), &rs, &mut stats) else {
                 continue;

@@ -17,7 +17,6 @@ pub mod scd1;
 pub mod scd2;
 
 use std::cmp::Ordering;
-use std::collections::HashMap;
 
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -26,6 +25,9 @@ use crate::value::Value;
 
 /// Encoded business key: the type-tagged bytes of every key column.
 pub type Key = Box<[u8]>;
+/// Maps keyed by business key use FxHash: keys are already well-mixed byte
+/// strings, and SipHash's DoS resistance buys nothing for data we commit.
+pub type KeyMap<V> = std::collections::HashMap<Key, V, rustc_hash::FxBuildHasher>;
 
 /// Encodes business-key values (in key order); None when all are NULL.
 pub fn key_from<'a>(vals: impl Iterator<Item = &'a Value> + Clone) -> Option<Key> {
@@ -318,7 +320,7 @@ impl Spec {
 pub fn prepare(spec: &Spec, rows: Vec<InRow>) -> Prepared {
     let mut p = Prepared::default();
     p.stats.rows_in = rows.len() as u64;
-    let mut at: HashMap<Key, usize> = HashMap::new();
+    let mut at: KeyMap<usize> = KeyMap::default();
     let mut dup_keys = 0u64;
     for row in rows {
         let Some(key) = spec.key_of(&row.data) else {
@@ -439,7 +441,7 @@ pub fn classify(spec: &Spec, stored: Option<&Summary>, rows: &[InRow], stats: &m
 /// Applies the strategy to every prepared key. `states` holds the stored
 /// versions the table loaded for the keys [`classify`] asked about;
 /// `absent` lists stored live keys missing from a snapshot batch.
-pub fn apply(spec: &Spec, ctx: RunCtx, keys: Vec<(Key, Vec<InRow>)>, mut states: HashMap<Key, KeyState>, absent: Vec<Key>) -> Output {
+pub fn apply(spec: &Spec, ctx: RunCtx, keys: Vec<(Key, Vec<InRow>)>, mut states: KeyMap<KeyState>, absent: Vec<Key>) -> Output {
     let mut out = Output::default();
     for (key, rows) in keys {
         let state = states.remove(&key).unwrap_or_default();

@@ -48,7 +48,7 @@ impl RawBatch {
     /// batch's columns are the union, in order of first appearance.
     pub fn from_maps(source: String, rows: Vec<(Vec<(String, Value)>, RawRow)>) -> RawBatch {
         let mut columns: Vec<String> = vec![];
-        let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+        let mut at: std::collections::HashMap<String, usize, rustc_hash::FxBuildHasher> = Default::default();
         for (data, _) in &rows {
             for (k, _) in data {
                 if !at.contains_key(k) {
