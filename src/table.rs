@@ -537,6 +537,10 @@ impl TableStore {
             if *need == Need::Nothing {
                 continue;
             }
+            if *need == Need::Replace {
+                states.insert(k.clone(), KeyState { replace: true, ..Default::default() });
+                continue;
+            }
             want_history |= *need == Need::History;
             if let Some((f, _)) = self.index.get(k) {
                 if *f != NO_FILE {
@@ -1038,7 +1042,8 @@ impl TableStore {
                         e.0 = id;
                     } else {
                         // Placeholder; the summary arrives with pc.index below.
-                        self.index.insert(k, (id, Summary { seq: Box::new([]), deleted: false, valid_from: None, row_hash: 0 }));
+                        self.index
+                            .insert(k, (id, Summary { seq: Box::new([]), deleted: false, valid_from: None, row_hash: 0, tracked_hash: 0 }));
                     }
                 }
             }

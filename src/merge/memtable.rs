@@ -83,6 +83,10 @@ impl MemTable {
         if need == Need::Nothing {
             return st;
         }
+        if need == Need::Replace {
+            st.replace = true;
+            return st;
+        }
         st.current = self.current.get(k).cloned();
         if need == Need::History {
             for (i, v) in self.history.iter().enumerate() {

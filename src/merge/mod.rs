@@ -115,6 +115,8 @@ pub struct Summary {
     pub valid_from: Option<i64>,
     /// Hash of every non-NULL data column by name.
     pub row_hash: u64,
+    /// Hash of the non-NULL tracked columns (see [`Spec::tracked_hash`]).
+    pub tracked_hash: u64,
 }
 
 /// Stored versions of one key, loaded by the table module on request.
@@ -126,6 +128,8 @@ pub struct KeyState {
     pub latest_closed: Option<Version>,
     /// scd2: every closed version of the key, when [`Need::History`] asked for it.
     pub history: Vec<Version>,
+    /// scd1: a live row exists and is replaced (see [`Need::Replace`]).
+    pub replace: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -134,6 +138,9 @@ pub enum Need {
     Nothing,
     /// The stored current row is needed.
     Current,
+    /// scd1: the stored live row is replaced wholesale by a newer row whose
+    /// tracked columns differ (known from the key index): no read needed.
+    Replace,
     /// Current plus every closed version (scd2 late rows, business-time backdating).
     History,
 }
@@ -269,6 +276,21 @@ impl Spec {
 
     /// Hash of every non-NULL column by name, so that adding a column (NULL in
     /// old rows) does not change the hash of stored rows.
+    /// Like [`Spec::row_hash`] over the tracked columns only: a different
+    /// tracked hash means a real change (scd1: the row is replaced and its
+    /// `_execution_id` bumped) without reading the stored row.
+    pub fn tracked_hash(&self, data: &[Value]) -> u64 {
+        let mut buf = Vec::with_capacity(64);
+        for (i, v) in data.iter().enumerate() {
+            if !v.is_null() && self.tracked.get(i).copied().unwrap_or(true) {
+                buf.extend_from_slice(self.names[i].as_bytes());
+                buf.push(0xff);
+                v.encode(&mut buf);
+            }
+        }
+        xxh3_64(&buf)
+    }
+
     pub fn row_hash(&self, data: &[Value]) -> u64 {
         let mut buf = Vec::with_capacity(64);
         for (i, v) in data.iter().enumerate() {
@@ -282,7 +304,13 @@ impl Spec {
     }
 
     pub fn summary(&self, v: &Version) -> Summary {
-        Summary { seq: self.seq_of(&v.data), deleted: v.deleted, valid_from: v.valid_from, row_hash: self.row_hash(&v.data) }
+        Summary {
+            seq: self.seq_of(&v.data),
+            deleted: v.deleted,
+            valid_from: v.valid_from,
+            row_hash: self.row_hash(&v.data),
+            tracked_hash: self.tracked_hash(&v.data),
+        }
     }
 
     fn business_time(&self, data: &[Value], ctx: &RunCtx) -> Option<i64> {
@@ -409,6 +437,13 @@ pub fn classify(spec: &Spec, stored: Option<&Summary>, rows: &[InRow], stats: &m
             if !row.delete && !s.deleted && spec.row_hash(&row.data) == s.row_hash {
                 stats.unchanged += 1;
                 return None;
+            }
+            if !row.delete && !s.deleted && spec.tracked_hash(&row.data) != s.tracked_hash {
+                return Some(Need::Replace);
+            }
+            if row.delete && spec.delete_mode == crate::config::DeleteMode::Hard {
+                // A newer hard delete of a stored key: removed without reading it.
+                return Some(Need::Replace);
             }
             Some(Need::Current)
         }

@@ -11,6 +11,21 @@ fn row(data: Vec<super::Value>, exec: i64, deleted: bool) -> Version {
 
 pub(super) fn apply_key(spec: &Spec, ctx: &RunCtx, key: Key, mut rows: Vec<InRow>, state: KeyState, out: &mut Output) {
     let r = rows.pop().expect("one row per key");
+    if state.replace && r.delete && spec.delete_mode == DeleteMode::Hard {
+        out.removes.push(key.clone());
+        out.index.push((key, None));
+        out.stats.deleted += 1;
+        return;
+    }
+    if state.replace && !r.delete {
+        // A newer row with changed tracked columns over a live row (classify
+        // settled it from the key index): replace it, bump `_execution_id`.
+        let v = row(r.data, ctx.exec, false);
+        out.index.push((key.clone(), Some(spec.summary(&v))));
+        out.upserts.push((key, v));
+        out.stats.updated += 1;
+        return;
+    }
     let Some(cur) = state.current else {
         if r.delete {
             out.stats.deletes_unknown += 1;
