@@ -396,6 +396,11 @@ impl TableStore {
     /// since it was written are NULL; a changed type is converted as
     /// [`Value::convert`] does).
     async fn read_batches(&self, id: u32) -> Result<Vec<RecordBatch>> {
+        let bytes = self.fetch(id).await?;
+        self.decode_file(id, bytes)
+    }
+
+    async fn fetch(&self, id: u32) -> Result<bytes::Bytes> {
         let f = self.files[id as usize].clone().expect("live file");
         let store = self.store()?;
         let data_err = |msg: String| TableError::Data { uri: self.uri.clone(), msg };
@@ -406,6 +411,12 @@ impl TableStore {
             .bytes()
             .await
             .map_err(|e| data_err(format!("reading {}: {e}", f.path)))?;
+        Ok(bytes)
+    }
+
+    fn decode_file(&self, id: u32, bytes: bytes::Bytes) -> Result<Vec<RecordBatch>> {
+        let f = self.files[id as usize].as_ref().expect("live file");
+        let data_err = |msg: String| TableError::Data { uri: self.uri.clone(), msg };
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
             .and_then(|b| b.with_batch_size(64 * 1024).build())
             .map_err(|e| data_err(format!("parquet {}: {e}", f.path)))?;
@@ -434,6 +445,29 @@ impl TableStore {
             out.push(RecordBatch::try_new(schema.clone(), cols).map_err(|e| data_err(e.to_string()))?);
         }
         Ok(out)
+    }
+
+    /// Reads and decodes files into the run cache, decoding on all cores
+    /// (a uniform update touches every file; decoding dominates).
+    async fn prefetch(&self, ids: &[u32]) -> Result<()> {
+        let mut todo = vec![];
+        let mut rows = 0;
+        for &id in ids {
+            if self.cache.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&id) {
+                continue;
+            }
+            rows += self.files[id as usize].as_ref().map_or(0, |f| f.rows);
+            if rows > CACHE_ROWS {
+                break;
+            }
+            todo.push((id, self.fetch(id).await?));
+        }
+        let decoded = par_map(todo, |(id, bytes)| (id, self.decode_file(id, bytes)));
+        let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        for (id, d) in decoded {
+            c.insert(id, Arc::new(d?));
+        }
+        Ok(())
     }
 
     /// A file's batches, from the run's cache or read (and cached with `keep`:
@@ -625,6 +659,8 @@ impl TableStore {
         new_rows.sort_by(|a, b| a.0.cmp(b.0));
         let mut pending_new: std::collections::VecDeque<(&Key, &Version)> = new_rows.into();
         let mut queue: Vec<(bool, Vec<Key>, RecordBatch)> = vec![];
+        let ids: Vec<u32> = touched.keys().copied().collect();
+        self.prefetch(&ids).await?;
         for &id in touched.keys() {
             // Copy-on-write at the Arrow level: untouched rows are filtered
             // through as columns (never converted to values); only replaced
@@ -1160,20 +1196,27 @@ fn encode_parquet(batch: &RecordBatch) -> std::result::Result<Vec<u8>, String> {
 
 /// Encodes batches on all cores, results in input order.
 fn encode_all(batches: Vec<&RecordBatch>) -> std::result::Result<Vec<Vec<u8>>, String> {
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(batches.len().max(1));
+    par_map(batches, encode_parquet).into_iter().collect()
+}
+
+/// Maps items on all cores (scoped threads pulling from a shared counter),
+/// results in input order.
+fn par_map<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(items.len().max(1));
+    let slots: Vec<std::sync::Mutex<Option<T>>> = items.into_iter().map(|t| std::sync::Mutex::new(Some(t))).collect();
+    let results: Vec<std::sync::Mutex<Option<R>>> = slots.iter().map(|_| std::sync::Mutex::new(None)).collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
-    type Slot = std::sync::Mutex<Option<std::result::Result<Vec<u8>, String>>>;
-    let results: Vec<Slot> = batches.iter().map(|_| std::sync::Mutex::new(None)).collect();
     std::thread::scope(|s| {
         for _ in 0..threads {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(b) = batches.get(i) else { break };
-                *results[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(encode_parquet(b));
+                let Some(slot) = slots.get(i) else { break };
+                let item = slot.lock().unwrap_or_else(|e| e.into_inner()).take().expect("taken once");
+                *results[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(f(item));
             });
         }
     });
-    results.into_iter().map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()).unwrap_or_else(|| Err("not encoded".into()))).collect()
+    results.into_iter().map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()).expect("every item mapped")).collect()
 }
 
 /// One Arrow cell as a [`Value`].
