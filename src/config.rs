@@ -174,7 +174,7 @@ pub struct Layout {
     /// replay at most this many JSON commits); vacuum runs at the same time.
     pub checkpoint_interval: usize,
     /// Compact a partition once it has this many small files (under a
-    /// quarter of `file_rows`); 0 disables compaction.
+    /// quarter of `file_rows` and under 1024 rows); 0 disables compaction.
     pub compact_min_files: usize,
     /// Data files removed from the table longer ago than this are deleted
     /// from storage (readers time-travelling further back lose them); None

@@ -120,7 +120,8 @@ struct Slot {
 }
 
 enum Ev {
-    Msg(OwnedMessage),
+    /// A message and its decoding (envelope paths not yet stored as columns).
+    Msg(OwnedMessage, std::result::Result<Decoded, String>),
     Eof(String, i32),
     Err(String),
     /// Current partitions of a topic (periodic metadata refresh).
@@ -128,14 +129,27 @@ enum Ev {
 }
 
 /// Forwards one partition queue into the loop's channel.
-fn forward(consumer: &Arc<StreamConsumer<Ctx>>, topic: &str, p: i32, tx: &mpsc::Sender<Ev>) -> Option<tokio::task::JoinHandle<()>> {
+fn forward(
+    consumer: &Arc<StreamConsumer<Ctx>>,
+    topic: &str,
+    p: i32,
+    format: Format,
+    tx: &mpsc::Sender<Ev>,
+) -> Option<tokio::task::JoinHandle<()>> {
     let q = consumer.split_partition_queue(topic, p)?;
     let tx = tx.clone();
     let topic = topic.to_string();
     Some(tokio::spawn(async move {
         loop {
             let ev = match q.recv().await {
-                Ok(m) => Ev::Msg(m.detach()),
+                Ok(m) => {
+                    // Decoding is the costliest per-event step: done here, one
+                    // task per partition, so it runs on every core instead of
+                    // in the single consume loop. Table-specific stored
+                    // envelope columns are added by `route`.
+                    let d = decode(format, m.key(), m.payload(), &[]);
+                    Ev::Msg(m.detach(), d)
+                }
                 Err(RdError::PartitionEOF(_)) => Ev::Eof(topic.clone(), p),
                 Err(e) => Ev::Err(e.to_string()),
             };
@@ -315,17 +329,21 @@ async fn run_system(
     let mut tasks = vec![];
     for (topic, ps) in &topic_parts {
         for &p in ps {
-            tasks.extend(forward(&consumer, topic, p, &tx));
+            tasks.extend(forward(&consumer, topic, p, *format, &tx));
         }
     }
     {
         // The main queue only carries client-level errors once partitions are split.
         let c = consumer.clone();
         let tx = tx.clone();
+        let format = *format;
         tasks.push(tokio::spawn(async move {
             loop {
                 let ev = match c.recv().await {
-                    Ok(m) => Ev::Msg(m.detach()),
+                    Ok(m) => {
+                        let d = decode(format, m.key(), m.payload(), &[]);
+                        Ev::Msg(m.detach(), d)
+                    }
                     Err(e) => Ev::Err(e.to_string()),
                 };
                 if tx.send(ev).await.is_err() {
@@ -370,7 +388,7 @@ async fn run_system(
                                     }
                                     position.insert((topic.clone(), p), 0);
                                     if let Some(tx) = &refresh_tx {
-                                        tasks.extend(forward(&consumer, &topic, p, tx));
+                                        tasks.extend(forward(&consumer, &topic, p, *format, tx));
                                     }
                                 }
                             }
@@ -387,10 +405,10 @@ async fn run_system(
                         stopping = true;
                     }
                 }
-                Some(Ev::Msg(m)) => {
+                Some(Ev::Msg(m, decoded)) => {
                     let (topic, p, off) = (m.topic().to_string(), m.partition(), m.offset());
                     position.insert((topic.clone(), p), off + 1);
-                    for i in route(&mut slots, *format, &opts, &m) {
+                    for i in route(&mut slots, &opts, &m, &decoded) {
                         reports.push(flush(&mut slots, i, &consumer, config).await?);
                         let s = &mut slots[i];
                         let mark = Mark { app: app_id(&s.runner.cfg.name, &s.topic, p), version: off + 1, partition: Some(p) };
@@ -537,10 +555,9 @@ async fn meta_call<T: Send + 'static>(
 
 /// Hands one message to every table reading its topic. Returns the tables
 /// that must apply a truncate now (after committing what came before it).
-fn route(slots: &mut [Slot], format: Format, opts: &RunOpts, m: &OwnedMessage) -> Vec<usize> {
+fn route(slots: &mut [Slot], opts: &RunOpts, m: &OwnedMessage, d: &std::result::Result<Decoded, String>) -> Vec<usize> {
     let mut truncates = vec![];
     let (topic, p, off) = (m.topic(), m.partition(), m.offset());
-    let mut decoded: Option<std::result::Result<Decoded, String>> = None;
     // A message that does not decode is dead-lettered once, by the first table reading the topic.
     let owner = slots.iter().position(|s| s.topic == topic);
     for (i, s) in slots.iter_mut().enumerate().filter(|(_, s)| s.topic == topic) {
@@ -548,10 +565,6 @@ fn route(slots: &mut [Slot], format: Format, opts: &RunOpts, m: &OwnedMessage) -
         if replayed && !opts.reapply {
             continue; // already in this table
         }
-        let d = decoded.get_or_insert_with(|| {
-            let paths: Vec<String> = s.store_paths.clone();
-            decode(format, m.key(), m.payload(), &paths)
-        });
         if s.runner.cfg.apply_truncates && matches!(d, Ok(Decoded::Truncate)) {
             // Committed on its own, right after the rows before it.
             s.truncates += 1;
@@ -571,7 +584,7 @@ fn route(slots: &mut [Slot], format: Format, opts: &RunOpts, m: &OwnedMessage) -
                 let raw = m.payload().map(|x| String::from_utf8_lossy(x).into_owned()).unwrap_or_default();
                 b.bytes += raw.len() + 64;
                 let mut data = data.clone();
-                // Materialise this table's envelope columns if another table's decode lacked them.
+                // This table's stored envelope columns (`source.lsn` -> `source_lsn`).
                 for path in &s.store_paths {
                     let col = crate::decode::stored_name(path);
                     if !data.iter().any(|(n, _)| *n == col) {

@@ -75,6 +75,8 @@ const MIN_FILE_ROWS: usize = 16;
 /// Rows of touched files kept decoded between reading state and rewriting
 /// (beyond this, files are read twice rather than held in memory).
 const CACHE_ROWS: usize = 4_000_000;
+/// Files under this many rows (or a quarter of `file_rows`) count as small for compaction.
+const COMPACT_BELOW_ROWS: usize = 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TableError {
@@ -765,12 +767,15 @@ impl TableStore {
             return Ok(None);
         }
         let mut pc = PendingCommit { rearrange: true, ..Default::default() };
+        // Small = a streaming run's leftovers, not the deliberately spread
+        // files of a bulk load (those keep updates to recent keys cheap).
+        let small_file = (layout.file_rows / 4).min(COMPACT_BELOW_ROWS);
         for current in [true, false] {
             let small: Vec<u32> = self
                 .files
                 .iter()
                 .enumerate()
-                .filter_map(|(i, f)| f.as_ref().filter(|f| f.current == current && f.rows < layout.file_rows / 4).map(|_| i as u32))
+                .filter_map(|(i, f)| f.as_ref().filter(|f| f.current == current && f.rows < small_file).map(|_| i as u32))
                 .collect();
             if small.len() < layout.compact_min_files {
                 continue;
