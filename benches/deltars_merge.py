@@ -34,11 +34,11 @@ def data_columns(schema):
 
 def init(ours, table):
     src = DeltaTable(ours)
-    ds = src.to_pyarrow_dataset()
-    fields = data_columns(ds.schema)
+    fields = data_columns(pa.schema(src.schema().to_arrow()))
     cols = [f.name for f in fields]
     t0 = time.perf_counter()
-    reader = ds.scanner(columns=cols, batch_size=256 * 1024).to_reader()
+    # scan(): the reader that also handles merge-on-read (deletion vector) tables.
+    reader = pa.RecordBatchReader.from_stream(src.scan(columns=cols))
     write_deltalake(table, reader, mode="overwrite")
     return pa.schema(fields), time.perf_counter() - t0
 
@@ -90,7 +90,10 @@ def merge(table, source, cols):
 
 
 def pairs(path, live_only):
-    t = DeltaTable(path).to_pyarrow_table(columns=[KEY, SEQ])
+    # scan() is delta-rs' DataFusion reader: it applies deletion vectors
+    # (merge-on-read tables), which the pyarrow dataset path refuses.
+    reader = pa.RecordBatchReader.from_stream(DeltaTable(path).scan(columns=[KEY, SEQ]))
+    t = reader.read_all()
     return t.sort_by([(KEY, "ascending")])
 
 

@@ -180,6 +180,10 @@ pub struct Layout {
     /// from storage (readers time-travelling further back lose them); None
     /// disables vacuum.
     pub vacuum_retention: Option<std::time::Duration>,
+    /// Merge-on-read: updates and deletes mask stored rows with Delta
+    /// deletion vectors instead of rewriting their files (new tables only;
+    /// readers need the `deletionVectors` feature).
+    pub deletion_vectors: bool,
 }
 
 impl Default for Layout {
@@ -190,6 +194,7 @@ impl Default for Layout {
             checkpoint_interval: 20,
             compact_min_files: 16,
             vacuum_retention: Some(std::time::Duration::from_secs(7 * 24 * 3600)),
+            deletion_vectors: false,
         }
     }
 }
@@ -719,7 +724,17 @@ impl Cx {
         let mut layout = Layout::default();
         if let Some(l) = m.get("layout") {
             let lp = format!("{path}.layout");
-            let lm = self.map(l, &lp, &["file_rows", "spread", "checkpoint_interval", "compact_min_files", "vacuum_retention"]);
+            let lm = self.map(
+                l,
+                &lp,
+                &["file_rows", "spread", "checkpoint_interval", "compact_min_files", "vacuum_retention", "deletion_vectors"],
+            );
+            if let Some(v) = lm.get("deletion_vectors") {
+                match v.as_bool() {
+                    Some(b) => layout.deletion_vectors = b,
+                    None => self.err(&child(&lp, "deletion_vectors"), "expected true or false"),
+                }
+            }
             for (key, slot) in [
                 ("file_rows", &mut layout.file_rows),
                 ("spread", &mut layout.spread),

@@ -52,7 +52,10 @@ use deltalake::arrow::array::{
 };
 use deltalake::arrow::datatypes::{DataType as ArrowType, Field, Schema as ArrowSchema, TimeUnit};
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
-use deltalake::kernel::{Action, Add, DataType as DeltaType, MetadataExt, PrimitiveType, Remove, StructField, StructType, Transaction};
+use deltalake::kernel::{
+    Action, Add, DataType as DeltaType, DeletionVectorDescriptor, MetadataExt, PrimitiveType, Remove, StorageType, StructField, StructType,
+    Transaction,
+};
 use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use deltalake::parquet::arrow::ArrowWriter;
 use deltalake::parquet::basic::{Compression, ZstdLevel};
@@ -77,6 +80,38 @@ const MIN_FILE_ROWS: usize = 16;
 const CACHE_ROWS: usize = 4_000_000;
 /// Files under this many rows (or a quarter of `file_rows`) count as small for compaction.
 const COMPACT_BELOW_ROWS: usize = 1024;
+/// Magic number of a portable RoaringBitmapArray in a Delta deletion vector.
+const DV_MAGIC: u32 = 1_681_511_377;
+
+/// Reads a deletion vector written as `changelake` writes them (stored
+/// relative to the table, `u`): other storage types are refused.
+async fn read_dv(table: &DeltaTable, d: &DeletionVectorDescriptor) -> std::result::Result<roaring::RoaringTreemap, String> {
+    if d.storage_type != StorageType::UuidRelativePath || d.path_or_inline_dv.len() < 20 {
+        return Err(format!("deletion vector storage {:?} is not supported (only relative `u` files)", d.storage_type));
+    }
+    let (prefix, z) = d.path_or_inline_dv.split_at(d.path_or_inline_dv.len() - 20);
+    let raw = z85::decode(z).map_err(|e| format!("deletion vector id: {e}"))?;
+    let uuid = uuid::Uuid::from_slice(&raw).map_err(|e| format!("deletion vector id: {e}"))?;
+    let path = if prefix.is_empty() { format!("deletion_vector_{uuid}.bin") } else { format!("{prefix}/deletion_vector_{uuid}.bin") };
+    let bytes = table
+        .object_store()
+        .get(&Path::from(path.as_str()))
+        .await
+        .map_err(|e| format!("reading {path}: {e}"))?
+        .bytes()
+        .await
+        .map_err(|e| format!("reading {path}: {e}"))?;
+    let start = d.offset.unwrap_or(1) as usize;
+    let size = d.size_in_bytes as usize;
+    if bytes.len() < start + 4 + size || size < 4 {
+        return Err(format!("{path}: deletion vector out of bounds"));
+    }
+    let body = &bytes[start + 4..start + 4 + size];
+    if u32::from_le_bytes(body[0..4].try_into().expect("4 bytes")) != DV_MAGIC {
+        return Err(format!("{path}: not a portable roaring bitmap"));
+    }
+    roaring::RoaringTreemap::deserialize_from(&body[4..]).map_err(|e| format!("{path}: {e}"))
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum TableError {
@@ -141,9 +176,22 @@ impl TableMeta {
 #[derive(Debug, Clone)]
 struct FileMeta {
     path: String,
+    /// Physical rows in the parquet file (deleted ones included).
     rows: usize,
     size: i64,
     current: bool,
+    /// Deletion vector: physical rows masked out (merge-on-read tables).
+    dv: Option<Arc<roaring::RoaringTreemap>>,
+    dv_desc: Option<DeletionVectorDescriptor>,
+}
+
+impl FileMeta {
+    fn deleted(&self, row: u32) -> bool {
+        self.dv.as_ref().is_some_and(|d| d.contains(row as u64))
+    }
+    fn live_rows(&self) -> usize {
+        self.rows - self.dv.as_ref().map_or(0, |d| d.len() as usize)
+    }
 }
 
 /// One file's decoded rows.
@@ -162,8 +210,12 @@ pub struct PendingCommit {
     pub files_removed: usize,
     pub files_added: usize,
     pub rows_written: usize,
+    /// Files whose deletion vector grew (merge-on-read) instead of being rewritten.
+    pub files_masked: usize,
     /// Compaction: files are rearranged, no row changes (`dataChange: false`).
     pub rearrange: bool,
+    /// Merge-on-read: files whose deletion vector grows (file id, new DV).
+    dv_updates: Vec<(u32, roaring::RoaringTreemap, DeletionVectorDescriptor)>,
 }
 
 pub struct TableStore {
@@ -173,7 +225,8 @@ pub struct TableStore {
     /// Data columns (source columns), in table order.
     pub columns: Vec<(String, DType)>,
     files: Vec<Option<FileMeta>>,
-    index: KeyMap<(u32, Summary)>,
+    /// Business key -> (file, physical row, summary).
+    index: KeyMap<(u32, u32, Summary)>,
     pub last_exec: i64,
     file_counter: u64,
     /// Decoded batches of the files the current run touches (see `batches`).
@@ -272,6 +325,13 @@ impl TableStore {
             }
             _ => {}
         }
+        if store.meta.layout.deletion_vectors && props.get("delta.enableDeletionVectors").map(String::as_str) != Some("true") {
+            tracing::warn!(
+                table = %store.meta.name,
+                "layout.deletion_vectors applies to new tables only; this table was created without them and stays copy-on-write"
+            );
+            store.meta.layout.deletion_vectors = false;
+        }
         let key_json = serde_json::to_string(&store.meta.business_key).unwrap_or_default();
         if let Some(k) = props.get(PROP_KEY) {
             if *k != key_json {
@@ -287,15 +347,24 @@ impl TableStore {
             store.columns.push((f.name().to_string(), t));
         }
         let part = store.meta.partition().map(str::to_string);
-        for fv in snap.log_data() {
-            let pv = fv.partition_values_map();
-            let current = match &part {
-                None => true,
-                Some(p) => pv.get(p).cloned().flatten().as_deref() == Some("true"),
+        let views: Vec<(String, usize, i64, bool, Option<DeletionVectorDescriptor>)> = snap
+            .log_data()
+            .into_iter()
+            .map(|fv| {
+                let pv = fv.partition_values_map();
+                let current = match &part {
+                    None => true,
+                    Some(p) => pv.get(p).cloned().flatten().as_deref() == Some("true"),
+                };
+                (fv.path().to_string(), fv.num_records().unwrap_or(0), fv.size(), current, fv.deletion_vector_descriptor())
+            })
+            .collect();
+        for (path, rows, size, current, dv_desc) in views {
+            let dv = match &dv_desc {
+                Some(d) => Some(Arc::new(read_dv(&table, d).await.map_err(|msg| refuse(format!("file {path}: {msg}")))?)),
+                None => None,
             };
-            let path = fv.path().to_string();
-            let rows = fv.num_records().unwrap_or(0);
-            store.files.push(Some(FileMeta { path, rows, size: fv.size(), current }));
+            store.files.push(Some(FileMeta { path, rows, size, current, dv, dv_desc }));
         }
         store.last_exec =
             snap.transaction_version(table.log_store().as_ref(), store.exec_app_id()).await.map_err(|e| store.delta(e))?.unwrap_or(0);
@@ -325,12 +394,12 @@ impl TableStore {
     }
 
     pub fn summary(&self, key: &[u8]) -> Option<&Summary> {
-        self.index.get(key).map(|(_, s)| s)
+        self.index.get(key).map(|(_, _, s)| s)
     }
 
     /// Stored keys with a live current row (snapshot merge candidates).
     pub fn live_keys(&self) -> impl Iterator<Item = &Key> {
-        self.index.iter().filter(|(_, (f, s))| *f != NO_FILE && !s.deleted).map(|(k, _)| k)
+        self.index.iter().filter(|(_, (f, _, s))| *f != NO_FILE && !s.deleted).map(|(k, _)| k)
     }
 
     /// Stored progress for a source position (`txn` version), if any.
@@ -360,7 +429,8 @@ impl TableStore {
             if f.current {
                 for (k, v) in rows.keys.into_iter().zip(rows.versions) {
                     if let Some(k) = k {
-                        self.index.insert(k, (id, spec.summary(&v)));
+                        let row = v.loc.map_or(0, |l| l.row);
+                        self.index.insert(k, (id, row, spec.summary(&v)));
                     }
                 }
             } else {
@@ -378,7 +448,7 @@ impl TableStore {
         if self.meta.strategy == Strategy::Scd2 {
             for (k, v) in deleted_latest {
                 if !self.index.contains_key(&k) && v.deleted {
-                    self.index.insert(k, (NO_FILE, spec.summary(&v)));
+                    self.index.insert(k, (NO_FILE, 0, spec.summary(&v)));
                 }
             }
         }
@@ -523,6 +593,9 @@ impl TableStore {
             for i in 0..batch.num_rows() {
                 let row = row_no;
                 row_no += 1;
+                if f.deleted(row) {
+                    continue;
+                }
                 if let Some(w) = wanted {
                     for (j, (c, t)) in key_cols.iter().enumerate() {
                         kv[j] = c.map(|c| cell(c, i)).unwrap_or(Value::Null).convert(*t).unwrap_or(Value::Null);
@@ -578,7 +651,7 @@ impl TableStore {
                 continue;
             }
             want_history |= *need == Need::History;
-            if let Some((f, _)) = self.index.get(k) {
+            if let Some((f, _, _)) = self.index.get(k) {
                 if *f != NO_FILE {
                     by_file.entry(*f).or_default().push(k);
                 }
@@ -612,7 +685,7 @@ impl TableStore {
                 }
             }
             for (k, st) in states.iter_mut() {
-                if st.current.is_none() && self.index.get(k).is_some_and(|(_, s)| s.deleted) {
+                if st.current.is_none() && self.index.get(k).is_some_and(|(_, _, s)| s.deleted) {
                     st.latest_closed = st.history.iter().max_by(|a, b| spec.cmp_seq(&a.data, &b.data).then(a.exec.cmp(&b.exec))).cloned();
                 }
             }
@@ -629,7 +702,7 @@ impl TableStore {
         let mut new_rows: Vec<(&Key, &Version)> = vec![];
         for (k, v) in &out.upserts {
             match self.index.get(k) {
-                Some((f, _)) if *f != NO_FILE => {
+                Some((f, _, _)) if *f != NO_FILE => {
                     touched.insert(*f, ());
                     replace.insert(k, v);
                 }
@@ -638,7 +711,7 @@ impl TableStore {
         }
         let removes: HashSet<&Key> = out.removes.iter().collect();
         for k in &out.removes {
-            if let Some((f, _)) = self.index.get(k) {
+            if let Some((f, _, _)) = self.index.get(k) {
                 if *f != NO_FILE {
                     touched.insert(*f, ());
                 }
@@ -646,7 +719,7 @@ impl TableStore {
         }
         // Top up the newest small current file with new keys.
         let layout = self.meta.layout.clone();
-        if !new_rows.is_empty() {
+        if !new_rows.is_empty() && !layout.deletion_vectors {
             if let Some((id, _)) = self
                 .files
                 .iter()
@@ -656,6 +729,38 @@ impl TableStore {
                 .filter(|(_, f)| f.rows < layout.file_rows / 4)
             {
                 touched.insert(id as u32, ());
+            }
+        }
+        // Merge-on-read: a touched file keeps its rows and gets them masked by
+        // a deletion vector, the new versions go to new files; the run then
+        // costs what the batch changes, not the files it touches. A file
+        // whose DV would mask half of it or more is rewritten instead.
+        let mut dv_rows: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        if layout.deletion_vectors {
+            for k in replace.keys().copied().chain(out.removes.iter()) {
+                if let Some((f, row, _)) = self.index.get(k) {
+                    if *f != NO_FILE {
+                        dv_rows.entry(*f).or_default().push(*row as u64);
+                    }
+                }
+            }
+        }
+        let mut dv_new: Vec<(u32, roaring::RoaringTreemap)> = vec![];
+        for (id, rows) in dv_rows {
+            let f = self.files[id as usize].as_ref().expect("live file");
+            let mut dv = f.dv.as_ref().map(|d| (**d).clone()).unwrap_or_default();
+            dv.extend(rows);
+            if dv.len() * 2 < f.rows as u64 {
+                touched.remove(&id);
+                dv_new.push((id, dv));
+            }
+        }
+        if !dv_new.is_empty() {
+            let masked: HashSet<u32> = dv_new.iter().map(|(id, _)| *id).collect();
+            for (k, v) in &replace {
+                if self.index.get(*k).is_some_and(|(f, _, _)| masked.contains(f)) {
+                    new_rows.push((*k, *v));
+                }
             }
         }
         new_rows.sort_by(|a, b| a.0.cmp(b.0));
@@ -671,11 +776,17 @@ impl TableStore {
             let mut kept: Vec<RecordBatch> = vec![];
             let mut changed: Vec<Version> = vec![];
             let mut changed_keys: Vec<Key> = vec![];
+            let fmeta = self.files[id as usize].clone().expect("live file");
+            let mut row_no = 0u32;
             for batch in self.batches(id, false).await?.iter() {
                 let bk = self.batch_keys(spec, batch);
                 let mut mask = BooleanBuilder::with_capacity(bk.len());
                 for k in bk {
+                    let row = row_no;
+                    row_no += 1;
                     let keep = match k {
+                        // Masked by the file's deletion vector: gone (a newer version lives elsewhere).
+                        _ if fmeta.deleted(row) => false,
                         None => false,
                         Some(k) if removes.contains(&k) => false,
                         Some(k) => match replace.get(&k) {
@@ -720,13 +831,20 @@ impl TableStore {
         }
         if !pending_new.is_empty() {
             let n = pending_new.len();
-            let chunk = n.div_ceil(layout.spread.max(1)).clamp(MIN_FILE_ROWS.min(layout.file_rows), layout.file_rows);
+            let chunk = if layout.deletion_vectors {
+                layout.file_rows
+            } else {
+                n.div_ceil(layout.spread.max(1)).clamp(MIN_FILE_ROWS.min(layout.file_rows), layout.file_rows)
+            };
             let all: Vec<(&Key, &Version)> = pending_new.into_iter().collect();
             for c in all.chunks(chunk) {
                 let keys: Vec<Key> = c.iter().map(|(k, _)| (*k).clone()).collect();
                 let vs: Vec<&Version> = c.iter().map(|(_, v)| *v).collect();
                 queue.push((true, keys, self.to_batch_refs(&vs)?));
             }
+        }
+        if !dv_new.is_empty() {
+            self.stage_deletion_vectors(dv_new, &mut pc).await?;
         }
         // History partition: appends go to new files, replacements rewrite theirs.
         let mut hist_touched: BTreeMap<u32, HashMap<u32, &Version>> = BTreeMap::new();
@@ -755,6 +873,71 @@ impl TableStore {
         Ok(pc)
     }
 
+    /// Writes one deletion-vector file for the run (Delta format: version
+    /// byte, then per vector its big-endian size, the portable RoaringTreemap
+    /// with its magic, and a big-endian CRC-32) and stages, per file, the
+    /// remove of its old `add` and an `add` of the same path with the new DV.
+    async fn stage_deletion_vectors(&mut self, dvs: Vec<(u32, roaring::RoaringTreemap)>, pc: &mut PendingCommit) -> Result<()> {
+        let data_err = |msg: String| TableError::Data { uri: self.uri.clone(), msg };
+        let crc = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC);
+        let mut buf = vec![1u8];
+        let mut spans = vec![];
+        for (_, dv) in &dvs {
+            let mut body = DV_MAGIC.to_le_bytes().to_vec();
+            dv.serialize_into(&mut body).map_err(|e| data_err(format!("deletion vector: {e}")))?;
+            spans.push((buf.len() as i32, body.len() as i32));
+            buf.extend_from_slice(&(body.len() as u32).to_be_bytes());
+            buf.extend_from_slice(&body);
+            buf.extend_from_slice(&crc.checksum(&body).to_be_bytes());
+        }
+        let uuid = uuid::Uuid::new_v4();
+        let path = format!("deletion_vector_{uuid}.bin");
+        self.store()?.put(&Path::from(path.as_str()), buf.into()).await.map_err(|e| data_err(format!("writing {path}: {e}")))?;
+        let z = z85::encode(uuid.as_bytes());
+        for ((id, dv), (offset, size)) in dvs.into_iter().zip(spans) {
+            let f = self.files[id as usize].clone().expect("live file");
+            let desc = DeletionVectorDescriptor {
+                storage_type: StorageType::UuidRelativePath,
+                path_or_inline_dv: z.clone(),
+                offset: Some(offset),
+                size_in_bytes: size,
+                cardinality: dv.len() as i64,
+            };
+            let mut pv = HashMap::new();
+            if let Some(p) = self.meta.partition() {
+                pv.insert(p.to_string(), Some(f.current.to_string()));
+            }
+            pc.actions.push(Action::Remove(Remove {
+                path: f.path.clone(),
+                data_change: true,
+                deletion_timestamp: Some(chrono::Utc::now().timestamp_millis()),
+                extended_file_metadata: Some(true),
+                partition_values: Some(pv.clone()),
+                size: Some(f.size),
+                tags: None,
+                deletion_vector: f.dv_desc.clone(),
+                base_row_id: None,
+                default_row_commit_version: None,
+            }));
+            pc.actions.push(Action::Add(Add {
+                path: f.path.clone(),
+                partition_values: pv,
+                size: f.size,
+                modification_time: chrono::Utc::now().timestamp_millis(),
+                data_change: true,
+                stats: Some(format!("{{\"numRecords\":{}}}", f.rows)),
+                tags: None,
+                deletion_vector: Some(desc.clone()),
+                base_row_id: None,
+                default_row_commit_version: None,
+                clustering_provider: None,
+            }));
+            pc.dv_updates.push((id, dv, desc));
+            pc.files_masked += 1;
+        }
+        Ok(())
+    }
+
     /// Small-file compaction: once a partition holds `compact_min_files` files
     /// under a quarter of `file_rows` (streaming runs add small files), they
     /// are rewritten into full ones. Rows are moved as Arrow columns, never
@@ -775,7 +958,7 @@ impl TableStore {
                 .files
                 .iter()
                 .enumerate()
-                .filter_map(|(i, f)| f.as_ref().filter(|f| f.current == current && f.rows < small_file).map(|_| i as u32))
+                .filter_map(|(i, f)| f.as_ref().filter(|f| f.current == current && f.live_rows() < small_file).map(|_| i as u32))
                 .collect();
             if small.len() < layout.compact_min_files {
                 continue;
@@ -783,11 +966,18 @@ impl TableStore {
             let mut batches = vec![];
             let mut keys: Vec<Key> = vec![];
             for &id in &small {
+                let f = self.files[id as usize].clone().expect("live file");
+                let mut row_no = 0u32;
                 for b in self.batches(id, false).await?.iter() {
+                    // Rows masked by a deletion vector are dropped here for good.
+                    let live: BooleanArray = (0..b.num_rows() as u32).map(|r| Some(!f.deleted(row_no + r))).collect();
+                    row_no += b.num_rows() as u32;
+                    let b = deltalake::arrow::compute::filter_record_batch(b, &live)
+                        .map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e.to_string() })?;
                     if current {
-                        keys.extend(self.batch_keys(spec, b).into_iter().flatten());
+                        keys.extend(self.batch_keys(spec, &b).into_iter().flatten());
                     }
-                    batches.push(b.clone());
+                    batches.push(b);
                 }
                 self.remove_file(id, &mut pc);
             }
@@ -838,7 +1028,7 @@ impl TableStore {
             partition_values: Some(pv),
             size: Some(f.size),
             tags: None,
-            deletion_vector: None,
+            deletion_vector: f.dv_desc.clone(),
             base_row_id: None,
             default_row_commit_version: None,
         }));
@@ -919,7 +1109,7 @@ impl TableStore {
         }));
         pc.rows_written += rows;
         pc.files_added += 1;
-        pc.new_files.push((FileMeta { path, rows, size, current }, keys));
+        pc.new_files.push((FileMeta { path, rows, size, current, dv: None, dv_desc: None }, keys));
         Ok(())
     }
 
@@ -998,6 +1188,59 @@ impl TableStore {
         r
     }
 
+    /// Creates a merge-on-read table as version 0 with a protocol of exactly
+    /// reader 3 / writer 7 + `deletionVectors` (delta-rs' create path would
+    /// upgrade legacy writer features too, including `invariants`, which it
+    /// cannot write without DataFusion), then finishes like any commit.
+    async fn create_with_deletion_vectors(
+        &mut self,
+        pc: PendingCommit,
+        txns: Vec<Transaction>,
+        mut config: HashMap<String, Option<String>>,
+        app_meta: HashMap<String, serde_json::Value>,
+        exec: Option<i64>,
+    ) -> Result<i64> {
+        config.insert("delta.enableDeletionVectors".into(), Some("true".into()));
+        let err = |msg: String| TableError::Data { uri: self.uri.clone(), msg };
+        let protocol: deltalake::kernel::Protocol = serde_json::from_value(serde_json::json!({
+            "minReaderVersion": 3, "minWriterVersion": 7,
+            "readerFeatures": ["deletionVectors"], "writerFeatures": ["deletionVectors"]
+        }))
+        .map_err(|e| err(format!("protocol: {e}")))?;
+        let conf: Vec<(String, String)> = config.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect();
+        let metadata = deltalake::kernel::new_metadata(&self.delta_schema(), self.meta.partition().map(str::to_string), conf)
+            .map_err(|e| err(format!("metadata: {e}")))?
+            .with_name(self.meta.name.clone())
+            .map_err(|e| err(format!("metadata: {e}")))?;
+        let url = table_url(&self.uri)?;
+        let log_store =
+            deltalake::DeltaTableBuilder::from_url(url.clone()).map_err(|e| self.delta(e))?.build_storage().map_err(|e| self.delta(e))?;
+        let op = DeltaOperation::Create {
+            mode: SaveMode::ErrorIfExists,
+            location: url.clone(),
+            protocol: protocol.clone(),
+            metadata: metadata.clone(),
+        };
+        let mut actions = vec![Action::Protocol(protocol), Action::Metadata(metadata)];
+        let mut pc = pc;
+        actions.append(&mut pc.actions);
+        let finalized = CommitBuilder::from(CommitProperties::default().with_application_transactions(txns).with_metadata(app_meta))
+            .with_actions(actions)
+            .build(None, log_store, op)
+            .await
+            .map_err(|e| self.delta(e))?;
+        let v = finalized.version();
+        let mut t = deltalake::DeltaTableBuilder::from_url(url)
+            .map_err(|e| self.delta(e))?
+            .with_version(v)
+            .load()
+            .await
+            .map_err(|e| self.delta(e))?;
+        t.state = Some(finalized.snapshot());
+        self.table = Some(t);
+        self.finish_commit(pc, v as i64, exec)
+    }
+
     async fn commit_inner(
         &mut self,
         mut pc: PendingCommit,
@@ -1019,6 +1262,9 @@ impl TableStore {
                 config.insert(PROP_STRATEGY.into(), Some(self.meta.strategy.as_str().into()));
                 config.insert(PROP_KEY.into(), Some(serde_json::to_string(&self.meta.business_key).unwrap_or_default()));
                 config.insert("changelake.file_rows".into(), Some(self.meta.layout.file_rows.to_string()));
+                if self.meta.layout.deletion_vectors {
+                    return self.create_with_deletion_vectors(pc, txns, config, app_meta, exec).await;
+                }
                 let mut b = deltalake::operations::create::CreateBuilder::new()
                     .with_location(url.to_string())
                     .with_table_name(self.meta.name.clone())
@@ -1070,21 +1316,36 @@ impl TableStore {
                 v
             }
         };
+        self.finish_commit(pc, version as i64, exec)
+    }
+
+    /// After a durable commit: update the in-memory layout and key index.
+    fn finish_commit(&mut self, pc: PendingCommit, version: i64, exec: Option<i64>) -> Result<i64> {
         crate::faults::hit("after_delta_commit");
         // The commit is durable: now update the in-memory layout and index.
         for id in pc.removed {
             self.files[id as usize] = None;
         }
+        for (id, dv, desc) in pc.dv_updates {
+            if let Some(f) = self.files[id as usize].as_mut() {
+                f.dv = Some(Arc::new(dv));
+                f.dv_desc = Some(desc);
+            }
+        }
         for (fm, keys) in pc.new_files {
             let id = self.files.len() as u32;
             if fm.current {
-                for k in keys {
+                for (row, k) in keys.into_iter().enumerate() {
+                    let row = row as u32;
                     if let Some(e) = self.index.get_mut(&k) {
                         e.0 = id;
+                        e.1 = row;
                     } else {
                         // Placeholder; the summary arrives with pc.index below.
-                        self.index
-                            .insert(k, (id, Summary { seq: Box::new([]), deleted: false, valid_from: None, row_hash: 0, tracked_hash: 0 }));
+                        self.index.insert(
+                            k,
+                            (id, row, Summary { seq: Box::new([]), deleted: false, valid_from: None, row_hash: 0, tracked_hash: 0 }),
+                        );
                     }
                 }
             }
@@ -1096,18 +1357,18 @@ impl TableStore {
                     self.index.remove(&k);
                 }
                 Some(s) => {
-                    let e = self.index.entry(k).or_insert((NO_FILE, s.clone()));
+                    let e = self.index.entry(k).or_insert((NO_FILE, 0, s.clone()));
                     if s.deleted && self.meta.strategy == Strategy::Scd2 {
                         e.0 = NO_FILE;
                     }
-                    e.1 = s;
+                    e.2 = s;
                 }
             }
         }
         if let Some(e) = exec {
             self.last_exec = self.last_exec.max(e);
         }
-        Ok(version as i64)
+        Ok(version)
     }
 
     /// Reads every row of the table (for `show` and tests).
