@@ -294,6 +294,7 @@ struct RunStat {
     events_per_second: f64,
     files_removed: usize,
     files_added: usize,
+    files_masked: usize,
     table_keys_before: u64,
 }
 
@@ -334,8 +335,16 @@ pub async fn run(opts: BenchOpts) -> Result<()> {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "\n## changelake bench: {} keys, {} runs of {} events, {:?} keys, mix {:?}\n",
-        opts.keys, opts.runs, opts.batch, opts.distribution, opts.mix
+        "\n## changelake bench: {} keys, {} runs of {} events, {:?} keys, mix insert={}% delete={}% late={}% duplicate={}% (rest updates){}\n",
+        opts.keys,
+        opts.runs,
+        opts.batch,
+        opts.distribution,
+        opts.mix.insert,
+        opts.mix.delete,
+        opts.mix.late,
+        opts.mix.duplicate,
+        opts.table_option.as_deref().map(|o| format!(", layout {{{o}}}")).unwrap_or_default()
     );
     let mut scd1_eps = None;
     for strategy in &opts.strategies {
@@ -389,6 +398,7 @@ pub async fn run(opts: BenchOpts) -> Result<()> {
                 events_per_second: opts.batch as f64 / secs,
                 files_removed: r.files_removed,
                 files_added: r.files_added,
+                files_masked: r.files_masked,
                 table_keys_before: keys_before,
             });
             eprintln!(
@@ -427,13 +437,15 @@ pub async fn run(opts: BenchOpts) -> Result<()> {
             scd1_eps = Some(eps);
         }
         let _ = writeln!(md, "### {tname}\n");
-        let _ =
-            writeln!(md, "| run | seconds | events/s | decode s | files rewritten | files added |\n| --- | --- | --- | --- | --- | --- |");
+        let _ = writeln!(
+            md,
+            "| run | seconds | events/s | decode s | files rewritten | files masked (DV) | files added |\n| --- | --- | --- | --- | --- | --- | --- |"
+        );
         for s in &stats {
             let _ = writeln!(
                 md,
-                "| {} | {:.3} | {:.0} | {:.3} | {} | {} |",
-                s.run, s.seconds, s.events_per_second, s.decode_seconds, s.files_removed, s.files_added
+                "| {} | {:.3} | {:.0} | {:.3} | {} | {} | {} |",
+                s.run, s.seconds, s.events_per_second, s.decode_seconds, s.files_removed, s.files_masked, s.files_added
             );
         }
         let _ = writeln!(

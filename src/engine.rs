@@ -88,6 +88,8 @@ pub struct RunReport {
     pub exec: Option<i64>,
     pub files_added: usize,
     pub files_removed: usize,
+    /// Files whose deletion vector grew instead of being rewritten (merge-on-read).
+    pub files_masked: usize,
     pub dead_letters: usize,
     /// Dead letters by bounded reason (malformed, schema, type, guardrail).
     pub dead_by_reason: std::collections::BTreeMap<&'static str, u64>,
@@ -398,6 +400,7 @@ impl TableRunner {
             report.merge_secs = started.elapsed().as_secs_f64();
             report.files_added = pc.files_added;
             report.files_removed = pc.files_removed;
+            report.files_masked = pc.files_masked;
             let committing = std::time::Instant::now();
             report.version = Some(self.store.commit(pc, txns(&progress), changes.then_some(exec), schema_changed, info).await?);
             mark("commit", &mut phases);

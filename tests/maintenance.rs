@@ -177,7 +177,8 @@ fn deletion_vectors_read_back_exactly_like_copy_on_write() {
     };
     let cow = tempfile::tempdir().unwrap();
     let mor = tempfile::tempdir().unwrap();
-    let (cow_cfg, mor_cfg) = (make(cow.path(), "file_rows: 128"), make(mor.path(), "file_rows: 128, deletion_vectors: true"));
+    let (cow_cfg, mor_cfg) =
+        (make(cow.path(), "file_rows: 128"), make(mor.path(), "file_rows: 128, deletion_vectors: true, checkpoint_interval: 2"));
     for (cfg, _) in [(&cow_cfg, 0), (&mor_cfg, 1)] {
         run_once(cfg);
     }
@@ -199,6 +200,9 @@ fn deletion_vectors_read_back_exactly_like_copy_on_write() {
         let (a, b) = (scan(&cow.path().join("lake/bronze").join(t)), scan(&mor.path().join("lake/bronze").join(t)));
         assert_eq!(a["rows"], b["rows"], "{t}: merge-on-read differs from copy-on-write");
         assert!(b["files_with_dv"].as_u64().unwrap() > 0, "{t}: deletion vectors were written");
+        // Checkpoints carry the DV descriptors that the restarts re-read.
+        let log = mor.path().join("lake/bronze").join(t).join("_delta_log");
+        assert!(std::fs::read_dir(&log).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().contains(".checkpoint.")));
         // changelake's own reader (show) agrees too.
         let show = |cfg: &Path| {
             let out = Command::new(BIN).args(["show", t, "--format", "csv", "--config"]).arg(cfg).output().unwrap();
