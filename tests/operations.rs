@@ -75,29 +75,6 @@ fn dashboard_exprs(v: &serde_json::Value, out: &mut Vec<String>) {
     }
 }
 
-fn promtool(args: &[&str], stdin: Option<&str>) {
-    use std::io::Write;
-    let mut child = Command::new("promtool")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool is installed (apt-get install prometheus; .ci/run does)");
-    let mut pipe = child.stdin.take().unwrap();
-    if let Some(s) = stdin {
-        pipe.write_all(s.as_bytes()).unwrap();
-    }
-    drop(pipe);
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool {args:?} failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 fn wait_for<T>(what: &str, secs: u64, child: &mut Child, mut f: impl FnMut() -> Option<T>) -> T {
     let t0 = Instant::now();
     loop {

@@ -39,8 +39,14 @@ impl Broker {
     pub fn start() -> Broker {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let bin = tansu_bin();
+        let child = Self::spawn(&bin, port);
+        Broker { child, port, bin }
+    }
+
+    /// Starts tansu on `port` (in-memory storage) and waits until it accepts connections.
+    fn spawn(bin: &Path, port: u16) -> Child {
         let url = format!("tcp://127.0.0.1:{port}");
-        let child = Command::new(&bin)
+        let child = Command::new(bin)
             .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url, "--storage-engine", "memory://tansu/"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -51,7 +57,7 @@ impl Broker {
             assert!(t0.elapsed() < Duration::from_secs(20), "tansu did not start");
             std::thread::sleep(Duration::from_millis(50));
         }
-        Broker { child, port, bin }
+        child
     }
 
     /// Stops the broker (its memory storage is lost).
@@ -67,18 +73,7 @@ impl Broker {
 
     /// Starts the broker again on the same port (empty: tansu's memory storage).
     pub fn restart(&mut self) {
-        let url = format!("tcp://127.0.0.1:{}", self.port);
-        self.child = Command::new(&self.bin)
-            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url, "--storage-engine", "memory://tansu/"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start tansu");
-        let t0 = Instant::now();
-        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(t0.elapsed() < Duration::from_secs(20), "tansu did not restart");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        self.child = Self::spawn(&self.bin, self.port);
     }
 
     pub fn brokers(&self) -> String {
@@ -140,6 +135,30 @@ pub fn http_get(port: u16, path: &str) -> Option<(String, String)> {
     s.read_to_string(&mut out).ok()?;
     let (head, body) = out.split_once("\r\n\r\n")?;
     Some((head.lines().next()?.to_string(), body.to_string()))
+}
+
+/// Runs Prometheus' `promtool` (Debian's prometheus package; .ci/run installs it) and asserts success.
+pub fn promtool(args: &[&str], stdin: Option<&str>) {
+    use std::io::Write;
+    let mut child = Command::new("promtool")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool is installed (apt-get install prometheus; .ci/run does)");
+    let mut pipe = child.stdin.take().unwrap();
+    if let Some(s) = stdin {
+        pipe.write_all(s.as_bytes()).unwrap();
+    }
+    drop(pipe);
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool {args:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 pub fn free_port() -> u16 {
