@@ -24,6 +24,26 @@
 //! Hash-bucketing was considered and rejected: it spreads the hot, recent keys
 //! across every bucket, so a 1% update would rewrite every file.
 //!
+//! ## Merge-on-read (`layout.deletion_vectors`)
+//!
+//! Copy-on-write pays for every file a run touches, and uniformly spread
+//! updates touch all of them, so a run's cost grows with the table. With
+//! deletion vectors a touched file is not rewritten: the physical rows of
+//! replaced and deleted keys are added to its Delta deletion vector (one DV
+//! file per run, the standard RoaringTreemap format) and the new versions are
+//! appended to new files, so a run costs what the batch changes. The key index
+//! therefore keeps each key's physical row. A file whose DV would mask half of
+//! it or more is rewritten instead (dropping the masked rows), and compaction
+//! drops masked rows too. Off by default: readers need the `deletionVectors`
+//! feature (Spark, delta-kernel, delta-rs' DataFusion `scan`; not pyarrow
+//! datasets).
+//!
+//! ## Maintenance
+//!
+//! Small files (a streaming run's leftovers) are compacted into full ones with
+//! `dataChange: false`; a checkpoint is written every `checkpoint_interval`
+//! commits and files removed longer ago than `vacuum_retention` are deleted.
+//!
 //! ## Key index
 //!
 //! Opening a table reads its current rows once and keeps, per business key,
