@@ -238,7 +238,7 @@ impl TableRunner {
     /// files, and every `checkpoint_interval` versions writes a checkpoint and
     /// vacuums. None of it changes what a reader sees; a failure is logged and
     /// retried after a later batch (the data commit already succeeded).
-    async fn maintain(&mut self, spec: &merge::Spec) {
+    async fn maintain(&mut self, spec: &merge::Spec) -> Result<()> {
         let table = self.cfg.name.clone();
         match self.store.stage_compaction(spec).await {
             Ok(Some(pc)) => {
@@ -246,7 +246,12 @@ impl TableRunner {
                 let started = std::time::Instant::now();
                 match self.store.commit(pc, vec![], None, false, serde_json::json!({ "source": "compaction" })).await {
                     Ok(v) => crate::telemetry::compacted(&table, removed, added, v, started.elapsed().as_secs_f64()),
-                    Err(e) => crate::telemetry::maintenance_failed(&table, "compaction", &e),
+                    Err(e) => {
+                        // The commit may be in the log even though it reported an
+                        // error: never stage on top of a layout that may be stale.
+                        crate::telemetry::maintenance_failed(&table, "compaction", &e);
+                        self.reload_store().await?;
+                    }
                 }
             }
             Ok(None) => {}
@@ -262,6 +267,17 @@ impl TableRunner {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// Re-reads the table's layout and key index from the Delta log.
+    async fn reload_store(&mut self) -> Result<()> {
+        let mut store = TableStore::open(&self.store.uri, self.store.meta.clone()).await?;
+        if store.exists() {
+            store.load_index(&build_spec(&self.cfg, &store.columns)?).await?;
+        }
+        self.store = store;
+        Ok(())
     }
 
     /// Runs one batch and commits it together with `progress`.
@@ -407,7 +423,7 @@ impl TableRunner {
             tracing::debug!(table = %t.name, phases_ms = ?phases, "batch phases");
             report.commit_secs = committing.elapsed().as_secs_f64();
             report.exec = changes.then_some(exec);
-            self.maintain(&spec).await;
+            self.maintain(&spec).await?;
         } else if !self.already_applied(&progress).await? {
             // Offsets moved but nothing changed: a txn-only commit, no data files.
             // The run still takes its `_execution_id` (SPEC 3: every run gets one);

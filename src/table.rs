@@ -123,12 +123,22 @@ async fn read_dv(table: &DeltaTable, d: &DeletionVectorDescriptor) -> std::resul
         .map_err(|e| format!("reading {path}: {e}"))?;
     let start = d.offset.unwrap_or(1) as usize;
     let size = d.size_in_bytes as usize;
-    if bytes.len() < start + 4 + size || size < 4 {
+    if bytes.first() != Some(&1) {
+        return Err(format!("{path}: unknown deletion vector file version"));
+    }
+    if bytes.len() < start + 4 + size + 4 || size < 4 {
         return Err(format!("{path}: deletion vector out of bounds"));
+    }
+    if u32::from_be_bytes(bytes[start..start + 4].try_into().expect("4 bytes")) as usize != size {
+        return Err(format!("{path}: deletion vector size does not match the log"));
     }
     let body = &bytes[start + 4..start + 4 + size];
     if u32::from_le_bytes(body[0..4].try_into().expect("4 bytes")) != DV_MAGIC {
         return Err(format!("{path}: not a portable roaring bitmap"));
+    }
+    let crc = u32::from_be_bytes(bytes[start + 4 + size..start + 8 + size].try_into().expect("4 bytes"));
+    if crc != crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC).checksum(body) {
+        return Err(format!("{path}: deletion vector checksum mismatch"));
     }
     roaring::RoaringTreemap::deserialize_from(&body[4..]).map_err(|e| format!("{path}: {e}"))
 }
@@ -210,7 +220,7 @@ impl FileMeta {
         self.dv.as_ref().is_some_and(|d| d.contains(row as u64))
     }
     fn live_rows(&self) -> usize {
-        self.rows - self.dv.as_ref().map_or(0, |d| d.len() as usize)
+        self.rows.saturating_sub(self.dv.as_ref().map_or(0, |d| d.len() as usize))
     }
 }
 
@@ -874,8 +884,10 @@ impl TableStore {
         let mut appends: Vec<Version> = out.history_appends.clone();
         for (id, repl) in hist_touched {
             let rows = self.read_file(id, spec).await?;
-            for (i, v) in rows.versions.into_iter().enumerate() {
-                appends.push(repl.get(&(i as u32)).map(|v| (*v).clone()).unwrap_or(v));
+            for v in rows.versions {
+                // `Loc.row` is the physical row (rows masked by a DV are not in `rows`).
+                let row = v.loc.map_or(u32::MAX, |l| l.row);
+                appends.push(repl.get(&row).map(|v| (*v).clone()).unwrap_or(v));
             }
             self.remove_file(id, &mut pc);
         }
@@ -989,14 +1001,16 @@ impl TableStore {
                 let f = self.files[id as usize].clone().expect("live file");
                 let mut row_no = 0u32;
                 for b in self.batches(id, false).await?.iter() {
-                    // Rows masked by a deletion vector are dropped here for good.
-                    let live: BooleanArray = (0..b.num_rows() as u32).map(|r| Some(!f.deleted(row_no + r))).collect();
+                    // Rows masked by a deletion vector are dropped here for good
+                    // (and, in the current partition, rows without a key: the
+                    // key list must stay aligned with the rows written).
+                    let bk = if current { self.batch_keys(spec, b) } else { vec![] };
+                    let live: BooleanArray =
+                        (0..b.num_rows()).map(|r| Some(!f.deleted(row_no + r as u32) && (!current || bk[r].is_some()))).collect();
                     row_no += b.num_rows() as u32;
                     let b = deltalake::arrow::compute::filter_record_batch(b, &live)
                         .map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e.to_string() })?;
-                    if current {
-                        keys.extend(self.batch_keys(spec, &b).into_iter().flatten());
-                    }
+                    keys.extend(bk.into_iter().enumerate().filter(|(r, k)| k.is_some() && live.value(*r)).map(|(_, k)| k.expect("some")));
                     batches.push(b);
                 }
                 self.remove_file(id, &mut pc);
