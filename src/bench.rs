@@ -376,11 +376,7 @@ pub async fn run(opts: BenchOpts) -> Result<()> {
         eprintln!("{tname}: loaded {} keys in {load_s:.1}s; resident {per_key:.0} B/key after reopen", opts.keys);
 
         // Delta-rs gets the loaded table before our update runs change it.
-        let deltars = if opts.deltars && strategy == "scd1" { Some(spawn_deltars(dir, &runner.store.uri, &files)?) } else { None };
-        let deltars_out = match deltars {
-            Some(child) => Some(wait_deltars(dir, child)?),
-            None => None,
-        };
+        let deltars_out = if opts.deltars && strategy == "scd1" { Some(run_deltars(dir, &runner.store.uri, &files)?) } else { None };
 
         let mut stats = vec![];
         for (i, f) in files.iter().enumerate() {
@@ -530,19 +526,15 @@ fn script() -> PathBuf {
     }
 }
 
-fn spawn_deltars(dir: &Path, ours: &str, files: &[PathBuf]) -> Result<std::process::Child> {
+/// Runs the delta-rs side (copy of the loaded table, then every batch) and reads its timings.
+fn run_deltars(dir: &Path, ours: &str, files: &[PathBuf]) -> Result<serde_json::Value> {
     let mut c = std::process::Command::new("python3");
     c.arg(script()).arg("merge").arg("--ours").arg(ours.trim_start_matches("file://")).arg("--table").arg(dir.join("deltars"));
     c.arg("--out").arg(dir.join("deltars.json"));
     for f in files {
         c.arg(f);
     }
-    c.stdout(std::process::Stdio::inherit()).stderr(std::process::Stdio::inherit());
-    c.spawn().map_err(|e| Error::Input(format!("python3 benches/deltars_merge.py: {e}")))
-}
-
-fn wait_deltars(dir: &Path, mut child: std::process::Child) -> Result<serde_json::Value> {
-    let st = child.wait().map_err(|e| Error::Input(e.to_string()))?;
+    let st = c.status().map_err(|e| Error::Input(format!("python3 benches/deltars_merge.py: {e}")))?;
     if !st.success() {
         return Err(Error::Input(format!("benches/deltars_merge.py failed ({st})")));
     }

@@ -80,28 +80,26 @@ pub struct Metrics {
     pub maintenance_failures: IntCounterVec,
 }
 
+/// Registers a metric and hands it back (metrics are cheap shared handles).
+fn reg<M: prometheus::core::Collector + Clone + 'static>(r: &Registry, m: M) -> M {
+    r.register(Box::new(m.clone())).expect("metric registered once");
+    m
+}
+
 fn counter(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
-    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
-    r.register(Box::new(c.clone())).expect("metric registered once");
-    c
+    reg(r, IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric"))
 }
 
 fn gauge_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
-    let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric");
-    r.register(Box::new(g.clone())).expect("metric registered once");
-    g
+    reg(r, IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric"))
 }
 
 fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
-    let g = IntGauge::new(name, help).expect("valid metric");
-    r.register(Box::new(g.clone())).expect("metric registered once");
-    g
+    reg(r, IntGauge::new(name, help).expect("valid metric"))
 }
 
 fn histogram(r: &Registry, name: &str, help: &str, buckets: &[f64]) -> HistogramVec {
-    let h = HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets.to_vec()), &["table"]).expect("valid metric");
-    r.register(Box::new(h.clone())).expect("metric registered once");
-    h
+    reg(r, HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets.to_vec()), &["table"]).expect("valid metric"))
 }
 
 impl Metrics {
@@ -111,10 +109,11 @@ impl Metrics {
         let ts = &["table", "strategy"];
         let tr = &["table", "reason"];
         let tp = &["table", "topic", "partition"];
-        let last_commit =
+        let last_commit = reg(
+            &r,
             GaugeVec::new(Opts::new("changelake_last_commit_timestamp_seconds", "Unix time of the table's latest Delta commit."), t)
-                .expect("valid metric");
-        r.register(Box::new(last_commit.clone())).expect("metric registered once");
+                .expect("valid metric"),
+        );
         let m = Metrics {
             rows_read: counter(&r, "changelake_rows_read_total", "Events read from the source for a table (rows, unparsable events, tombstones).", t),
             rows_decoded: counter(&r, "changelake_rows_decoded_total", "Events decoded and converted into table rows.", t),
@@ -158,11 +157,10 @@ impl Metrics {
             assigned_partitions: gauge(&r, "changelake_assigned_partitions", "Kafka partitions assigned to this process."),
             broker_up: gauge(&r, "changelake_broker_up", "1 when every Kafka cluster answered the latest metadata probe."),
             ready: gauge(&r, "changelake_ready", "1 when /readyz answers 200: partitions assigned, broker reachable, commits within their deadline."),
-            kafka_errors: {
-                let c = IntCounter::new("changelake_kafka_errors_total", "Kafka client errors (the client retries them).").expect("valid metric");
-                r.register(Box::new(c.clone())).expect("metric registered once");
-                c
-            },
+            kafka_errors: reg(
+                &r,
+                IntCounter::new("changelake_kafka_errors_total", "Kafka client errors (the client retries them).").expect("valid metric"),
+            ),
             build_info: gauge_vec(&r, "changelake_build_info", "Build information; always 1.", &["version"]),
             start_time: gauge(&r, "changelake_start_time_seconds", "Unix time the process started (a restart loop shows as changes)."),
             compactions: counter(&r, "changelake_compactions_total", "Small-file compactions committed (dataChange false: rows unchanged).", t),

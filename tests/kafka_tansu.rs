@@ -9,34 +9,6 @@ use std::time::Duration;
 
 use common::*;
 
-fn debezium_config(brokers: &str, max_rows: usize, max_age: &str) -> String {
-    format!(
-        r#"storage: {{root: ./lake}}
-systems:
-  crm:
-    type: kafka
-    brokers: "{brokers}"
-    group_id: changelake-test
-    topic: "crm.public.{{object}}"
-    format: debezium
-bronze:
-  tables:
-    account:
-      source: {{system: crm, object: account}}
-      business_key: [id]
-      strategy: scd1
-      merge: {{sequence_by: [source.lsn]}}
-    account_history:
-      source: {{system: crm, object: account}}
-      business_key: [id]
-      strategy: scd2
-      merge: {{sequence_by: [source.lsn], ignore_columns: [score]}}
-batching: {{max_rows: {max_rows}, max_age: {max_age}}}
-shutdown_timeout: 10s
-"#
-    )
-}
-
 #[test]
 fn kafka_end_to_end_equals_the_file_source() {
     let broker = Broker::start();

@@ -119,28 +119,7 @@ fn live_scrape_moves_with_the_stream_and_readyz_follows_the_broker() {
     let cfg = write(
         tmp.path(),
         "c.yaml",
-        &format!(
-            r#"storage: {{root: ./lake}}
-systems:
-  crm: {{type: kafka, brokers: "{}", group_id: ops-test, topic: "crm.public.{{object}}", format: debezium}}
-bronze:
-  tables:
-    account:
-      source: {{system: crm, object: account}}
-      business_key: [id]
-      strategy: scd1
-      merge: {{sequence_by: [source.lsn]}}
-    account_history:
-      source: {{system: crm, object: account}}
-      business_key: [id]
-      strategy: scd2
-      merge: {{sequence_by: [source.lsn]}}
-batching: {{max_rows: 100000, max_age: 500ms}}
-metrics: {{listen: "127.0.0.1:{port}"}}
-shutdown_timeout: 10s
-"#,
-            broker.brokers()
-        ),
+        &format!("{}metrics: {{listen: \"127.0.0.1:{port}\"}}\n", debezium_config(&broker.brokers(), 100_000, "500ms")),
     );
     let log = tmp.path().join("daemon.log");
     let mut child = Command::new(BIN)

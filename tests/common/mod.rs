@@ -165,6 +165,35 @@ pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// Two tables (scd1 `account`, scd2 `account_history`) on the Debezium topic crm.public.account.
+pub fn debezium_config(brokers: &str, max_rows: usize, max_age: &str) -> String {
+    format!(
+        r#"storage: {{root: ./lake}}
+systems:
+  crm:
+    type: kafka
+    brokers: "{brokers}"
+    group_id: changelake-test
+    topic: "crm.public.{{object}}"
+    format: debezium
+bronze:
+  tables:
+    account:
+      source: {{system: crm, object: account}}
+      business_key: [id]
+      strategy: scd1
+      merge: {{sequence_by: [source.lsn]}}
+    account_history:
+      source: {{system: crm, object: account}}
+      business_key: [id]
+      strategy: scd2
+      merge: {{sequence_by: [source.lsn], ignore_columns: [score]}}
+batching: {{max_rows: {max_rows}, max_age: {max_age}}}
+shutdown_timeout: 10s
+"#
+    )
+}
+
 pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
     std::fs::create_dir_all(p.parent().unwrap()).unwrap();
