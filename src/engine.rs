@@ -218,9 +218,9 @@ impl TableRunner {
         let needs: KeyMap<Need> = absent.iter().map(|k| (k.clone(), Need::Current)).collect();
         let states = self.store.load_states(&spec, &needs).await?;
         let exec = self.store.last_exec + 1;
-        let out = merge::apply(&spec, RunCtx { exec, now: chrono::Utc::now().timestamp_micros() }, vec![], states, absent);
+        let mut out = merge::apply(&spec, RunCtx { exec, now: chrono::Utc::now().timestamp_micros() }, vec![], states, absent);
         let changes = out.has_changes();
-        let pc = self.store.stage(&spec, &out, exec).await?;
+        let pc = self.store.stage(&spec, &mut out, exec).await?;
         report.files_added = pc.files_added;
         report.files_removed = pc.files_removed;
         report.merge_secs = started.elapsed().as_secs_f64();
@@ -374,17 +374,31 @@ impl TableRunner {
             *report.dead_by_reason.entry("guardrail").or_default() += raw_by_pos.len() as u64;
             report.rejected = Some(reason);
         } else {
-            let batch_keys: HashSet<Key> = prepared.keys.iter().map(|(k, _)| k.clone()).collect();
+            let absent: Vec<Key> = if t.snapshot {
+                let batch_keys: HashSet<&Key> = prepared.keys.iter().map(|(k, _)| k).collect();
+                self.store.live_keys().filter(|k| !batch_keys.contains(*k)).cloned().collect()
+            } else {
+                vec![]
+            };
+            // Classification only reads the key index: on all cores, in key order.
+            let store = &self.store;
+            let parts = crate::par::par_map(crate::par::split(prepared.keys, 8), |chunk| {
+                let mut st = merge::Stats::default();
+                let kept: Vec<_> = chunk
+                    .into_iter()
+                    .filter_map(|(k, rs)| merge::classify(&spec, store.summary(&k), &rs, &mut st).map(|n| (k, rs, n)))
+                    .collect();
+                (kept, st)
+            });
             let mut needs: KeyMap<Need> = KeyMap::default();
-            let mut keys = Vec::with_capacity(prepared.keys.len());
-            for (k, rs) in prepared.keys {
-                if let Some(n) = merge::classify(&spec, self.store.summary(&k), &rs, &mut stats) {
+            let mut keys = Vec::with_capacity(parts.iter().map(|(k, _)| k.len()).sum());
+            for (kept, st) in parts {
+                stats.add(&st);
+                for (k, rs, n) in kept {
                     needs.insert(k.clone(), n);
                     keys.push((k, rs));
                 }
             }
-            let absent: Vec<Key> =
-                if t.snapshot { self.store.live_keys().filter(|k| !batch_keys.contains(*k)).cloned().collect() } else { vec![] };
             for k in &absent {
                 needs.insert(k.clone(), Need::Current);
             }
@@ -411,7 +425,7 @@ impl TableRunner {
         let info = serde_json::json!({ "source": source, "stats": format!("{stats:?}") });
         if changes || !self.store.exists() {
             let schema_changed = self.store.add_columns(&conformed.columns);
-            let pc = self.store.stage(&spec, &out, exec).await?;
+            let pc = self.store.stage(&spec, &mut out, exec).await?;
             mark("stage", &mut phases);
             report.merge_secs = started.elapsed().as_secs_f64();
             report.files_added = pc.files_added;

@@ -17,6 +17,7 @@ pub mod error;
 pub mod expr;
 pub mod faults;
 pub mod merge;
+pub mod par;
 pub mod source;
 pub mod table;
 pub mod telemetry;

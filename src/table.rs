@@ -87,6 +87,10 @@ use url::Url;
 
 use crate::config::{Layout, Reserved, Strategy};
 use crate::merge::{Key, KeyMap, KeyState, Loc, Need, Output, Spec, Summary, Version};
+use crate::par::par_map;
+
+type FxMap<K, V> = HashMap<K, V, rustc_hash::FxBuildHasher>;
+type FxSet<K> = HashSet<K, rustc_hash::FxBuildHasher>;
 use crate::value::{DType, Value};
 
 pub const PROP_STRATEGY: &str = "changelake.strategy";
@@ -724,11 +728,13 @@ impl TableStore {
     }
 
     /// Turns a merge output into files and actions (nothing is committed yet).
-    pub async fn stage(&mut self, spec: &Spec, out: &Output, exec: i64) -> Result<PendingCommit> {
-        let mut pc = PendingCommit { index: out.index.clone(), ..Default::default() };
+    /// Takes the output's key-index entries (they move into the pending commit).
+    pub async fn stage(&mut self, spec: &Spec, out: &mut Output, exec: i64) -> Result<PendingCommit> {
+        let mut pc = PendingCommit { index: std::mem::take(&mut out.index), ..Default::default() };
+        let out = &*out;
         // Current partition: group upserts/removes by the file holding the key.
         let mut touched: BTreeMap<u32, ()> = BTreeMap::new();
-        let mut replace: HashMap<&Key, &Version> = HashMap::new();
+        let mut replace: FxMap<&Key, &Version> = FxMap::default();
         let mut new_rows: Vec<(&Key, &Version)> = vec![];
         for (k, v) in &out.upserts {
             match self.index.get(k) {
@@ -739,7 +745,7 @@ impl TableStore {
                 _ => new_rows.push((k, v)),
             }
         }
-        let removes: HashSet<&Key> = out.removes.iter().collect();
+        let removes: FxSet<&Key> = out.removes.iter().collect();
         for k in &out.removes {
             if let Some((f, _, _)) = self.index.get(k) {
                 if *f != NO_FILE {
@@ -1152,10 +1158,10 @@ impl TableStore {
     }
 
     fn to_batch_refs(&self, versions: &[&Version]) -> Result<RecordBatch> {
-        let mut arrays: Vec<ArrayRef> = vec![];
-        for (i, (_, t)) in self.columns.iter().enumerate() {
-            arrays.push(build_array_ref(*t, versions.iter().map(|v| v.data.get(i).unwrap_or(&Value::Null))));
-        }
+        // Column by column on all cores: each column is an independent pass over the versions.
+        let cols: Vec<(usize, DType)> = self.columns.iter().enumerate().map(|(i, (_, t))| (i, *t)).collect();
+        let mut arrays: Vec<ArrayRef> =
+            par_map(cols, |(i, t)| build_array_ref(t, versions.iter().map(|v| v.data.get(i).unwrap_or(&Value::Null))));
         for (n, t) in self.meta.system_fields() {
             let r = &self.meta.reserved;
             let vals: Vec<Value> = versions
@@ -1497,26 +1503,6 @@ fn encode_parquet(batch: &RecordBatch) -> std::result::Result<Vec<u8>, String> {
 /// Encodes batches on all cores, results in input order.
 fn encode_all(batches: Vec<&RecordBatch>) -> std::result::Result<Vec<Vec<u8>>, String> {
     par_map(batches, encode_parquet).into_iter().collect()
-}
-
-/// Maps items on all cores (scoped threads pulling from a shared counter),
-/// results in input order.
-fn par_map<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(items.len().max(1));
-    let slots: Vec<std::sync::Mutex<Option<T>>> = items.into_iter().map(|t| std::sync::Mutex::new(Some(t))).collect();
-    let results: Vec<std::sync::Mutex<Option<R>>> = slots.iter().map(|_| std::sync::Mutex::new(None)).collect();
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(slot) = slots.get(i) else { break };
-                let item = slot.lock().unwrap_or_else(|e| e.into_inner()).take().expect("taken once");
-                *results[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(f(item));
-            });
-        }
-    });
-    results.into_iter().map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()).expect("every item mapped")).collect()
 }
 
 /// One Arrow cell as a [`Value`].

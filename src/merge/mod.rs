@@ -274,43 +274,54 @@ impl Spec {
         (0..self.names.len()).all(|i| a.get(i).unwrap_or(&Value::Null).same(b.get(i).unwrap_or(&Value::Null)))
     }
 
-    /// Hash of every non-NULL column by name, so that adding a column (NULL in
-    /// old rows) does not change the hash of stored rows.
     /// Like [`Spec::row_hash`] over the tracked columns only: a different
     /// tracked hash means a real change (scd1: the row is replaced and its
     /// `_execution_id` bumped) without reading the stored row.
     pub fn tracked_hash(&self, data: &[Value]) -> u64 {
-        let mut buf = Vec::with_capacity(64);
-        for (i, v) in data.iter().enumerate() {
-            if !v.is_null() && self.tracked.get(i).copied().unwrap_or(true) {
-                buf.extend_from_slice(self.names[i].as_bytes());
-                buf.push(0xff);
-                v.encode(&mut buf);
-            }
-        }
-        xxh3_64(&buf)
+        self.hashes(data).1
     }
 
+    /// Hash of every non-NULL column by name, so that adding a column (NULL in
+    /// old rows) does not change the hash of stored rows.
     pub fn row_hash(&self, data: &[Value]) -> u64 {
-        let mut buf = Vec::with_capacity(64);
-        for (i, v) in data.iter().enumerate() {
-            if !v.is_null() {
+        self.hashes(data).0
+    }
+
+    /// `(row_hash, tracked_hash)` in one pass. Each non-NULL column's name and
+    /// value are hashed on their own, and the column hashes are folded in
+    /// column order through a bijective mix, so two rows that differ in one
+    /// column always differ in the fold. The hashes live only in the
+    /// in-memory key index (never stored) and run for every incoming and
+    /// every indexed row, so the encoding buffer is reused per thread.
+    pub fn hashes(&self, data: &[Value]) -> (u64, u64) {
+        thread_local!(static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) });
+        fn mix(x: u64) -> u64 {
+            let x = x.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            x ^ (x >> 29)
+        }
+        BUF.with_borrow_mut(|buf| {
+            let (mut row, mut tracked) = (0u64, 0u64);
+            for (i, v) in data.iter().enumerate() {
+                if v.is_null() {
+                    continue;
+                }
+                buf.clear();
                 buf.extend_from_slice(self.names[i].as_bytes());
                 buf.push(0xff);
-                v.encode(&mut buf);
+                v.encode(buf);
+                let h = xxh3_64(buf);
+                row = mix(row ^ h);
+                if self.tracked.get(i).copied().unwrap_or(true) {
+                    tracked = mix(tracked ^ h);
+                }
             }
-        }
-        xxh3_64(&buf)
+            (row, tracked)
+        })
     }
 
     pub fn summary(&self, v: &Version) -> Summary {
-        Summary {
-            seq: self.seq_of(&v.data),
-            deleted: v.deleted,
-            valid_from: v.valid_from,
-            row_hash: self.row_hash(&v.data),
-            tracked_hash: self.tracked_hash(&v.data),
-        }
+        let (row_hash, tracked_hash) = self.hashes(&v.data);
+        Summary { seq: self.seq_of(&v.data), deleted: v.deleted, valid_from: v.valid_from, row_hash, tracked_hash }
     }
 
     fn business_time(&self, data: &[Value], ctx: &RunCtx) -> Option<i64> {
@@ -434,12 +445,15 @@ pub fn classify(spec: &Spec, stored: Option<&Summary>, rows: &[InRow], stats: &m
                 stats.older_ignored += 1;
                 return None;
             }
-            if !row.delete && !s.deleted && spec.row_hash(&row.data) == s.row_hash {
-                stats.unchanged += 1;
-                return None;
-            }
-            if !row.delete && !s.deleted && spec.tracked_hash(&row.data) != s.tracked_hash {
-                return Some(Need::Replace);
+            if !row.delete && !s.deleted {
+                let (row_hash, tracked_hash) = spec.hashes(&row.data);
+                if row_hash == s.row_hash {
+                    stats.unchanged += 1;
+                    return None;
+                }
+                if tracked_hash != s.tracked_hash {
+                    return Some(Need::Replace);
+                }
             }
             if row.delete && spec.delete_mode == crate::config::DeleteMode::Hard {
                 // A newer hard delete of a stored key: removed without reading it.

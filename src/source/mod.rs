@@ -46,6 +46,43 @@ pub struct Unparsable {
 impl RawBatch {
     /// Builds a batch from rows whose columns vary (JSON, Debezium): the
     /// batch's columns are the union, in order of first appearance.
+    /// Appends another batch's rows (same source), aligning columns by name:
+    /// columns only the other batch has are added, NULL in rows already here.
+    pub fn append(&mut self, other: RawBatch) {
+        self.unparsable.extend(other.unparsable);
+        if self.rows.is_empty() && self.columns.is_empty() {
+            self.columns = other.columns;
+            self.rows = other.rows;
+            return;
+        }
+        if self.columns == other.columns {
+            self.rows.extend(other.rows);
+            return;
+        }
+        let mut at: Vec<usize> = Vec::with_capacity(other.columns.len());
+        for c in other.columns {
+            match self.columns.iter().position(|x| *x == c) {
+                Some(i) => at.push(i),
+                None => {
+                    self.columns.push(c);
+                    at.push(self.columns.len() - 1);
+                }
+            }
+        }
+        let width = self.columns.len();
+        for r in &mut self.rows {
+            r.cells.resize(width, Value::Null);
+        }
+        for mut r in other.rows {
+            let mut cells = vec![Value::Null; width];
+            for (v, &i) in r.cells.drain(..).zip(&at) {
+                cells[i] = v;
+            }
+            r.cells = cells;
+            self.rows.push(r);
+        }
+    }
+
     pub fn from_maps(source: String, rows: Vec<(Vec<(String, Value)>, RawRow)>) -> RawBatch {
         let mut columns: Vec<String> = vec![];
         let mut at: std::collections::HashMap<String, usize, rustc_hash::FxBuildHasher> = Default::default();
@@ -69,5 +106,28 @@ impl RawBatch {
             })
             .collect();
         RawBatch { source, columns, rows, text: false, unparsable: vec![] }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(pos: u64, cells: Vec<Value>) -> RawRow {
+        RawRow { cells, pos, partition: 0, raw: String::new(), extra: vec![], replayed: false }
+    }
+
+    #[test]
+    fn append_aligns_columns_by_name_and_keeps_row_order() {
+        let mut a = RawBatch { columns: vec!["id".into(), "city".into()], ..Default::default() };
+        a.rows.push(row(1, vec![Value::Int(1), Value::Str("Berlin".into())]));
+        let mut b = RawBatch { columns: vec!["phone".into(), "id".into()], ..Default::default() };
+        b.rows.push(row(2, vec![Value::Str("555".into()), Value::Int(2)]));
+        a.append(b);
+        assert_eq!(a.columns, vec!["id", "city", "phone"]);
+        assert_eq!(a.rows.iter().map(|r| r.pos).collect::<Vec<_>>(), vec![1, 2]);
+        assert!(a.rows[0].cells[2].is_null());
+        assert!(a.rows[1].cells[0].same(&Value::Int(2)) && a.rows[1].cells[1].is_null());
+        assert!(a.rows[1].cells[2].same(&Value::Str("555".into())));
     }
 }
