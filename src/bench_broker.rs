@@ -68,22 +68,27 @@ pub async fn run(opts: &BenchOpts, rate: u64) -> Result<(serde_json::Value, Stri
     // Let the daemon assign its partitions first.
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
+    // The events are generated before the clock starts: in production the
+    // producer runs elsewhere, and generating JSON here would take CPU from
+    // the daemon on a small machine.
+    let per_tick = (rate / 100).max(1) as usize;
+    let mut wl = Workload::new(
+        opts.seed,
+        100_000,
+        crate::bench::Mix { insert: 5, delete: 1, late: 2, duplicate: 2 },
+        crate::bench::Distribution::Recent,
+    );
+    let ticks: Vec<String> = (0..total.div_ceil(per_tick as u64)).map(|_| wl.batch(per_tick)).collect();
     let sent_p = sent.clone();
-    let seed = opts.seed;
     let mut produce = Some(tokio::task::spawn_blocking(move || {
-        let mut wl = Workload::new(
-            seed,
-            100_000,
-            crate::bench::Mix { insert: 5, delete: 1, late: 2, duplicate: 2 },
-            crate::bench::Distribution::Recent,
-        );
         let start = Instant::now();
         let tick = Duration::from_millis(10);
-        let per_tick = (rate / 100).max(1) as usize;
         let mut done = 0u64;
         let mut i = 0u64;
-        while done < total {
-            let lines = wl.batch(per_tick);
+        for lines in &ticks {
+            if done >= total {
+                break;
+            }
             for line in lines.lines() {
                 let key = line.split("\"accountid\":").nth(1).and_then(|s| s.split(',').next()).unwrap_or("0").to_string();
                 let p = (i % PARTITIONS as u64) as i32;

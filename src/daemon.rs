@@ -120,8 +120,9 @@ struct Slot {
 }
 
 enum Ev {
-    /// A message and its decoding (envelope paths not yet stored as columns).
-    Msg(OwnedMessage, std::result::Result<Decoded, String>),
+    /// A message, its decoding (envelope paths not yet stored as columns)
+    /// and its payload as text (kept with the row for dead letters).
+    Msg(OwnedMessage, std::result::Result<Decoded, String>, String),
     Eof(String, i32),
     Err(String),
     /// Current partitions of a topic (periodic metadata refresh).
@@ -148,7 +149,8 @@ fn forward(
                     // in the single consume loop. Table-specific stored
                     // envelope columns are added by `route`.
                     let d = decode(format, m.key(), m.payload(), &[]);
-                    Ev::Msg(m.detach(), d)
+                    let raw = m.payload().map(|x| String::from_utf8_lossy(x).into_owned()).unwrap_or_default();
+                    Ev::Msg(m.detach(), d, raw)
                 }
                 Err(RdError::PartitionEOF(_)) => Ev::Eof(topic.clone(), p),
                 Err(e) => Ev::Err(e.to_string()),
@@ -342,7 +344,8 @@ async fn run_system(
                 let ev = match c.recv().await {
                     Ok(m) => {
                         let d = decode(format, m.key(), m.payload(), &[]);
-                        Ev::Msg(m.detach(), d)
+                        let raw = m.payload().map(|x| String::from_utf8_lossy(x).into_owned()).unwrap_or_default();
+                        Ev::Msg(m.detach(), d, raw)
                     }
                     Err(e) => Ev::Err(e.to_string()),
                 };
@@ -405,10 +408,10 @@ async fn run_system(
                         stopping = true;
                     }
                 }
-                Some(Ev::Msg(m, decoded)) => {
+                Some(Ev::Msg(m, decoded, raw)) => {
                     let (topic, p, off) = (m.topic().to_string(), m.partition(), m.offset());
                     position.insert((topic.clone(), p), off + 1);
-                    for i in route(&mut slots, &opts, &m, &decoded) {
+                    for i in route(&mut slots, &opts, &m, decoded, raw) {
                         reports.push(flush(&mut slots, i, &consumer, config).await?);
                         let s = &mut slots[i];
                         let mark = Mark { app: app_id(&s.runner.cfg.name, &s.topic, p), version: off + 1, partition: Some(p) };
@@ -555,12 +558,17 @@ async fn meta_call<T: Send + 'static>(
 
 /// Hands one message to every table reading its topic. Returns the tables
 /// that must apply a truncate now (after committing what came before it).
-fn route(slots: &mut [Slot], opts: &RunOpts, m: &OwnedMessage, d: &std::result::Result<Decoded, String>) -> Vec<usize> {
+fn route(slots: &mut [Slot], opts: &RunOpts, m: &OwnedMessage, d: std::result::Result<Decoded, String>, raw: String) -> Vec<usize> {
     let mut truncates = vec![];
     let (topic, p, off) = (m.topic(), m.partition(), m.offset());
+    let targets: Vec<usize> = slots.iter().enumerate().filter(|(_, s)| s.topic == topic).map(|(i, _)| i).collect();
     // A message that does not decode is dead-lettered once, by the first table reading the topic.
-    let owner = slots.iter().position(|s| s.topic == topic);
-    for (i, s) in slots.iter_mut().enumerate().filter(|(_, s)| s.topic == topic) {
+    let owner = targets.first().copied();
+    // The last table reading the topic takes the decoded row; the others get copies.
+    let mut owned = Some((d, raw));
+    for (n, &i) in targets.iter().enumerate() {
+        let s = &mut slots[i];
+        let Some((d, _)) = owned.as_ref() else { break };
         let replayed = s.stored.get(&p).is_some_and(|&next| off < next);
         if replayed && !opts.reapply {
             continue; // already in this table
@@ -580,10 +588,15 @@ fn route(slots: &mut [Slot], opts: &RunOpts, m: &OwnedMessage, d: &std::result::
         let next = b.next.entry(p).or_insert(off + 1);
         *next = (*next).max(off + 1);
         match d {
-            Ok(Decoded::Row { data, env }) => {
-                let raw = m.payload().map(|x| String::from_utf8_lossy(x).into_owned()).unwrap_or_default();
+            Ok(Decoded::Row { .. }) => {
+                let (mut data, env, raw) = match (n + 1 == targets.len(), &owned) {
+                    (false, Some((Ok(Decoded::Row { data, env }), raw))) => (data.clone(), env.clone(), raw.clone()),
+                    (_, _) => match owned.take() {
+                        Some((Ok(Decoded::Row { data, env }), raw)) => (data, env, raw),
+                        _ => unreachable!("checked: a decoded row"),
+                    },
+                };
                 b.bytes += raw.len() + 64;
-                let mut data = data.clone();
                 // This table's stored envelope columns (`source.lsn` -> `source_lsn`).
                 for path in &s.store_paths {
                     let col = crate::decode::stored_name(path);
@@ -593,7 +606,7 @@ fn route(slots: &mut [Slot], opts: &RunOpts, m: &OwnedMessage, d: &std::result::
                         }
                     }
                 }
-                b.rows.push((data, RawRow { cells: vec![], pos: off as u64, partition: p, raw, extra: env.clone(), replayed }));
+                b.rows.push((data, RawRow { cells: vec![], pos: off as u64, partition: p, raw, extra: env, replayed }));
             }
             Ok(Decoded::Tombstone) => {
                 s.tombstones += 1;
@@ -636,13 +649,14 @@ async fn flush(slots: &mut [Slot], i: usize, consumer: &StreamConsumer<Ctx>, con
         })
         .collect();
     let mut attempt = 0;
-    let (mut rows, mut dead, mut marks) = (buf.rows, buf.dead, marks);
+    let mut marks = marks;
     let table = s.runner.cfg.name.clone();
-    let span = tracing::info_span!("batch", table = %table, topic = %s.topic, rows = rows.len() + dead.len(), bytes = buf.bytes);
+    let span = tracing::info_span!("batch", table = %table, topic = %s.topic, rows = buf.rows.len() + buf.dead.len(), bytes = buf.bytes);
+    let mut batch = RawBatch::from_maps(s.topic.clone(), buf.rows);
+    batch.unparsable = buf.dead;
     let report = loop {
-        let mut raw = RawBatch::from_maps(s.topic.clone(), rows.clone());
-        raw.unparsable = dead.clone();
-        match s.runner.run_batch(raw, marks.clone()).instrument(span.clone()).await {
+        // A retry needs the rows again, so each attempt gets a copy.
+        match s.runner.run_batch(batch.clone(), marks.clone()).instrument(span.clone()).await {
             Ok(r) => break r,
             Err(e) if e.retryable() && attempt < 5 => {
                 attempt += 1;
@@ -663,8 +677,8 @@ async fn flush(slots: &mut [Slot], i: usize, consumer: &StreamConsumer<Ctx>, con
                 }
                 let stored = s.stored.clone();
                 let keep = |p: i32, pos: u64| stored.get(&p).is_none_or(|&next| pos as i64 >= next);
-                rows.retain(|(_, r)| r.replayed || keep(r.partition, r.pos));
-                dead.retain(|d| keep(d.partition, d.pos));
+                batch.rows.retain(|r| r.replayed || keep(r.partition, r.pos));
+                batch.unparsable.retain(|d| keep(d.partition, d.pos));
             }
             Err(e) => {
                 span.in_scope(|| telemetry::commit_failed(&table, &e));
