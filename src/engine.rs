@@ -214,7 +214,7 @@ impl TableRunner {
         }
         let mut spec = build_spec(&t, &self.store.columns)?;
         spec.snapshot = true;
-        let absent: Vec<Key> = self.store.live_keys().cloned().collect();
+        let absent: Vec<Key> = self.store.live_keys().map(Key::from).collect();
         let needs: KeyMap<Need> = absent.iter().map(|k| (k.clone(), Need::Current)).collect();
         let states = self.store.load_states(&spec, &needs).await?;
         let exec = self.store.last_exec + 1;
@@ -375,8 +375,8 @@ impl TableRunner {
             report.rejected = Some(reason);
         } else {
             let absent: Vec<Key> = if t.snapshot {
-                let batch_keys: HashSet<&Key> = prepared.keys.iter().map(|(k, _)| k).collect();
-                self.store.live_keys().filter(|k| !batch_keys.contains(*k)).cloned().collect()
+                let batch_keys: HashSet<&[u8]> = prepared.keys.iter().map(|(k, _)| &k[..]).collect();
+                self.store.live_keys().filter(|k| !batch_keys.contains(k)).map(Key::from).collect()
             } else {
                 vec![]
             };

@@ -86,10 +86,59 @@ use object_store::ObjectStoreExt;
 use url::Url;
 
 use crate::config::{Layout, Reserved, Strategy};
-use crate::merge::{Key, KeyMap, KeyState, Loc, Need, Output, Spec, Summary, Version};
+use crate::merge::{Key, KeyMap, KeyState, Loc, Need, Output, Seq, Spec, Summary, Version};
 use crate::par::par_map;
 
 type FxMap<K, V> = HashMap<K, V, rustc_hash::FxBuildHasher>;
+
+/// A business key as the key index stores it: inline up to 22 bytes (every
+/// integer key and most string keys), so a key costs its 24 bytes in the map
+/// and no allocation. Hashes and compares exactly as its bytes, so the index
+/// is looked up with a plain `&[u8]`.
+#[derive(Clone)]
+enum IndexKey {
+    Inline(u8, [u8; 22]),
+    Heap(Box<[u8]>),
+}
+
+impl IndexKey {
+    fn new(k: &[u8]) -> IndexKey {
+        if k.len() <= 22 {
+            let mut b = [0u8; 22];
+            b[..k.len()].copy_from_slice(k);
+            IndexKey::Inline(k.len() as u8, b)
+        } else {
+            IndexKey::Heap(k.into())
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            IndexKey::Inline(n, b) => &b[..*n as usize],
+            IndexKey::Heap(b) => b,
+        }
+    }
+}
+
+impl std::borrow::Borrow<[u8]> for IndexKey {
+    fn borrow(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl std::hash::Hash for IndexKey {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.as_slice().hash(h)
+    }
+}
+
+impl PartialEq for IndexKey {
+    fn eq(&self, o: &IndexKey) -> bool {
+        self.as_slice() == o.as_slice()
+    }
+}
+
+impl Eq for IndexKey {}
 type FxSet<K> = HashSet<K, rustc_hash::FxBuildHasher>;
 use crate::value::{DType, Value};
 
@@ -260,7 +309,7 @@ pub struct TableStore {
     pub columns: Vec<(String, DType)>,
     files: Vec<Option<FileMeta>>,
     /// Business key -> (file, physical row, summary).
-    index: KeyMap<(u32, u32, Summary)>,
+    index: HashMap<IndexKey, (u32, u32, Summary), rustc_hash::FxBuildHasher>,
     pub last_exec: i64,
     file_counter: u64,
     /// Decoded batches of the files the current run touches (see `batches`).
@@ -334,7 +383,7 @@ impl TableStore {
             table: None,
             columns: vec![],
             files: vec![],
-            index: KeyMap::default(),
+            index: HashMap::default(),
             last_exec: 0,
             file_counter: 0,
             cache: Default::default(),
@@ -432,8 +481,8 @@ impl TableStore {
     }
 
     /// Stored keys with a live current row (snapshot merge candidates).
-    pub fn live_keys(&self) -> impl Iterator<Item = &Key> {
-        self.index.iter().filter(|(_, (f, _, s))| *f != NO_FILE && !s.deleted).map(|(k, _)| k)
+    pub fn live_keys(&self) -> impl Iterator<Item = &[u8]> {
+        self.index.iter().filter(|(_, (f, _, s))| *f != NO_FILE && !s.deleted).map(|(k, _)| k.as_slice())
     }
 
     /// Stored progress for a source position (`txn` version), if any.
@@ -464,7 +513,7 @@ impl TableStore {
                 for (k, v) in rows.keys.into_iter().zip(rows.versions) {
                     if let Some(k) = k {
                         let row = v.loc.map_or(0, |l| l.row);
-                        self.index.insert(k, (id, row, spec.summary(&v)));
+                        self.index.insert(IndexKey::new(&k), (id, row, spec.summary(&v)));
                     }
                 }
             } else {
@@ -481,8 +530,8 @@ impl TableStore {
         }
         if self.meta.strategy == Strategy::Scd2 {
             for (k, v) in deleted_latest {
-                if !self.index.contains_key(&k) && v.deleted {
-                    self.index.insert(k, (NO_FILE, 0, spec.summary(&v)));
+                if !self.index.contains_key(&k[..]) && v.deleted {
+                    self.index.insert(IndexKey::new(&k), (NO_FILE, 0, spec.summary(&v)));
                 }
             }
         }
@@ -685,7 +734,7 @@ impl TableStore {
                 continue;
             }
             want_history |= *need == Need::History;
-            if let Some((f, _, _)) = self.index.get(k) {
+            if let Some((f, _, _)) = self.index.get(&k[..]) {
                 if *f != NO_FILE {
                     by_file.entry(*f).or_default().push(k);
                 }
@@ -719,7 +768,7 @@ impl TableStore {
                 }
             }
             for (k, st) in states.iter_mut() {
-                if st.current.is_none() && self.index.get(k).is_some_and(|(_, _, s)| s.deleted) {
+                if st.current.is_none() && self.index.get(&k[..]).is_some_and(|(_, _, s)| s.deleted) {
                     st.latest_closed = st.history.iter().max_by(|a, b| spec.cmp_seq(&a.data, &b.data).then(a.exec.cmp(&b.exec))).cloned();
                 }
             }
@@ -737,7 +786,7 @@ impl TableStore {
         let mut replace: FxMap<&Key, &Version> = FxMap::default();
         let mut new_rows: Vec<(&Key, &Version)> = vec![];
         for (k, v) in &out.upserts {
-            match self.index.get(k) {
+            match self.index.get(&k[..]) {
                 Some((f, _, _)) if *f != NO_FILE => {
                     touched.insert(*f, ());
                     replace.insert(k, v);
@@ -747,7 +796,7 @@ impl TableStore {
         }
         let removes: FxSet<&Key> = out.removes.iter().collect();
         for k in &out.removes {
-            if let Some((f, _, _)) = self.index.get(k) {
+            if let Some((f, _, _)) = self.index.get(&k[..]) {
                 if *f != NO_FILE {
                     touched.insert(*f, ());
                 }
@@ -774,7 +823,7 @@ impl TableStore {
         let mut dv_rows: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
         if layout.deletion_vectors {
             for k in replace.keys().copied().chain(out.removes.iter()) {
-                if let Some((f, row, _)) = self.index.get(k) {
+                if let Some((f, row, _)) = self.index.get(&k[..]) {
                     if *f != NO_FILE {
                         dv_rows.entry(*f).or_default().push(*row as u64);
                     }
@@ -794,7 +843,7 @@ impl TableStore {
         if !dv_new.is_empty() {
             let masked: HashSet<u32> = dv_new.iter().map(|(id, _)| *id).collect();
             for (k, v) in &replace {
-                if self.index.get(*k).is_some_and(|(f, _, _)| masked.contains(f)) {
+                if self.index.get(&k[..]).is_some_and(|(f, _, _)| masked.contains(f)) {
                     new_rows.push((*k, *v));
                 }
             }
@@ -1377,14 +1426,14 @@ impl TableStore {
             if fm.current {
                 for (row, k) in keys.into_iter().enumerate() {
                     let row = row as u32;
-                    if let Some(e) = self.index.get_mut(&k) {
+                    if let Some(e) = self.index.get_mut(&k[..]) {
                         e.0 = id;
                         e.1 = row;
                     } else {
                         // Placeholder; the summary arrives with pc.index below.
                         self.index.insert(
-                            k,
-                            (id, row, Summary { seq: Box::new([]), deleted: false, valid_from: None, row_hash: 0, tracked_hash: 0 }),
+                            IndexKey::new(&k),
+                            (id, row, Summary { seq: Seq::Int(0), deleted: false, valid_from: None, row_hash: 0, tracked_hash: 0 }),
                         );
                     }
                 }
@@ -1394,10 +1443,10 @@ impl TableStore {
         for (k, s) in pc.index {
             match s {
                 None => {
-                    self.index.remove(&k);
+                    self.index.remove(&k[..]);
                 }
                 Some(s) => {
-                    let e = self.index.entry(k).or_insert((NO_FILE, 0, s.clone()));
+                    let e = self.index.entry(IndexKey::new(&k)).or_insert((NO_FILE, 0, s.clone()));
                     if s.deleted && self.meta.strategy == Strategy::Scd2 {
                         e.0 = NO_FILE;
                     }

@@ -108,7 +108,7 @@ pub struct Version {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Summary {
     /// Sequence of the latest version (scd1: of the row, including a soft delete's).
-    pub seq: Box<[Value]>,
+    pub seq: Seq,
     /// scd1: the row is soft-deleted. scd2: the latest version is a closed, deleted one.
     pub deleted: bool,
     /// scd2: `_valid_from` of the latest version (business-time ordering).
@@ -117,6 +117,34 @@ pub struct Summary {
     pub row_hash: u64,
     /// Hash of the non-NULL tracked columns (see [`Spec::tracked_hash`]).
     pub tracked_hash: u64,
+}
+
+/// A stored sequence. The key index holds one per key, so the usual single
+/// integer or timestamp column is kept inline (16 bytes, no allocation).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Seq {
+    Int(i64),
+    Ts(i64),
+    Other(Box<Box<[Value]>>),
+}
+
+impl Seq {
+    pub fn new(vals: Vec<Value>) -> Seq {
+        match vals.as_slice() {
+            [Value::Int(i)] => Seq::Int(*i),
+            [Value::Ts(t)] => Seq::Ts(*t),
+            _ => Seq::Other(Box::new(vals.into_boxed_slice())),
+        }
+    }
+
+    /// Runs `f` over the sequence as values.
+    pub fn with<R>(&self, f: impl FnOnce(&[Value]) -> R) -> R {
+        match self {
+            Seq::Int(i) => f(&[Value::Int(*i)]),
+            Seq::Ts(t) => f(&[Value::Ts(*t)]),
+            Seq::Other(v) => f(v),
+        }
+    }
 }
 
 /// Stored versions of one key, loaded by the table module on request.
@@ -240,8 +268,8 @@ impl Spec {
         key_from(self.key.iter().map(|&i| &data[i]))
     }
 
-    pub fn seq_of(&self, data: &[Value]) -> Box<[Value]> {
-        self.seq.iter().map(|&i| data[i].clone()).collect()
+    pub fn seq_of(&self, data: &[Value]) -> Seq {
+        Seq::new(self.seq.iter().map(|&i| data[i].clone()).collect())
     }
 
     /// Compares a row's sequence columns with a stored sequence, in place.
@@ -423,7 +451,8 @@ pub fn classify(spec: &Spec, stored: Option<&Summary>, rows: &[InRow], stats: &m
     // which intermediate versions and keys exist, and a reapply must not
     // second-guess them (SPEC 9: the result equals a single pass).
     if rows.iter().all(|r| r.replayed) {
-        let same = stored.is_some_and(|s| !s.deleted && rows.iter().any(|r| spec.cmp_seq_to(&r.data, &s.seq) == Ordering::Equal));
+        let same =
+            stored.is_some_and(|s| !s.deleted && rows.iter().any(|r| s.seq.with(|seq| spec.cmp_seq_to(&r.data, seq)) == Ordering::Equal));
         if !same {
             stats.unchanged += rows.len() as u64;
             return None;
@@ -437,7 +466,7 @@ pub fn classify(spec: &Spec, stored: Option<&Summary>, rows: &[InRow], stats: &m
         return Some(Need::History);
     }
     let row = &rows[0];
-    let older = !spec.seq.is_empty() && spec.cmp_seq_to(&row.data, &s.seq) == Ordering::Less;
+    let older = !spec.seq.is_empty() && s.seq.with(|seq| spec.cmp_seq_to(&row.data, seq)) == Ordering::Less;
     let business = spec.valid_time != ValidTime::Processing;
     match spec.strategy {
         Strategy::Scd1 => {
