@@ -96,35 +96,46 @@ pub fn conform(
             return Err(format!("business key column `{k}` has type float; floating-point business keys have no stable identity"));
         }
     }
-    'rows: for r in raw.rows {
-        let mut data = vec![Value::Null; out.columns.len()];
-        let mut extra = r.extra;
-        let dead = |reason: &'static str, error: String| Unparsable {
-            partition: r.partition,
-            pos: r.pos,
-            raw: r.raw.clone().into_bytes(),
-            error,
-            reason,
-        };
-        for &ci in &unknown_strict {
-            if !r.cells[ci].is_null() {
-                out.dead.push(dead("schema", format!("unknown column `{}` (schema_policy: strict)", raw.columns[ci])));
-                continue 'rows;
+    // Typing is per row: on all cores, rows and dead letters kept in input order.
+    let columns = &out.columns;
+    let (target, unknown_strict, names, text) = (&target, &unknown_strict, &raw.columns, raw.text);
+    let parts = crate::par::par_map(crate::par::split(raw.rows, 8), |rows| {
+        let (mut typed, mut dead_rows) = (Vec::with_capacity(rows.len()), vec![]);
+        'rows: for r in rows {
+            let mut data = vec![Value::Null; columns.len()];
+            let mut extra = r.extra;
+            let dead = |reason: &'static str, error: String| Unparsable {
+                partition: r.partition,
+                pos: r.pos,
+                raw: r.raw.clone().into_bytes(),
+                error,
+                reason,
+            };
+            for &ci in unknown_strict {
+                if !r.cells[ci].is_null() {
+                    dead_rows.push(dead("schema", format!("unknown column `{}` (schema_policy: strict)", names[ci])));
+                    continue 'rows;
+                }
             }
-        }
-        for (ci, v) in r.cells.into_iter().enumerate() {
-            match target[ci] {
-                Some(i) => match convert(v, out.columns[i].1, raw.text) {
-                    Ok(v) => data[i] = v,
-                    Err(e) => {
-                        out.dead.push(dead("type", format!("column `{}`: {e}", out.columns[i].0)));
-                        continue 'rows;
-                    }
-                },
-                None => extra.push((raw.columns[ci].clone(), v)),
+            for (ci, v) in r.cells.into_iter().enumerate() {
+                match target[ci] {
+                    Some(i) => match convert(v, columns[i].1, text) {
+                        Ok(v) => data[i] = v,
+                        Err(e) => {
+                            dead_rows.push(dead("type", format!("column `{}`: {e}", columns[i].0)));
+                            continue 'rows;
+                        }
+                    },
+                    None => extra.push((names[ci].clone(), v)),
+                }
             }
+            typed.push(TypedRow { data, pos: r.pos, partition: r.partition, raw: r.raw, extra, replayed: r.replayed });
         }
-        out.rows.push(TypedRow { data, pos: r.pos, partition: r.partition, raw: r.raw, extra, replayed: r.replayed });
+        (typed, dead_rows)
+    });
+    for (typed, dead) in parts {
+        out.rows.extend(typed);
+        out.dead.extend(dead);
     }
     Ok(out)
 }

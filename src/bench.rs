@@ -40,6 +40,7 @@ pub struct BenchOpts {
     pub runs: usize,
     pub strategies: Vec<String>,
     pub distribution: Distribution,
+    pub shape: Shape,
     pub mix: Mix,
     pub seed: u64,
     pub deltars: bool,
@@ -55,6 +56,42 @@ pub enum Distribution {
     Uniform,
     /// 90% of updates on the newest 10% of keys.
     Recent,
+    /// Recency-skewed power law: the key `n·u⁴` from the newest (u uniform),
+    /// so half of the updates hit the newest 6% of keys and a tenth the oldest third.
+    Skewed,
+}
+
+impl Distribution {
+    pub fn parse(s: &str) -> Result<Distribution> {
+        Ok(match s {
+            "uniform" => Distribution::Uniform,
+            "recent" => Distribution::Recent,
+            "skewed" => Distribution::Skewed,
+            other => return Err(Error::Usage(format!("--distribution: `{other}` (uniform, recent, skewed)"))),
+        })
+    }
+}
+
+/// Column mix of the account rows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Shape {
+    /// About 20 columns, mostly short text (the CRM account entity).
+    Crm,
+    /// 6 columns, mostly numbers and timestamps (a ledger-like entity).
+    Narrow,
+    /// The CRM columns plus 24 custom fields (text, numbers, flags, dates): 44 columns.
+    Wide,
+}
+
+impl Shape {
+    pub fn parse(s: &str) -> Result<Shape> {
+        Ok(match s {
+            "crm" => Shape::Crm,
+            "narrow" => Shape::Narrow,
+            "wide" => Shape::Wide,
+            other => return Err(Error::Usage(format!("--columns: `{other}` (crm, narrow, wide)"))),
+        })
+    }
 }
 
 /// Shares of a batch, in percent (the rest are updates).
@@ -120,18 +157,39 @@ pub struct Workload {
     lsn: u64,
     mix: Mix,
     dist: Distribution,
+    shape: Shape,
 }
 
 impl Workload {
     pub fn new(seed: u64, keys: u64, mix: Mix, dist: Distribution) -> Workload {
         // Loaded rows of key k carry lsn 2k+2; a late event for k uses 2k+1,
         // older than anything ever stored for it. Update lsns start above all of them.
-        Workload { rng: Rng(seed), next_key: keys, lsn: 2 * keys + 1_000_000, mix, dist }
+        Workload { rng: Rng(seed), next_key: keys, lsn: 2 * keys + 1_000_000, mix, dist, shape: Shape::Crm }
     }
 
-    /// One account row (about 20 columns) as the Debezium `after` object.
-    fn row(out: &mut String, key: u64, version: u64) {
+    pub fn with_shape(mut self, shape: Shape) -> Workload {
+        self.shape = shape;
+        self
+    }
+
+    /// One account row as the Debezium `after` object.
+    fn row(out: &mut String, shape: Shape, key: u64, version: u64) {
         let h = Rng(key.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ version).next();
+        if shape == Shape::Narrow {
+            let _ = write!(
+                out,
+                "{{\"accountid\":{key},\"statecode\":{},\"balance\":{}.{:02},\"creditlimit\":{}.0,\"modifiedon\":\"2026-{:02}-{:02}T{:02}:{:02}:00Z\",\"versionnumber\":{version}}}",
+                (h >> 40) % 2,
+                (h >> 24) % 50_000_000,
+                (h >> 30) % 100,
+                ((h >> 28) % 1_000) * 1_000,
+                1 + (h >> 44) % 12,
+                1 + (h >> 48) % 28,
+                (h >> 52) % 24,
+                (h >> 56) % 60,
+            );
+            return;
+        }
         let city = CITIES[(h % 12) as usize];
         let word = WORDS[((h >> 8) % 8) as usize];
         let _ = write!(
@@ -161,17 +219,30 @@ impl Workload {
             ((h >> 28) % 1_000) * 1_000,
             (h >> 61) % 2 == 1,
         );
+        if shape == Shape::Wide {
+            out.pop(); // the closing brace
+            for i in 0..24u64 {
+                let g = Rng(h ^ i).next();
+                let _ = match i % 4 {
+                    0 => write!(out, ",\"custom_{i:02}\":\"{} {:x}\"", WORDS[(g % 8) as usize], g >> 20),
+                    1 => write!(out, ",\"custom_{i:02}\":{}", g % 1_000_000),
+                    2 => write!(out, ",\"custom_{i:02}\":{}", g % 3 == 0),
+                    _ => write!(out, ",\"custom_{i:02}\":\"2025-{:02}-{:02}T00:00:00Z\"", 1 + g % 12, 1 + (g >> 8) % 28),
+                };
+            }
+            out.push('}');
+        }
     }
 
-    fn envelope(out: &mut String, op: char, key: u64, lsn: u64, version: u64) {
+    fn envelope(out: &mut String, shape: Shape, op: char, key: u64, lsn: u64, version: u64) {
         let ts = 1_764_000_000_000u64 + lsn % 1_000_000_000;
         out.push_str("{\"before\":");
         if op == 'd' {
-            Self::row(out, key, version);
+            Self::row(out, shape, key, version);
             out.push_str(",\"after\":null");
         } else {
             out.push_str("null,\"after\":");
-            Self::row(out, key, version);
+            Self::row(out, shape, key, version);
         }
         let _ = writeln!(
             out,
@@ -185,7 +256,7 @@ impl Workload {
     pub fn load_chunk(&self, from: u64, to: u64) -> String {
         let mut out = String::with_capacity(((to - from) * 800) as usize);
         for k in from..to {
-            Self::envelope(&mut out, 'r', k, 2 * k + 2, 0);
+            Self::envelope(&mut out, self.shape, 'r', k, 2 * k + 2, 0);
         }
         out
     }
@@ -201,6 +272,11 @@ impl Workload {
                 } else {
                     self.rng.below(n)
                 }
+            }
+            Distribution::Skewed => {
+                let n = self.next_key;
+                let u = (self.rng.next() >> 11) as f64 / (1u64 << 53) as f64;
+                n - 1 - ((n as f64 * u.powi(4)) as u64).min(n - 1)
             }
         }
     }
@@ -223,18 +299,18 @@ impl Workload {
                 let k = self.next_key;
                 self.next_key += 1;
                 self.lsn += 1;
-                Self::envelope(&mut out, 'c', k, self.lsn, self.lsn);
+                Self::envelope(&mut out, self.shape, 'c', k, self.lsn, self.lsn);
             } else if roll < m.duplicate + m.insert + m.delete {
                 let k = self.pick();
                 self.lsn += 1;
-                Self::envelope(&mut out, 'd', k, self.lsn, self.lsn);
+                Self::envelope(&mut out, self.shape, 'd', k, self.lsn, self.lsn);
             } else if roll < m.duplicate + m.insert + m.delete + m.late {
                 let k = self.pick();
-                Self::envelope(&mut out, 'u', k, 2 * k + 1, 1);
+                Self::envelope(&mut out, self.shape, 'u', k, 2 * k + 1, 1);
             } else {
                 let k = self.pick();
                 self.lsn += 1;
-                Self::envelope(&mut out, 'u', k, self.lsn, self.lsn);
+                Self::envelope(&mut out, self.shape, 'u', k, self.lsn, self.lsn);
             }
             starts.push(start);
         }
@@ -318,7 +394,7 @@ pub async fn run(opts: BenchOpts) -> Result<()> {
     let config = Config::load(&cfg_path)?;
 
     // The update batches, written once and shared by every engine.
-    let mut wl = Workload::new(opts.seed, opts.keys, opts.mix, opts.distribution);
+    let mut wl = Workload::new(opts.seed, opts.keys, opts.mix, opts.distribution).with_shape(opts.shape);
     let mut files = vec![];
     let t_gen = Instant::now();
     for i in 0..opts.runs {
@@ -333,11 +409,12 @@ pub async fn run(opts: BenchOpts) -> Result<()> {
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "\n## changelake bench: {} keys, {} runs of {} events, {:?} keys, mix insert={}% delete={}% late={}% duplicate={}% (rest updates){}\n",
+        "\n## changelake bench: {} keys, {} runs of {} events, {:?} keys, {:?} columns, mix insert={}% delete={}% late={}% duplicate={}% (rest updates){}\n",
         opts.keys,
         opts.runs,
         opts.batch,
         opts.distribution,
+        opts.shape,
         opts.mix.insert,
         opts.mix.delete,
         opts.mix.late,
@@ -358,7 +435,7 @@ pub async fn run(opts: BenchOpts) -> Result<()> {
         let mut n = 0;
         while from < opts.keys {
             let to = (from + opts.load_chunk as u64).min(opts.keys);
-            let text = Workload::new(opts.seed, opts.keys, opts.mix, opts.distribution).load_chunk(from, to);
+            let text = Workload::new(opts.seed, opts.keys, opts.mix, opts.distribution).with_shape(opts.shape).load_chunk(from, to);
             n += 1;
             apply(&mut runner, &format!("load-{n:05}"), text.as_bytes(), &paths).await?;
             from = to;
@@ -577,5 +654,30 @@ mod tests {
             .filter(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["after"]["accountid"].as_u64().unwrap() >= 9000)
             .count();
         assert!(hot > 4400 && hot < 4800, "{hot} of 5000 on the newest 10%");
+    }
+
+    #[test]
+    fn skewed_distribution_favours_the_newest_keys_but_reaches_old_ones() {
+        let text = Workload::new(3, 100_000, Mix::parse("").unwrap(), Distribution::Skewed).batch(10_000);
+        let keys: Vec<u64> =
+            text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["after"]["accountid"].as_u64().unwrap()).collect();
+        let newest = keys.iter().filter(|&&k| k >= 94_000).count();
+        let oldest = keys.iter().filter(|&&k| k < 33_000).count();
+        assert!(newest > 4700 && newest < 5300, "{newest} of 10000 on the newest 6%");
+        assert!(oldest > 800 && oldest < 1200, "{oldest} of 10000 on the oldest third");
+    }
+
+    #[test]
+    fn column_shapes_have_their_column_counts_and_decode() {
+        for (shape, n) in [(Shape::Crm, 20), (Shape::Narrow, 6), (Shape::Wide, 44)] {
+            let text = Workload::new(5, 100, Mix::parse("").unwrap(), Distribution::Uniform).with_shape(shape).batch(50);
+            for l in text.lines() {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                assert_eq!(v["after"].as_object().unwrap().len(), n, "{shape:?}: {l}");
+            }
+            let b = read_debezium_jsonl("x", text.as_bytes(), &["source.lsn".to_string()]);
+            assert_eq!(b.rows.len(), 50);
+            assert!(b.unparsable.is_empty());
+        }
     }
 }

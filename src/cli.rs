@@ -99,9 +99,14 @@ pub enum Cmd {
         /// Comma-separated: scd1, scd2.
         #[arg(long, default_value = "scd1,scd2")]
         strategies: String,
-        /// uniform, or recent (90% of updates on the newest 10% of keys).
+        /// uniform, recent (90% of updates on the newest 10% of keys), or
+        /// skewed (power law towards the newest keys: half of the updates on the newest 6%).
         #[arg(long, default_value = "uniform")]
         distribution: String,
+        /// Column mix: crm (20 columns, mostly text), narrow (6, mostly
+        /// numbers and timestamps), wide (44: crm plus 24 custom fields).
+        #[arg(long, default_value = "crm")]
+        columns: String,
         /// Percent shares besides updates: insert=5,delete=2,late=3,duplicate=5
         #[arg(long, default_value = "insert=5,delete=2,late=3,duplicate=5")]
         mix: String,
@@ -228,6 +233,7 @@ async fn dispatch(cmd: Cmd) -> Result<()> {
             runs,
             strategies,
             distribution,
+            columns,
             mix,
             seed,
             no_deltars,
@@ -237,12 +243,8 @@ async fn dispatch(cmd: Cmd) -> Result<()> {
             load_chunk,
             layout,
         } => {
-            use crate::bench::{BenchOpts, Distribution, Mix};
-            let distribution = match distribution.as_str() {
-                "uniform" => Distribution::Uniform,
-                "recent" => Distribution::Recent,
-                other => return Err(Error::Usage(format!("--distribution: `{other}` (uniform or recent)"))),
-            };
+            use crate::bench::{BenchOpts, Distribution, Mix, Shape};
+            let distribution = Distribution::parse(&distribution)?;
             let opts = BenchOpts {
                 dir,
                 keys,
@@ -250,6 +252,7 @@ async fn dispatch(cmd: Cmd) -> Result<()> {
                 runs,
                 strategies: strategies.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
                 distribution,
+                shape: Shape::parse(&columns)?,
                 mix: Mix::parse(&mix)?,
                 seed,
                 deltars: !no_deltars,

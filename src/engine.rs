@@ -336,27 +336,37 @@ impl TableRunner {
         }
         let spec = build_spec(&t, &conformed.columns)?;
         let cols = conformed.columns.clone();
-        let mut rows = Vec::with_capacity(conformed.rows.len());
         // Raw rows are kept only when a guardrail may send the whole batch to the dead letters.
         let guarded = t.guardrails.reject_duplicates || t.guardrails.reject_late;
+        // Predicates are per row: on all cores, order kept.
+        let parts = crate::par::par_map(crate::par::split(conformed.rows, 8), |chunk| {
+            let (mut rows, mut raw_by_pos, mut filtered) = (Vec::with_capacity(chunk.len()), vec![], 0u64);
+            for r in chunk {
+                let get = |p: &[String]| lookup(&cols, &r, text, p);
+                if t.filter.as_ref().is_some_and(|f| !f.matches(&get)) {
+                    filtered += 1;
+                    continue;
+                }
+                let delete = t.delete_when.as_ref().is_some_and(|d| d.matches(&get));
+                if guarded {
+                    raw_by_pos.push(Unparsable {
+                        partition: r.partition,
+                        pos: r.pos,
+                        raw: r.raw.clone().into_bytes(),
+                        error: String::new(),
+                        reason: "guardrail",
+                    });
+                }
+                rows.push(InRow { data: r.data, delete, order: r.pos, replayed: r.replayed });
+            }
+            (rows, raw_by_pos, filtered)
+        });
+        let mut rows = Vec::with_capacity(parts.iter().map(|p| p.0.len()).sum());
         let mut raw_by_pos = vec![];
-        for r in conformed.rows {
-            let get = |p: &[String]| lookup(&cols, &r, text, p);
-            if t.filter.as_ref().is_some_and(|f| !f.matches(&get)) {
-                report.filtered += 1;
-                continue;
-            }
-            let delete = t.delete_when.as_ref().is_some_and(|d| d.matches(&get));
-            if guarded {
-                raw_by_pos.push(Unparsable {
-                    partition: r.partition,
-                    pos: r.pos,
-                    raw: r.raw.clone().into_bytes(),
-                    error: String::new(),
-                    reason: "guardrail",
-                });
-            }
-            rows.push(InRow { data: r.data, delete, order: r.pos, replayed: r.replayed });
+        for (r, raw, filtered) in parts {
+            rows.extend(r);
+            raw_by_pos.extend(raw);
+            report.filtered += filtered;
         }
         mark("conform", &mut phases);
         let prepared = merge::prepare(&spec, rows);

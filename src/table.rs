@@ -91,24 +91,28 @@ use crate::par::par_map;
 
 type FxMap<K, V> = HashMap<K, V, rustc_hash::FxBuildHasher>;
 
-/// A business key as the key index stores it: inline up to 22 bytes (every
-/// integer key and most string keys), so a key costs its 24 bytes in the map
-/// and no allocation. Hashes and compares exactly as its bytes, so the index
-/// is looked up with a plain `&[u8]`.
+/// A business key as the key index stores it: 16 bytes, inline up to 14
+/// bytes (every integer key, short codes), otherwise behind one thin pointer.
+/// Hashes and compares exactly as its bytes, so the index is looked up with a
+/// plain `&[u8]`. With the 40-byte [`Summary`] and the file/row pair an entry
+/// is 64 bytes: the index of 10M keys fits in about 1.1 GB.
 #[derive(Clone)]
 enum IndexKey {
-    Inline(u8, [u8; 22]),
-    Heap(Box<[u8]>),
+    Inline(u8, [u8; 14]),
+    Heap(Box<Box<[u8]>>),
 }
+
+const _: () = assert!(std::mem::size_of::<IndexKey>() == 16);
+const _: () = assert!(std::mem::size_of::<(IndexKey, (u32, u32, Summary))>() == 64);
 
 impl IndexKey {
     fn new(k: &[u8]) -> IndexKey {
-        if k.len() <= 22 {
-            let mut b = [0u8; 22];
+        if k.len() <= 14 {
+            let mut b = [0u8; 14];
             b[..k.len()].copy_from_slice(k);
             IndexKey::Inline(k.len() as u8, b)
         } else {
-            IndexKey::Heap(k.into())
+            IndexKey::Heap(Box::new(k.into()))
         }
     }
 
@@ -781,24 +785,32 @@ impl TableStore {
     pub async fn stage(&mut self, spec: &Spec, out: &mut Output, exec: i64) -> Result<PendingCommit> {
         let mut pc = PendingCommit { index: std::mem::take(&mut out.index), ..Default::default() };
         let out = &*out;
+        let mut lap = std::time::Instant::now();
+        let mut phases: Vec<(&str, f64)> = vec![];
+        let mut mark = |name: &'static str, phases: &mut Vec<(&str, f64)>| {
+            phases.push((name, lap.elapsed().as_secs_f64() * 1e3));
+            lap = std::time::Instant::now();
+        };
         // Current partition: group upserts/removes by the file holding the key.
+        // One index lookup per key: where its stored row lives, if anywhere.
         let mut touched: BTreeMap<u32, ()> = BTreeMap::new();
-        let mut replace: FxMap<&Key, &Version> = FxMap::default();
+        let mut located: Vec<(&Key, &Version, u32, u32)> = vec![];
         let mut new_rows: Vec<(&Key, &Version)> = vec![];
         for (k, v) in &out.upserts {
             match self.index.get(&k[..]) {
-                Some((f, _, _)) if *f != NO_FILE => {
+                Some((f, row, _)) if *f != NO_FILE => {
                     touched.insert(*f, ());
-                    replace.insert(k, v);
+                    located.push((k, v, *f, *row));
                 }
                 _ => new_rows.push((k, v)),
             }
         }
-        let removes: FxSet<&Key> = out.removes.iter().collect();
+        let mut removed_at: Vec<(u32, u32)> = vec![];
         for k in &out.removes {
-            if let Some((f, _, _)) = self.index.get(&k[..]) {
+            if let Some((f, row, _)) = self.index.get(&k[..]) {
                 if *f != NO_FILE {
                     touched.insert(*f, ());
+                    removed_at.push((*f, *row));
                 }
             }
         }
@@ -822,12 +834,8 @@ impl TableStore {
         // whose DV would mask half of it or more is rewritten instead.
         let mut dv_rows: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
         if layout.deletion_vectors {
-            for k in replace.keys().copied().chain(out.removes.iter()) {
-                if let Some((f, row, _)) = self.index.get(&k[..]) {
-                    if *f != NO_FILE {
-                        dv_rows.entry(*f).or_default().push(*row as u64);
-                    }
-                }
+            for (f, row) in located.iter().map(|(_, _, f, r)| (*f, *r)).chain(removed_at.iter().copied()) {
+                dv_rows.entry(f).or_default().push(row as u64);
             }
         }
         let mut dv_new: Vec<(u32, roaring::RoaringTreemap)> = vec![];
@@ -840,15 +848,19 @@ impl TableStore {
                 dv_new.push((id, dv));
             }
         }
-        if !dv_new.is_empty() {
-            let masked: HashSet<u32> = dv_new.iter().map(|(id, _)| *id).collect();
-            for (k, v) in &replace {
-                if self.index.get(&k[..]).is_some_and(|(f, _, _)| masked.contains(f)) {
-                    new_rows.push((*k, *v));
-                }
+        // Replaced rows in masked files are appended like new ones; those in
+        // files being rewritten are replaced in place by the rewrite below.
+        let mut replace: FxMap<&Key, &Version> = FxMap::default();
+        for &(k, v, f, _) in &located {
+            if touched.contains_key(&f) {
+                replace.insert(k, v);
+            } else {
+                new_rows.push((k, v));
             }
         }
-        new_rows.sort_by(|a, b| a.0.cmp(b.0));
+        let removes: FxSet<&Key> = if touched.is_empty() { FxSet::default() } else { out.removes.iter().collect() };
+        new_rows.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        mark("plan", &mut phases);
         let mut pending_new: std::collections::VecDeque<(&Key, &Version)> = new_rows.into();
         let mut queue: Vec<(bool, Vec<Key>, RecordBatch)> = vec![];
         let ids: Vec<u32> = touched.keys().copied().collect();
@@ -914,6 +926,7 @@ impl TableStore {
                 start += len;
             }
         }
+        mark("rewrite", &mut phases);
         if !pending_new.is_empty() {
             let n = pending_new.len();
             let chunk = if layout.deletion_vectors {
@@ -928,9 +941,11 @@ impl TableStore {
                 queue.push((true, keys, self.to_batch_refs(&vs)?));
             }
         }
+        mark("build", &mut phases);
         if !dv_new.is_empty() {
             self.stage_deletion_vectors(dv_new, &mut pc).await?;
         }
+        mark("deletion_vectors", &mut phases);
         // History partition: appends go to new files, replacements rewrite theirs.
         let mut hist_touched: BTreeMap<u32, HashMap<u32, &Version>> = BTreeMap::new();
         for (loc, v) in &out.history_replacements {
@@ -952,11 +967,15 @@ impl TableStore {
         }
         self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
         // Parquet encoding is the CPU-heavy part: spread it over the cores.
+        mark("history", &mut phases);
         let encoded =
             encode_all(queue.iter().map(|(_, _, b)| b).collect()).map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e })?;
+        mark("encode", &mut phases);
         for ((current, keys, batch), bytes) in queue.into_iter().zip(encoded) {
             self.put_file(current, keys, batch.num_rows(), bytes, exec, &mut pc).await?;
         }
+        mark("put", &mut phases);
+        tracing::debug!(phases_ms = ?phases, "stage phases");
         Ok(pc)
     }
 
@@ -1433,7 +1452,7 @@ impl TableStore {
                         // Placeholder; the summary arrives with pc.index below.
                         self.index.insert(
                             IndexKey::new(&k),
-                            (id, row, Summary { seq: Seq::Int(0), deleted: false, valid_from: None, row_hash: 0, tracked_hash: 0 }),
+                            (id, row, Summary { seq: Seq::Int(0), deleted: false, row_hash: 0, tracked_hash: 0 }),
                         );
                     }
                 }

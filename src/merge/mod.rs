@@ -111,8 +111,6 @@ pub struct Summary {
     pub seq: Seq,
     /// scd1: the row is soft-deleted. scd2: the latest version is a closed, deleted one.
     pub deleted: bool,
-    /// scd2: `_valid_from` of the latest version (business-time ordering).
-    pub valid_from: Option<i64>,
     /// Hash of every non-NULL data column by name.
     pub row_hash: u64,
     /// Hash of the non-NULL tracked columns (see [`Spec::tracked_hash`]).
@@ -349,7 +347,7 @@ impl Spec {
 
     pub fn summary(&self, v: &Version) -> Summary {
         let (row_hash, tracked_hash) = self.hashes(&v.data);
-        Summary { seq: self.seq_of(&v.data), deleted: v.deleted, valid_from: v.valid_from, row_hash, tracked_hash }
+        Summary { seq: self.seq_of(&v.data), deleted: v.deleted, row_hash, tracked_hash }
     }
 
     fn business_time(&self, data: &[Value], ctx: &RunCtx) -> Option<i64> {
@@ -520,6 +518,47 @@ pub fn classify(spec: &Spec, stored: Option<&Summary>, rows: &[InRow], stats: &m
 /// versions the table loaded for the keys [`classify`] asked about;
 /// `absent` lists stored live keys missing from a snapshot batch.
 pub fn apply(spec: &Spec, ctx: RunCtx, keys: Vec<(Key, Vec<InRow>)>, mut states: KeyMap<KeyState>, absent: Vec<Key>) -> Output {
+    // Keys are independent: runs of keys are merged on all cores, each with
+    // its own stored states, and the outputs joined in key order (the same
+    // output, rejection included, as one pass in order).
+    let chunks: Vec<_> = crate::par::split(keys, 8)
+        .into_iter()
+        .map(|c| {
+            let st: KeyMap<KeyState> = c.iter().filter_map(|(k, _)| states.remove_entry(k)).collect();
+            (c, st)
+        })
+        .collect();
+    let mut out = Output::default();
+    for part in crate::par::par_map(chunks, |(c, st)| apply_keys(spec, &ctx, c, st)) {
+        if out.rejected.is_some() {
+            break;
+        }
+        out.upserts.extend(part.upserts);
+        out.removes.extend(part.removes);
+        out.history_appends.extend(part.history_appends);
+        out.history_replacements.extend(part.history_replacements);
+        out.index.extend(part.index);
+        out.stats.add(&part.stats);
+        out.rejected = part.rejected;
+    }
+    if out.rejected.is_some() {
+        return out;
+    }
+    if spec.snapshot {
+        for key in absent {
+            let state = states.remove(&key).unwrap_or_default();
+            match spec.strategy {
+                Strategy::Scd1 => scd1::snapshot_delete(spec, &ctx, key, state, &mut out),
+                Strategy::Scd2 => scd2::snapshot_delete(spec, &ctx, key, state, &mut out),
+            }
+        }
+    }
+    out
+}
+
+/// Applies the strategy to a run of keys, in order; stops at a rejection.
+fn apply_keys(spec: &Spec, ctx: &RunCtx, keys: Vec<(Key, Vec<InRow>)>, mut states: KeyMap<KeyState>) -> Output {
+    let ctx = *ctx;
     let mut out = Output::default();
     for (key, rows) in keys {
         let state = states.remove(&key).unwrap_or_default();
@@ -529,15 +568,6 @@ pub fn apply(spec: &Spec, ctx: RunCtx, keys: Vec<(Key, Vec<InRow>)>, mut states:
         }
         if out.rejected.is_some() {
             return out;
-        }
-    }
-    if spec.snapshot {
-        for key in absent {
-            let state = states.remove(&key).unwrap_or_default();
-            match spec.strategy {
-                Strategy::Scd1 => scd1::snapshot_delete(spec, &ctx, key, state, &mut out),
-                Strategy::Scd2 => scd2::snapshot_delete(spec, &ctx, key, state, &mut out),
-            }
         }
     }
     out
