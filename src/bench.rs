@@ -226,7 +226,7 @@ impl Workload {
                 let _ = match i % 4 {
                     0 => write!(out, ",\"custom_{i:02}\":\"{} {:x}\"", WORDS[(g % 8) as usize], g >> 20),
                     1 => write!(out, ",\"custom_{i:02}\":{}", g % 1_000_000),
-                    2 => write!(out, ",\"custom_{i:02}\":{}", g % 3 == 0),
+                    2 => write!(out, ",\"custom_{i:02}\":{}", g.is_multiple_of(3)),
                     _ => write!(out, ",\"custom_{i:02}\":\"2025-{:02}-{:02}T00:00:00Z\"", 1 + g % 12, 1 + (g >> 8) % 28),
                 };
             }
