@@ -357,7 +357,7 @@ impl TableRunner {
                         reason: "guardrail",
                     });
                 }
-                rows.push(InRow { data: r.data, delete, order: r.pos, replayed: r.replayed });
+                rows.push(InRow { data: r.data, delete, order: r.pos, replayed: r.replayed, hashes: None });
             }
             (rows, raw_by_pos, filtered)
         });
@@ -396,7 +396,16 @@ impl TableRunner {
                 let mut st = merge::Stats::default();
                 let kept: Vec<_> = chunk
                     .into_iter()
-                    .filter_map(|(k, rs)| merge::classify(&spec, store.summary(&k), &rs, &mut st).map(|n| (k, rs, n)))
+                    .filter_map(|(k, mut rs)| {
+                        // A single live row is hashed once here: classification
+                        // compares the hashes, the merge stores them.
+                        if let [r] = rs.as_mut_slice() {
+                            if !r.delete {
+                                r.hashes = Some(spec.hashes(&r.data));
+                            }
+                        }
+                        merge::classify(&spec, store.summary(&k), &rs, &mut st).map(|n| (k, rs, n))
+                    })
                     .collect();
                 (kept, st)
             });

@@ -81,6 +81,9 @@ pub struct InRow {
     /// but never adds a late version, so a reapply equals a single pass even
     /// where the first pass deduplicated this row away inside its batch.
     pub replayed: bool,
+    /// `(row_hash, tracked_hash)` of `data`, when already computed (classification
+    /// computes them; the new version's key-index summary reuses them).
+    pub hashes: Option<(u64, u64)>,
 }
 
 /// Where a stored version lives; opaque to the merge, used by the table module.
@@ -346,7 +349,12 @@ impl Spec {
     }
 
     pub fn summary(&self, v: &Version) -> Summary {
-        let (row_hash, tracked_hash) = self.hashes(&v.data);
+        self.summary_hashed(v, None)
+    }
+
+    /// [`Spec::summary`] with the hashes of `v.data`, if known.
+    pub fn summary_hashed(&self, v: &Version, hashes: Option<(u64, u64)>) -> Summary {
+        let (row_hash, tracked_hash) = hashes.unwrap_or_else(|| self.hashes(&v.data));
         Summary { seq: self.seq_of(&v.data), deleted: v.deleted, row_hash, tracked_hash }
     }
 
@@ -473,7 +481,7 @@ pub fn classify(spec: &Spec, stored: Option<&Summary>, rows: &[InRow], stats: &m
                 return None;
             }
             if !row.delete && !s.deleted {
-                let (row_hash, tracked_hash) = spec.hashes(&row.data);
+                let (row_hash, tracked_hash) = row.hashes.unwrap_or_else(|| spec.hashes(&row.data));
                 if row_hash == s.row_hash {
                     stats.unchanged += 1;
                     return None;
@@ -505,7 +513,7 @@ pub fn classify(spec: &Spec, stored: Option<&Summary>, rows: &[InRow], stats: &m
                 }
                 return Some(Need::Nothing);
             }
-            if !row.delete && spec.row_hash(&row.data) == s.row_hash {
+            if !row.delete && row.hashes.map_or_else(|| spec.row_hash(&row.data), |h| h.0) == s.row_hash {
                 stats.unchanged += 1;
                 return None;
             }

@@ -21,7 +21,7 @@ pub(super) fn apply_key(spec: &Spec, ctx: &RunCtx, key: Key, mut rows: Vec<InRow
         // A newer row with changed tracked columns over a live row (classify
         // settled it from the key index): replace it, bump `_execution_id`.
         let v = row(r.data, ctx.exec, false);
-        out.index.push((key.clone(), Some(spec.summary(&v))));
+        out.index.push((key.clone(), Some(spec.summary_hashed(&v, r.hashes))));
         out.upserts.push((key, v));
         out.stats.updated += 1;
         return;
@@ -31,7 +31,7 @@ pub(super) fn apply_key(spec: &Spec, ctx: &RunCtx, key: Key, mut rows: Vec<InRow
             out.stats.deletes_unknown += 1;
         } else {
             let v = row(r.data, ctx.exec, false);
-            out.index.push((key.clone(), Some(spec.summary(&v))));
+            out.index.push((key.clone(), Some(spec.summary_hashed(&v, r.hashes))));
             out.upserts.push((key, v));
             out.stats.inserted += 1;
         }

@@ -48,7 +48,7 @@ fn cell_str(c: &str) -> Value {
 }
 
 fn mk(data: Vec<Value>, delete: bool) -> InRow {
-    InRow { data, delete, order: ORDER.fetch_add(1, AO::Relaxed), replayed: false }
+    InRow { data, delete, order: ORDER.fetch_add(1, AO::Relaxed), replayed: false, hashes: None }
 }
 
 /// An upsert row: id, city, seq, modified_on.
