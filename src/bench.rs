@@ -332,9 +332,12 @@ pub fn rss() -> (u64, u64) {
     (field("VmRSS:"), field("VmHWM:"))
 }
 
-/// Returns freed heap pages to the OS so RSS shows what is live.
+/// Returns freed heap pages to the OS so RSS shows what is live: on this
+/// thread and on every worker of the pool (mimalloc keeps per-thread heaps,
+/// and an idle worker holds the pages it freed until it allocates again).
 fn trim() {
     // SAFETY: mi_collect only frees memory no allocation refers to.
+    rayon::broadcast(|_| unsafe { libmimalloc_sys::mi_collect(true) });
     unsafe { libmimalloc_sys::mi_collect(true) };
 }
 

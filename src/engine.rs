@@ -470,6 +470,7 @@ impl TableRunner {
         }
         report.dead_letters = dead.len();
         report.stats = stats;
+        crate::par::drop_later(out);
         Ok(report)
     }
 }

@@ -930,7 +930,8 @@ impl TableStore {
         if !pending_new.is_empty() {
             let n = pending_new.len();
             let chunk = if layout.deletion_vectors {
-                layout.file_rows
+                // Even files (not one full and one remainder): they are encoded in parallel.
+                n.div_ceil(n.div_ceil(layout.file_rows.max(1)))
             } else {
                 n.div_ceil(layout.spread.max(1)).clamp(MIN_FILE_ROWS.min(layout.file_rows), layout.file_rows)
             };

@@ -146,7 +146,8 @@ fn decode_debezium_lines(source: &str, first: usize, lines: &[&[u8]], store_path
                         }
                     }
                 }
-                let raw = String::from_utf8_lossy(line).into_owned();
+                // A line that decoded is UTF-8 (both JSON parsers check); lossy only as a guard.
+                let raw = std::str::from_utf8(line).map_or_else(|_| String::from_utf8_lossy(line).into_owned(), str::to_owned);
                 rows.push((data, RawRow { cells: vec![], pos, partition: 0, raw, extra: env, replayed: false }));
             }
             Ok(Decoded::Tombstone) => {}
