@@ -414,8 +414,12 @@ impl TableRunner {
             for (kept, st) in parts {
                 stats.add(&st);
                 for (k, rs, n) in kept {
-                    needs.insert(k.clone(), n);
-                    keys.push((k, rs));
+                    // Only keys whose stored rows must be read go through the
+                    // table; the rest are settled from the key index.
+                    if matches!(n, Need::Current | Need::History) {
+                        needs.insert(k.clone(), n);
+                    }
+                    keys.push((k, rs, n));
                 }
             }
             for k in &absent {

@@ -37,7 +37,7 @@ impl MemTable {
             };
             let st = self.state(&k, need);
             states.insert(k.clone(), st);
-            keys.push((k, rs));
+            keys.push((k, rs, need));
         }
         let absent: Vec<Key> = if spec.snapshot {
             self.current.iter().filter(|(k, v)| !v.deleted && !batch_keys.contains(k)).map(|(k, _)| k.clone()).collect()

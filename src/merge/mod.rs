@@ -525,14 +525,21 @@ pub fn classify(spec: &Spec, stored: Option<&Summary>, rows: &[InRow], stats: &m
 /// Applies the strategy to every prepared key. `states` holds the stored
 /// versions the table loaded for the keys [`classify`] asked about;
 /// `absent` lists stored live keys missing from a snapshot batch.
-pub fn apply(spec: &Spec, ctx: RunCtx, keys: Vec<(Key, Vec<InRow>)>, mut states: KeyMap<KeyState>, absent: Vec<Key>) -> Output {
+///
+/// Each key comes with its [`Need`]; keys needing nothing stored (new keys,
+/// scd1 replacements settled from the index) may be absent from `states`.
+pub fn apply(spec: &Spec, ctx: RunCtx, keys: Vec<(Key, Vec<InRow>, Need)>, mut states: KeyMap<KeyState>, absent: Vec<Key>) -> Output {
     // Keys are independent: runs of keys are merged on all cores, each with
     // its own stored states, and the outputs joined in key order (the same
     // output, rejection included, as one pass in order).
     let chunks: Vec<_> = crate::par::split(keys, 8)
         .into_iter()
         .map(|c| {
-            let st: KeyMap<KeyState> = c.iter().filter_map(|(k, _)| states.remove_entry(k)).collect();
+            let st: KeyMap<KeyState> = c
+                .iter()
+                .filter(|(_, _, n)| matches!(n, Need::Current | Need::History))
+                .filter_map(|(k, _, _)| states.remove_entry(k))
+                .collect();
             (c, st)
         })
         .collect();
@@ -565,11 +572,11 @@ pub fn apply(spec: &Spec, ctx: RunCtx, keys: Vec<(Key, Vec<InRow>)>, mut states:
 }
 
 /// Applies the strategy to a run of keys, in order; stops at a rejection.
-fn apply_keys(spec: &Spec, ctx: &RunCtx, keys: Vec<(Key, Vec<InRow>)>, mut states: KeyMap<KeyState>) -> Output {
+fn apply_keys(spec: &Spec, ctx: &RunCtx, keys: Vec<(Key, Vec<InRow>, Need)>, mut states: KeyMap<KeyState>) -> Output {
     let ctx = *ctx;
     let mut out = Output::default();
-    for (key, rows) in keys {
-        let state = states.remove(&key).unwrap_or_default();
+    for (key, rows, need) in keys {
+        let state = states.remove(&key).unwrap_or_else(|| KeyState { replace: need == Need::Replace, ..Default::default() });
         match spec.strategy {
             Strategy::Scd1 => scd1::apply_key(spec, &ctx, key, rows, state, &mut out),
             Strategy::Scd2 => scd2::apply_key(spec, &ctx, key, rows, state, &mut out),
