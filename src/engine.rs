@@ -216,7 +216,7 @@ impl TableRunner {
         spec.snapshot = true;
         let absent: Vec<Key> = self.store.live_keys().map(Key::from).collect();
         let needs: KeyMap<Need> = absent.iter().map(|k| (k.clone(), Need::Current)).collect();
-        let states = self.store.load_states(&spec, &needs).await?;
+        let states = self.store.load_states(&spec, &needs, &[]).await?;
         let exec = self.store.last_exec + 1;
         let mut out = merge::apply(&spec, RunCtx { exec, now: chrono::Utc::now().timestamp_micros() }, vec![], states, absent);
         let changes = out.has_changes();
@@ -404,16 +404,24 @@ impl TableRunner {
                                 r.hashes = Some(spec.hashes(&r.data));
                             }
                         }
-                        merge::classify(&spec, store.summary(&k), &rs, &mut st).map(|n| (k, rs, n))
+                        let stored = store.summary(&k);
+                        merge::classify(&spec, stored, &rs, &mut st).map(|n| {
+                            let closing = if n == Need::Close { stored.cloned() } else { None };
+                            (k, rs, n, closing)
+                        })
                     })
                     .collect();
                 (kept, st)
             });
             let mut needs: KeyMap<Need> = KeyMap::default();
             let mut keys = Vec::with_capacity(parts.iter().map(|(k, _)| k.len()).sum());
+            let mut closing = vec![];
             for (kept, st) in parts {
                 stats.add(&st);
-                for (k, rs, n) in kept {
+                for (k, rs, n, c) in kept {
+                    if let Some(c) = c {
+                        closing.push((k.clone(), c));
+                    }
                     // Only keys whose stored rows must be read go through the
                     // table; the rest are settled from the key index.
                     if matches!(n, Need::Current | Need::History) {
@@ -426,7 +434,11 @@ impl TableRunner {
                 needs.insert(k.clone(), Need::Current);
             }
             mark("classify", &mut phases);
-            let states = self.store.load_states(&spec, &needs).await?;
+            let closing_keys: Vec<&Key> = closing.iter().map(|(k, _)| k).collect();
+            let mut states = self.store.load_states(&spec, &needs, &closing_keys).await?;
+            for (k, s) in closing {
+                states.insert(k, merge::KeyState { stored: Some(s), ..Default::default() });
+            }
             mark("load_states", &mut phases);
             let ctx = RunCtx { exec, now: chrono::Utc::now().timestamp_micros() };
             out = merge::apply(&spec, ctx, keys, states, absent);

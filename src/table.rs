@@ -94,8 +94,8 @@ type FxMap<K, V> = HashMap<K, V, rustc_hash::FxBuildHasher>;
 /// A business key as the key index stores it: 16 bytes, inline up to 14
 /// bytes (every integer key, short codes), otherwise behind one thin pointer.
 /// Hashes and compares exactly as its bytes, so the index is looked up with a
-/// plain `&[u8]`. With the 40-byte [`Summary`] and the file/row pair an entry
-/// is 64 bytes: the index of 10M keys fits in about 1.1 GB.
+/// plain `&[u8]`. With the 48-byte [`Summary`] and the file/row pair an entry
+/// is 72 bytes: the index of 10M keys fits in about 1.2 GB.
 #[derive(Clone)]
 enum IndexKey {
     Inline(u8, [u8; 14]),
@@ -103,7 +103,7 @@ enum IndexKey {
 }
 
 const _: () = assert!(std::mem::size_of::<IndexKey>() == 16);
-const _: () = assert!(std::mem::size_of::<(IndexKey, (u32, u32, Summary))>() == 64);
+const _: () = assert!(std::mem::size_of::<(IndexKey, (u32, u32, Summary))>() == 72);
 
 impl IndexKey {
     fn new(k: &[u8]) -> IndexKey {
@@ -318,6 +318,10 @@ pub struct TableStore {
     file_counter: u64,
     /// Decoded batches of the files the current run touches (see `batches`).
     cache: std::sync::Mutex<HashMap<u32, Arc<Vec<RecordBatch>>>>,
+    /// Rows read by `load_states` for keys the merge will close (scd2
+    /// `Need::Close`), per file: (sorted physical rows, those rows). Read in
+    /// the same pass as the rows the merge needs as values, used by `stage`.
+    selected: std::sync::Mutex<Vec<(u32, Vec<u32>, RecordBatch)>>,
 }
 
 pub fn table_url(uri: &str) -> Result<Url> {
@@ -391,6 +395,7 @@ impl TableStore {
             last_exec: 0,
             file_counter: 0,
             cache: Default::default(),
+            selected: Default::default(),
         };
         let Some(table) = open_existing(uri).await? else {
             return Ok(store);
@@ -556,7 +561,7 @@ impl TableStore {
     /// [`Value::convert`] does).
     async fn read_batches(&self, id: u32) -> Result<Vec<RecordBatch>> {
         let bytes = self.fetch(id).await?;
-        self.decode_file(id, bytes)
+        self.decode_file(id, bytes, None)
     }
 
     async fn fetch(&self, id: u32) -> Result<bytes::Bytes> {
@@ -573,11 +578,36 @@ impl TableStore {
         Ok(bytes)
     }
 
-    fn decode_file(&self, id: u32, bytes: bytes::Bytes) -> Result<Vec<RecordBatch>> {
+    /// Decodes a file in the table's current schema; with `selection` (sorted
+    /// physical rows) only those rows, in that order: the parquet reader
+    /// skips the values of every other row instead of materialising them.
+    fn decode_file(&self, id: u32, bytes: bytes::Bytes, selection: Option<&[u32]>) -> Result<Vec<RecordBatch>> {
+        use deltalake::parquet::arrow::arrow_reader::{RowSelection, RowSelector};
         let f = self.files[id as usize].as_ref().expect("live file");
         let data_err = |msg: String| TableError::Data { uri: self.uri.clone(), msg };
         let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
-            .and_then(|b| b.with_batch_size(64 * 1024).build())
+            .and_then(|b| {
+                let b = b.with_batch_size(64 * 1024);
+                match selection {
+                    None => b.build(),
+                    Some(rows) => {
+                        let mut sel = vec![];
+                        let mut at = 0usize;
+                        for &r in rows {
+                            let r = r as usize;
+                            if r > at {
+                                sel.push(RowSelector::skip(r - at));
+                            }
+                            match sel.last_mut() {
+                                Some(s) if !s.skip && r == at => s.row_count += 1,
+                                _ => sel.push(RowSelector::select(1)),
+                            }
+                            at = r + 1;
+                        }
+                        b.with_row_selection(RowSelection::from(sel)).build()
+                    }
+                }
+            })
             .map_err(|e| data_err(format!("parquet {}: {e}", f.path)))?;
         let schema = self.arrow_schema();
         let mut out = vec![];
@@ -621,7 +651,7 @@ impl TableStore {
             }
             todo.push((id, self.fetch(id).await?));
         }
-        let decoded = par_map(todo, |(id, bytes)| (id, self.decode_file(id, bytes)));
+        let decoded = par_map(todo, |(id, bytes)| (id, self.decode_file(id, bytes, None)));
         let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         for (id, d) in decoded {
             c.insert(id, Arc::new(d?));
@@ -659,6 +689,128 @@ impl TableStore {
                     vals[j] = cell(c, r).convert(*t).unwrap_or(Value::Null);
                 }
                 crate::merge::key_from(vals.iter())
+            })
+            .collect()
+    }
+
+    /// Reads chosen physical rows of several files (each list sorted), one
+    /// batch per file in row order. Files already decoded in the run cache
+    /// are taken from it; the others are read with a row selection, on all cores.
+    async fn read_selected(&self, want: BTreeMap<u32, Vec<u32>>) -> Result<Vec<(u32, Vec<u32>, RecordBatch)>> {
+        let data_err = |msg: String| TableError::Data { uri: self.uri.clone(), msg };
+        let schema = self.arrow_schema();
+        let mut out = vec![];
+        let mut todo = vec![];
+        for (id, rows) in want {
+            let cached = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&id).cloned();
+            match cached.filter(|b| b.first().is_none_or(|x| x.schema() == schema)) {
+                Some(batches) => {
+                    let all = deltalake::arrow::compute::concat_batches(&schema, batches.iter()).map_err(|e| data_err(e.to_string()))?;
+                    let idx = deltalake::arrow::array::UInt32Array::from(rows.clone());
+                    let taken = deltalake::arrow::compute::take_record_batch(&all, &idx).map_err(|e| data_err(e.to_string()))?;
+                    out.push((id, rows, taken));
+                }
+                None => todo.push((id, rows, self.fetch(id).await?)),
+            }
+        }
+        for r in par_map(todo, |(id, rows, bytes)| {
+            let batches = self.decode_file(id, bytes, Some(&rows))?;
+            let all = deltalake::arrow::compute::concat_batches(&self.arrow_schema(), &batches)
+                .map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e.to_string() })?;
+            if all.num_rows() != rows.len() {
+                return Err(TableError::Data {
+                    uri: self.uri.clone(),
+                    msg: format!("file {id}: {} of {} selected rows read", all.num_rows(), rows.len()),
+                });
+            }
+            Ok((id, rows, all))
+        }) {
+            out.push(r?);
+        }
+        Ok(out)
+    }
+
+    /// The versions of one history file whose keys are in `wanted`: a pass over
+    /// the key columns alone finds their rows, then only those rows are decoded.
+    fn history_rows(&self, id: u32, spec: &Spec, bytes: bytes::Bytes, wanted: &FxSet<&[u8]>) -> Result<Vec<(Key, Version)>> {
+        use deltalake::parquet::arrow::ProjectionMask;
+        let f = self.files[id as usize].as_ref().expect("live file");
+        let data_err = |msg: String| TableError::Data { uri: self.uri.clone(), msg: format!("parquet {}: {msg}", f.path) };
+        let builder = ParquetRecordBatchReaderBuilder::try_new(bytes.clone()).map_err(|e| data_err(e.to_string()))?;
+        let key_names: Vec<&str> = spec.key.iter().map(|&i| self.columns[i].0.as_str()).collect();
+        let mask = ProjectionMask::columns(builder.parquet_schema(), key_names.iter().copied());
+        let reader = builder.with_projection(mask).with_batch_size(64 * 1024).build().map_err(|e| data_err(e.to_string()))?;
+        let mut hits: Vec<(u32, Key)> = vec![];
+        let mut row_no = 0u32;
+        let mut kv = vec![Value::Null; key_names.len()];
+        for batch in reader {
+            let batch = batch.map_err(|e| data_err(e.to_string()))?;
+            let cols: Vec<Option<ArrayRef>> =
+                key_names.iter().map(|n| batch.schema().index_of(n).ok().map(|i| batch.column(i).clone())).collect();
+            for i in 0..batch.num_rows() {
+                let row = row_no;
+                row_no += 1;
+                if f.deleted(row) {
+                    continue;
+                }
+                for (j, c) in cols.iter().enumerate() {
+                    let t = self.columns[spec.key[j]].1;
+                    kv[j] = c.as_ref().map(|c| cell(c, i)).unwrap_or(Value::Null).convert(t).unwrap_or(Value::Null);
+                }
+                if let Some(k) = crate::merge::key_from(kv.iter()) {
+                    if wanted.contains(&k[..]) {
+                        hits.push((row, k));
+                    }
+                }
+            }
+        }
+        if hits.is_empty() {
+            return Ok(vec![]);
+        }
+        let rows: Vec<u32> = hits.iter().map(|(r, _)| *r).collect();
+        let batches = self.decode_file(id, bytes, Some(&rows))?;
+        let all = deltalake::arrow::compute::concat_batches(&self.arrow_schema(), &batches).map_err(|e| data_err(e.to_string()))?;
+        if all.num_rows() != rows.len() {
+            return Err(data_err(format!("{} of {} selected rows read", all.num_rows(), rows.len())));
+        }
+        Ok(hits.into_iter().map(|(_, k)| k).zip(self.versions_of(id, &all, &rows)).collect())
+    }
+
+    /// Versions of the chosen rows of a batch (`rows[i]` is batch row i's physical row).
+    fn versions_of(&self, id: u32, batch: &RecordBatch, rows: &[u32]) -> Vec<Version> {
+        let current = self.files[id as usize].as_ref().is_some_and(|f| f.current);
+        let r = &self.meta.reserved;
+        let col = |name: &str| batch.schema().index_of(name).ok().map(|i| batch.column(i).clone());
+        let data_cols: Vec<Option<ArrayRef>> = self.columns.iter().map(|(n, _)| col(n)).collect();
+        let (vf, vt, del, ex, sk) = (col(&r.valid_from), col(&r.valid_to), col(&r.is_deleted), col(&r.execution_id), col(&r.sk));
+        rows.iter()
+            .enumerate()
+            .map(|(i, &row)| {
+                let data: Vec<Value> = data_cols
+                    .iter()
+                    .zip(&self.columns)
+                    .map(|(c, (_, t))| c.as_ref().map(|c| cell(c, i)).unwrap_or(Value::Null).convert(*t).unwrap_or(Value::Null))
+                    .collect();
+                let ts = |c: &Option<ArrayRef>| match c.as_ref().map(|c| cell(c, i)) {
+                    Some(Value::Ts(t)) => Some(t),
+                    _ => None,
+                };
+                Version {
+                    valid_from: ts(&vf),
+                    valid_to: ts(&vt),
+                    current,
+                    deleted: matches!(del.as_ref().map(|c| cell(c, i)), Some(Value::Bool(true))),
+                    exec: match ex.as_ref().map(|c| cell(c, i)) {
+                        Some(Value::Int(e)) => e,
+                        _ => 0,
+                    },
+                    sk: match sk.as_ref().map(|c| cell(c, i)) {
+                        Some(Value::Int(e)) => Some(e),
+                        _ => None,
+                    },
+                    loc: Some(Loc { file: id, row }),
+                    data,
+                }
             })
             .collect()
     }
@@ -725,9 +877,13 @@ impl TableStore {
     }
 
     /// Loads the stored versions the merge asked for (see `merge::classify`).
-    pub async fn load_states(&self, spec: &Spec, needs: &KeyMap<Need>) -> Result<KeyMap<KeyState>> {
+    /// `closing`: keys whose stored rows `stage` will copy into history
+    /// (read now, in the same pass, and kept as Arrow rows).
+    pub async fn load_states(&self, spec: &Spec, needs: &KeyMap<Need>, closing: &[&Key]) -> Result<KeyMap<KeyState>> {
+        self.selected.lock().unwrap_or_else(|e| e.into_inner()).clear();
         let mut states: KeyMap<KeyState> = KeyMap::default();
-        let mut by_file: BTreeMap<u32, Vec<&Key>> = BTreeMap::new();
+        // Current rows are located by the key index: only those rows are read.
+        let mut by_file: BTreeMap<u32, Vec<(u32, &Key)>> = BTreeMap::new();
         let mut want_history = false;
         for (k, need) in needs {
             if *need == Need::Nothing {
@@ -738,37 +894,61 @@ impl TableStore {
                 continue;
             }
             want_history |= *need == Need::History;
-            if let Some((f, _, _)) = self.index.get(&k[..]) {
+            if let Some((f, row, _)) = self.index.get(&k[..]) {
                 if *f != NO_FILE {
-                    by_file.entry(*f).or_default().push(k);
+                    by_file.entry(*f).or_default().push((*row, k));
                 }
             }
         }
-        for (id, keys) in by_file {
-            let wanted: HashSet<&Key> = keys.into_iter().collect();
-            let rows = self.read_file_where(id, spec, Some(&wanted)).await?;
-            for (k, v) in rows.keys.into_iter().zip(rows.versions) {
-                if let Some(k) = k {
-                    if wanted.contains(&k) {
-                        states.entry(k).or_default().current = Some(v);
-                    }
+        let mut keys_at: HashMap<(u32, u32), &Key> = HashMap::new();
+        let mut want: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        for (id, rows) in &by_file {
+            want.entry(*id).or_default().extend(rows.iter().map(|(r, _)| *r));
+            keys_at.extend(rows.iter().map(|(r, k)| ((*id, *r), *k)));
+        }
+        for k in closing {
+            if let Some((f, row, _)) = self.index.get(&k[..]) {
+                if *f != NO_FILE {
+                    want.entry(*f).or_default().push(*row);
                 }
             }
+        }
+        for rows in want.values_mut() {
+            rows.sort_unstable();
+            rows.dedup();
+        }
+        let mut stash = vec![];
+        for (id, rows, batch) in self.read_selected(want).await? {
+            let pos: Vec<u32> = (0..rows.len() as u32).filter(|&i| keys_at.contains_key(&(id, rows[i as usize]))).collect();
+            if !pos.is_empty() {
+                let idx = deltalake::arrow::array::UInt32Array::from(pos.clone());
+                let mine = deltalake::arrow::compute::take_record_batch(&batch, &idx)
+                    .map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e.to_string() })?;
+                let phys: Vec<u32> = pos.iter().map(|&i| rows[i as usize]).collect();
+                for v in self.versions_of(id, &mine, &phys) {
+                    let k = keys_at[&(id, v.loc.map_or(0, |l| l.row))];
+                    states.entry(k.clone()).or_default().current = Some(v);
+                }
+            }
+            stash.push((id, rows, batch));
+        }
+        if !closing.is_empty() {
+            *self.selected.lock().unwrap_or_else(|e| e.into_inner()) = stash;
         }
         if want_history {
             // Late rows are rare: scan closed history for just those keys.
-            let hist_keys: HashSet<&Key> = needs.iter().filter(|(_, n)| **n == Need::History).map(|(k, _)| k).collect();
+            // Only the key columns of history files are decoded to find the
+            // keys' rows, then only those rows are read in full, on all cores.
+            let hist_keys: FxSet<&[u8]> = needs.iter().filter(|(_, n)| **n == Need::History).map(|(k, _)| &k[..]).collect();
+            let mut todo = vec![];
             for (id, f) in self.files.iter().enumerate() {
-                if !matches!(f, Some(f) if !f.current) {
-                    continue;
+                if matches!(f, Some(f) if !f.current) {
+                    todo.push((id as u32, self.fetch(id as u32).await?));
                 }
-                let rows = self.read_file_where(id as u32, spec, Some(&hist_keys)).await?;
-                for (k, v) in rows.keys.into_iter().zip(rows.versions) {
-                    if let Some(k) = k {
-                        if hist_keys.contains(&k) {
-                            states.entry(k).or_default().history.push(v);
-                        }
-                    }
+            }
+            for found in par_map(todo, |(id, bytes)| self.history_rows(id, spec, bytes, &hist_keys)) {
+                for (k, v) in found? {
+                    states.entry(k).or_default().history.push(v);
                 }
             }
             for (k, st) in states.iter_mut() {
@@ -863,6 +1043,14 @@ impl TableStore {
         mark("plan", &mut phases);
         let mut pending_new: std::collections::VecDeque<(&Key, &Version)> = new_rows.into();
         let mut queue: Vec<(bool, Vec<Key>, RecordBatch)> = vec![];
+        // scd2 closes (Need::Close): where each closed open version lives.
+        let mut close_at: BTreeMap<u32, Vec<(u32, i64, bool, &Key)>> = BTreeMap::new();
+        for (k, to, deleted) in &out.closes {
+            match self.index.get(&k[..]) {
+                Some((f, row, _)) if *f != NO_FILE => close_at.entry(*f).or_default().push((*row, *to, *deleted, k)),
+                _ => return Err(TableError::Data { uri: self.uri.clone(), msg: "closing a version the key index does not locate".into() }),
+            }
+        }
         let ids: Vec<u32> = touched.keys().copied().collect();
         self.prefetch(&ids).await?;
         for &id in touched.keys() {
@@ -966,6 +1154,21 @@ impl TableStore {
             let keys = c.iter().filter_map(|v| spec.key_of(&v.data)).collect();
             queue.push((false, keys, self.to_batch(c)?));
         }
+        let (closed, closed_keys) = self.stage_closes(close_at).await?;
+        if !closed.is_empty() {
+            // One run's closes go to full history files, not one small file per source file.
+            let all = deltalake::arrow::compute::concat_batches(&self.arrow_schema(), &closed)
+                .map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e.to_string() })?;
+            let n = all.num_rows();
+            let chunk = n.div_ceil(n.div_ceil(layout.file_rows.max(1)));
+            let mut start = 0;
+            while start < n {
+                let len = chunk.min(n - start);
+                queue.push((false, closed_keys[start..start + len].to_vec(), all.slice(start, len)));
+                start += len;
+            }
+        }
+        mark("closes", &mut phases);
         self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
         // Parquet encoding is the CPU-heavy part: spread it over the cores.
         mark("history", &mut phases);
@@ -978,6 +1181,50 @@ impl TableStore {
         mark("put", &mut phases);
         tracing::debug!(phases_ms = ?phases, "stage phases");
         Ok(pc)
+    }
+
+    /// scd2 closes at the Arrow level: the stored rows are read as they are
+    /// (only those rows, see [`TableStore::read_selected`]), `_valid_to` and
+    /// `_is_deleted` set, and returned for history files with their keys.
+    /// Nothing becomes a value; every other column (data, `_valid_from`,
+    /// `_execution_id`, surrogate key) is carried over.
+    async fn stage_closes(&self, close_at: BTreeMap<u32, Vec<(u32, i64, bool, &Key)>>) -> Result<(Vec<RecordBatch>, Vec<Key>)> {
+        let data_err = |msg: String| TableError::Data { uri: self.uri.clone(), msg };
+        let r = &self.meta.reserved;
+        let mut want = BTreeMap::new();
+        let mut meta = BTreeMap::new();
+        for (id, mut rows) in close_at {
+            rows.sort_unstable_by_key(|x| x.0);
+            want.insert(id, rows.iter().map(|x| x.0).collect::<Vec<u32>>());
+            meta.insert(id, rows);
+        }
+        // Rows `load_states` already read for these closes; anything else is read now.
+        let stash = std::mem::take(&mut *self.selected.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut got = vec![];
+        for (id, rows, batch) in stash {
+            let Some(need) = want.get(&id) else { continue };
+            let pos: Option<Vec<u32>> = need.iter().map(|r| rows.binary_search(r).ok().map(|p| p as u32)).collect();
+            if let Some(pos) = pos {
+                let idx = deltalake::arrow::array::UInt32Array::from(pos);
+                got.push((id, deltalake::arrow::compute::take_record_batch(&batch, &idx).map_err(|e| data_err(e.to_string()))?));
+                want.remove(&id);
+            }
+        }
+        for (id, _, batch) in self.read_selected(want).await? {
+            got.push((id, batch));
+        }
+        let (mut closed, mut keys) = (vec![], vec![]);
+        for (id, batch) in got {
+            let here = &meta[&id];
+            let schema = batch.schema();
+            let mut cols = batch.columns().to_vec();
+            let at = |name: &str| schema.index_of(name).map_err(|e| data_err(e.to_string()));
+            cols[at(&r.valid_to)?] = Arc::new(TimestampMicrosecondArray::from_iter_values(here.iter().map(|x| x.1)).with_timezone("UTC"));
+            cols[at(&r.is_deleted)?] = Arc::new(BooleanArray::from_iter(here.iter().map(|x| Some(x.2))));
+            closed.push(RecordBatch::try_new(schema, cols).map_err(|e| data_err(e.to_string()))?);
+            keys.extend(here.iter().map(|x| x.3.clone()));
+        }
+        Ok((closed, keys))
     }
 
     /// Writes one deletion-vector file for the run (Delta format: version
@@ -1453,7 +1700,7 @@ impl TableStore {
                         // Placeholder; the summary arrives with pc.index below.
                         self.index.insert(
                             IndexKey::new(&k),
-                            (id, row, Summary { seq: Seq::Int(0), deleted: false, row_hash: 0, tracked_hash: 0 }),
+                            (id, row, Summary { seq: Seq::Int(0), deleted: false, valid_from: i64::MIN, row_hash: 0, tracked_hash: 0 }),
                         );
                     }
                 }

@@ -59,6 +59,15 @@ impl MemTable {
             self.exec += 1;
             self.commits += 1;
         }
+        // Closes copy the stored open version before removes/upserts replace it.
+        for (k, at, deleted) in &out.closes {
+            let mut c = self.current[k].clone();
+            c.valid_to = Some(*at);
+            c.current = false;
+            c.deleted = *deleted;
+            c.loc = None;
+            self.history.push(c);
+        }
         for k in &out.removes {
             self.current.remove(k);
         }
@@ -85,6 +94,10 @@ impl MemTable {
         }
         if need == Need::Replace {
             st.replace = true;
+            return st;
+        }
+        if need == Need::Close {
+            st.stored = self.index.get(k).cloned();
             return st;
         }
         st.current = self.current.get(k).cloned();

@@ -114,6 +114,9 @@ pub struct Summary {
     pub seq: Seq,
     /// scd1: the row is soft-deleted. scd2: the latest version is a closed, deleted one.
     pub deleted: bool,
+    /// scd2: `_valid_from` of the latest version (`i64::MIN`: none), so an
+    /// open version can be closed without reading it ([`Need::Close`]).
+    pub valid_from: i64,
     /// Hash of every non-NULL data column by name.
     pub row_hash: u64,
     /// Hash of the non-NULL tracked columns (see [`Spec::tracked_hash`]).
@@ -159,6 +162,9 @@ pub struct KeyState {
     pub history: Vec<Version>,
     /// scd1: a live row exists and is replaced (see [`Need::Replace`]).
     pub replace: bool,
+    /// scd2: the open version's index summary, when it is closed without
+    /// being read (see [`Need::Close`]).
+    pub stored: Option<Summary>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -170,6 +176,11 @@ pub enum Need {
     /// scd1: the stored live row is replaced wholesale by a newer row whose
     /// tracked columns differ (known from the key index): no read needed.
     Replace,
+    /// scd2 (processing time): one newer row whose tracked columns differ
+    /// from the open version (or a delete of it), known from the key index.
+    /// The open version is closed as stored: the table copies its row into
+    /// history with `_valid_to` set, at the Arrow level, never as values.
+    Close,
     /// Current plus every closed version (scd2 late rows, business-time backdating).
     History,
 }
@@ -244,6 +255,10 @@ pub struct Output {
     pub history_appends: Vec<Version>,
     /// Stored closed versions rewritten in place (business-time neighbours).
     pub history_replacements: Vec<(Loc, Version)>,
+    /// Open versions closed as stored ([`Need::Close`]): (key, `_valid_to`,
+    /// `_is_deleted`). The table copies each key's stored current row into
+    /// history with these values; every other column is kept.
+    pub closes: Vec<(Key, i64, bool)>,
     /// New key-index entries (`None`: the key is gone).
     pub index: Vec<(Key, Option<Summary>)>,
     pub stats: Stats,
@@ -252,7 +267,11 @@ pub struct Output {
 
 impl Output {
     pub fn has_changes(&self) -> bool {
-        !(self.upserts.is_empty() && self.removes.is_empty() && self.history_appends.is_empty() && self.history_replacements.is_empty())
+        !(self.upserts.is_empty()
+            && self.removes.is_empty()
+            && self.history_appends.is_empty()
+            && self.history_replacements.is_empty()
+            && self.closes.is_empty())
     }
 }
 
@@ -355,7 +374,7 @@ impl Spec {
     /// [`Spec::summary`] with the hashes of `v.data`, if known.
     pub fn summary_hashed(&self, v: &Version, hashes: Option<(u64, u64)>) -> Summary {
         let (row_hash, tracked_hash) = hashes.unwrap_or_else(|| self.hashes(&v.data));
-        Summary { seq: self.seq_of(&v.data), deleted: v.deleted, row_hash, tracked_hash }
+        Summary { seq: self.seq_of(&v.data), deleted: v.deleted, valid_from: v.valid_from.unwrap_or(i64::MIN), row_hash, tracked_hash }
     }
 
     fn business_time(&self, data: &[Value], ctx: &RunCtx) -> Option<i64> {
@@ -513,9 +532,19 @@ pub fn classify(spec: &Spec, stored: Option<&Summary>, rows: &[InRow], stats: &m
                 }
                 return Some(Need::Nothing);
             }
-            if !row.delete && row.hashes.map_or_else(|| spec.row_hash(&row.data), |h| h.0) == s.row_hash {
+            if row.replayed {
+                return Some(Need::Current);
+            }
+            if row.delete {
+                return Some(Need::Close);
+            }
+            let (row_hash, tracked_hash) = row.hashes.unwrap_or_else(|| spec.hashes(&row.data));
+            if row_hash == s.row_hash {
                 stats.unchanged += 1;
                 return None;
+            }
+            if tracked_hash != s.tracked_hash {
+                return Some(Need::Close);
             }
             Some(Need::Current)
         }
@@ -537,7 +566,7 @@ pub fn apply(spec: &Spec, ctx: RunCtx, keys: Vec<(Key, Vec<InRow>, Need)>, mut s
         .map(|c| {
             let st: KeyMap<KeyState> = c
                 .iter()
-                .filter(|(_, _, n)| matches!(n, Need::Current | Need::History))
+                .filter(|(_, _, n)| matches!(n, Need::Current | Need::History | Need::Close))
                 .filter_map(|(k, _, _)| states.remove_entry(k))
                 .collect();
             (c, st)
@@ -552,6 +581,7 @@ pub fn apply(spec: &Spec, ctx: RunCtx, keys: Vec<(Key, Vec<InRow>, Need)>, mut s
         out.removes.extend(part.removes);
         out.history_appends.extend(part.history_appends);
         out.history_replacements.extend(part.history_replacements);
+        out.closes.extend(part.closes);
         out.index.extend(part.index);
         out.stats.add(&part.stats);
         out.rejected = part.rejected;

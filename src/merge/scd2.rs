@@ -249,7 +249,28 @@ impl KeyRun<'_> {
     }
 }
 
-pub(super) fn apply_key(spec: &Spec, ctx: &RunCtx, key: Key, rows: Vec<InRow>, state: KeyState, out: &mut Output) {
+pub(super) fn apply_key(spec: &Spec, ctx: &RunCtx, key: Key, mut rows: Vec<InRow>, state: KeyState, out: &mut Output) {
+    if let Some(s) = state.stored {
+        // Need::Close: exactly what `processing_row` does to an open version
+        // for a newer changed row or a delete, from the key index alone.
+        let r = rows.pop().expect("one row per key");
+        let at = ctx.now.max(s.valid_from);
+        out.stats.versions_closed += 1;
+        out.closes.push((key.clone(), at, r.delete));
+        if r.delete {
+            out.stats.deleted += 1;
+            out.index.push((key.clone(), Some(super::Summary { deleted: true, ..s })));
+            out.removes.push(key);
+        } else {
+            out.stats.updated += 1;
+            let mut run =
+                KeyRun { spec, ctx, stored_current: true, cur: None, latest_closed: None, history: vec![], key, dirty: true, ordinal: 0 };
+            let v = run.open(r.data, at);
+            out.index.push((run.key.clone(), Some(spec.summary_hashed(&v, r.hashes))));
+            out.upserts.push((run.key, v));
+        }
+        return;
+    }
     let mut run = KeyRun {
         spec,
         ctx,
