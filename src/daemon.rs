@@ -120,9 +120,11 @@ struct Slot {
 }
 
 enum Ev {
-    /// A message, its decoding (envelope paths not yet stored as columns)
-    /// and its payload as text (kept with the row for dead letters).
-    Msg(OwnedMessage, std::result::Result<Decoded, String>, String),
+    /// A message, its decoding (envelope paths not yet stored as columns),
+    /// its payload as text (kept with the row for dead letters) and when it
+    /// was received: a batch's `max_age` counts from its first message's
+    /// arrival, not from when the loop got to it (it may have waited out a commit).
+    Msg(OwnedMessage, std::result::Result<Decoded, String>, String, Instant),
     Eof(String, i32),
     Err(String),
     /// Current partitions of a topic (periodic metadata refresh).
@@ -148,9 +150,10 @@ fn forward(
                     // task per partition, so it runs on every core instead of
                     // in the single consume loop. Table-specific stored
                     // envelope columns are added by `route`.
+                    let received = Instant::now();
                     let d = decode(format, m.key(), m.payload(), &[]);
                     let raw = m.payload().map(|x| String::from_utf8_lossy(x).into_owned()).unwrap_or_default();
-                    Ev::Msg(m.detach(), d, raw)
+                    Ev::Msg(m.detach(), d, raw, received)
                 }
                 Err(RdError::PartitionEOF(_)) => Ev::Eof(topic.clone(), p),
                 Err(e) => Ev::Err(e.to_string()),
@@ -327,7 +330,10 @@ async fn run_system(
     let mut last_probe = Instant::now();
 
     // One forwarding task per partition queue: EOF events then name their partition.
-    let (tx, mut rx) = mpsc::channel::<Ev>(4096);
+    // Room for the messages of a commit's duration at tens of thousands of
+    // events/s: partition tasks keep receiving (and stamping arrival times)
+    // while the loop commits.
+    let (tx, mut rx) = mpsc::channel::<Ev>(16_384);
     let mut tasks = vec![];
     for (topic, ps) in &topic_parts {
         for &p in ps {
@@ -343,9 +349,10 @@ async fn run_system(
             loop {
                 let ev = match c.recv().await {
                     Ok(m) => {
+                        let received = Instant::now();
                         let d = decode(format, m.key(), m.payload(), &[]);
                         let raw = m.payload().map(|x| String::from_utf8_lossy(x).into_owned()).unwrap_or_default();
-                        Ev::Msg(m.detach(), d, raw)
+                        Ev::Msg(m.detach(), d, raw, received)
                     }
                     Err(e) => Ev::Err(e.to_string()),
                 };
@@ -363,7 +370,8 @@ async fn run_system(
     let mut done: HashMap<(String, i32), bool> = position.keys().map(|k| (k.clone(), false)).collect();
     let batching = config.batching.clone();
     let mut reports = vec![];
-    let mut tick = tokio::time::interval(Duration::from_millis(100).min(batching.max_age));
+    // max_age is honoured to a twentieth of itself (at most 100 ms late).
+    let mut tick = tokio::time::interval(Duration::from_millis(100).min(batching.max_age / 20).max(Duration::from_millis(5)));
     let finished = |done: &HashMap<(String, i32), bool>| done.values().all(|d| *d);
     let mut stopping = opts.once && finished(&done);
     while !stopping {
@@ -408,10 +416,10 @@ async fn run_system(
                         stopping = true;
                     }
                 }
-                Some(Ev::Msg(m, decoded, raw)) => {
+                Some(Ev::Msg(m, decoded, raw, received)) => {
                     let (topic, p, off) = (m.topic().to_string(), m.partition(), m.offset());
                     position.insert((topic.clone(), p), off + 1);
-                    for i in route(&mut slots, &opts, &m, decoded, raw) {
+                    for i in route(&mut slots, &opts, &m, decoded, raw, received) {
                         reports.push(flush(&mut slots, i, &consumer, config).await?);
                         let s = &mut slots[i];
                         let mark = Mark { app: app_id(&s.runner.cfg.name, &s.topic, p), version: off + 1, partition: Some(p) };
@@ -557,7 +565,14 @@ async fn meta_call<T: Send + 'static>(
 
 /// Hands one message to every table reading its topic. Returns the tables
 /// that must apply a truncate now (after committing what came before it).
-fn route(slots: &mut [Slot], opts: &RunOpts, m: &OwnedMessage, d: std::result::Result<Decoded, String>, raw: String) -> Vec<usize> {
+fn route(
+    slots: &mut [Slot],
+    opts: &RunOpts,
+    m: &OwnedMessage,
+    d: std::result::Result<Decoded, String>,
+    raw: String,
+    received: Instant,
+) -> Vec<usize> {
     let mut truncates = vec![];
     let (topic, p, off) = (m.topic(), m.partition(), m.offset());
     let targets: Vec<usize> = slots.iter().enumerate().filter(|(_, s)| s.topic == topic).map(|(i, _)| i).collect();
@@ -580,9 +595,8 @@ fn route(slots: &mut [Slot], opts: &RunOpts, m: &OwnedMessage, d: std::result::R
         }
         let b = &mut s.buf;
         if b.since.is_none() {
-            let now = Instant::now();
-            b.since = Some(now);
-            telemetry::pending(&s.runner.cfg.name, Some(now));
+            b.since = Some(received);
+            telemetry::pending(&s.runner.cfg.name, Some(received));
         }
         let next = b.next.entry(p).or_insert(off + 1);
         *next = (*next).max(off + 1);
