@@ -377,7 +377,8 @@ struct RunStat {
 
 async fn apply(runner: &mut TableRunner, name: &str, bytes: &[u8], paths: &[String]) -> Result<(RunReport, f64)> {
     let t0 = Instant::now();
-    let raw = read_debezium_jsonl(name, bytes, paths);
+    let keep = crate::decode::env_paths(&runner.cfg, Format::Debezium);
+    let raw = read_debezium_jsonl(name, bytes, paths, Some(&keep));
     let decode = t0.elapsed().as_secs_f64();
     let mark = Mark { app: format!("changelake/{}/file/{name}", runner.cfg.name), version: content_version(bytes), partition: None };
     let r = runner.run_batch(raw, vec![mark]).await?;
@@ -678,7 +679,7 @@ mod tests {
                 let v: serde_json::Value = serde_json::from_str(l).unwrap();
                 assert_eq!(v["after"].as_object().unwrap().len(), n, "{shape:?}: {l}");
             }
-            let b = read_debezium_jsonl("x", text.as_bytes(), &["source.lsn".to_string()]);
+            let b = read_debezium_jsonl("x", text.as_bytes(), &["source.lsn".to_string()], None);
             assert_eq!(b.rows.len(), 50);
             assert!(b.unparsable.is_empty());
         }

@@ -412,7 +412,12 @@ async fn run_table_files(c: &Config, r: &mut TableRunner) -> Result<Vec<RunRepor
         let raw = match (csv_delim, format) {
             (Some(d), _) => read_csv(Path::new(&rel), &bytes, d)?,
             (None, Format::Json) => read_jsonl(Path::new(&rel), &bytes)?,
-            (None, Format::Debezium) => read_debezium_jsonl(&rel, &bytes, &crate::decode::store_paths(&r.cfg, format)),
+            (None, Format::Debezium) => read_debezium_jsonl(
+                &rel,
+                &bytes,
+                &crate::decode::store_paths(&r.cfg, format),
+                Some(&crate::decode::env_paths(&r.cfg, format)),
+            ),
         };
         reports.push(r.run_batch(raw, progress).await?);
     }

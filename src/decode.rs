@@ -52,8 +52,34 @@ pub fn store_paths(t: &crate::config::TableConfig, format: Format) -> Vec<String
 }
 
 pub fn decode(format: Format, key: Option<&[u8]>, value: Option<&[u8]>, store_paths: &[String]) -> Result<Decoded, String> {
+    decode_keeping(format, key, value, store_paths, None)
+}
+
+/// Envelope fields one table reads: its stored envelope columns, the columns
+/// its `filter` and `delete_when` name, and `op`.
+pub fn env_paths(t: &crate::config::TableConfig, format: Format) -> Vec<String> {
+    let mut p = store_paths(t, format);
+    let mut cols = vec![];
+    for e in t.filter.iter().chain(t.delete_when.iter()) {
+        e.columns(&mut cols);
+    }
+    p.extend(cols.into_iter().map(|c| c.join(".")));
+    p.push("op".into());
+    p
+}
+
+/// [`decode`] keeping only the envelope fields in `keep` (see [`env_paths`]):
+/// a reader of one table skips building values nobody reads. The fallback
+/// (general) path keeps every field, a superset.
+pub fn decode_keeping(
+    format: Format,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    store_paths: &[String],
+    keep: Option<&[String]>,
+) -> Result<Decoded, String> {
     let Some(value) = value else { return Ok(Decoded::Tombstone) };
-    if let Some(d) = fast::decode(format, key, value, store_paths) {
+    if let Some(d) = fast::decode(format, key, value, store_paths, keep) {
         return d;
     }
     let v: J = serde_json::from_slice(value).map_err(|e| format!("not JSON: {e}"))?;
@@ -193,7 +219,19 @@ mod fast {
     }
 
     /// A JSON object's fields as cells, in document order (`prefix.` prepended).
-    struct Fields<'p>(&'p str);
+    /// With `Some(paths)`, only fields whose dotted name is in `paths` are kept.
+    struct Fields<'p>(&'p str, Option<&'p [String]>);
+
+    /// Is `prefix.k` (or `k` when there is no prefix) one of `paths`?
+    fn listed(paths: &[String], prefix: &str, k: &str) -> bool {
+        paths.iter().any(|p| {
+            if prefix.is_empty() {
+                p == k
+            } else {
+                p.len() == prefix.len() + 1 + k.len() && p.starts_with(prefix) && p.as_bytes()[prefix.len()] == b'.' && p.ends_with(k)
+            }
+        })
+    }
 
     impl<'de> DeserializeSeed<'de> for Fields<'_> {
         type Value = Option<Vec<(String, Value)>>;
@@ -216,6 +254,10 @@ mod fast {
         fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
             let mut out = Vec::with_capacity(m.size_hint().unwrap_or(24));
             while let Some(k) = m.next_key::<String>()? {
+                if self.1.is_some_and(|p| !listed(p, self.0, &k)) {
+                    m.next_value::<IgnoredAny>()?;
+                    continue;
+                }
                 let v: Cell = m.next_value()?;
                 let name = if self.0.is_empty() { k } else { format!("{}.{k}", self.0) };
                 out.push((name, v.0));
@@ -244,22 +286,22 @@ mod fast {
     }
 
     /// A top-level envelope field: an object is flattened one level (`source.lsn`).
-    struct EnvField(String);
+    struct EnvField<'k>(String, Option<&'k [String]>);
 
-    impl<'de> DeserializeSeed<'de> for EnvField {
+    impl<'de> DeserializeSeed<'de> for EnvField<'_> {
         type Value = Vec<(String, Value)>;
         fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
             d.deserialize_any(self)
         }
     }
 
-    impl<'de> Visitor<'de> for EnvField {
+    impl<'de> Visitor<'de> for EnvField<'_> {
         type Value = Vec<(String, Value)>;
         fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
             f.write_str("a JSON value")
         }
         fn visit_map<A: MapAccess<'de>>(self, m: A) -> Result<Self::Value, A::Error> {
-            Ok(Fields(&self.0).visit_map(m)?.unwrap_or_default())
+            Ok(Fields(&self.0, self.1).visit_map(m)?.unwrap_or_default())
         }
         fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
             Ok(vec![(self.0, Value::Bool(v))])
@@ -300,15 +342,20 @@ mod fast {
         wrapped: bool,
     }
 
-    impl<'de> Deserialize<'de> for Envelope {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            d.deserialize_map(EnvelopeVisitor)
+    /// An envelope; with `Some(paths)` only those envelope fields (and `op`)
+    /// are kept, the others are skipped without building values.
+    struct EnvelopeSeed<'k>(Option<&'k [String]>);
+
+    impl<'de> DeserializeSeed<'de> for EnvelopeSeed<'_> {
+        type Value = Envelope;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Envelope, D::Error> {
+            d.deserialize_map(EnvelopeVisitor(self.0))
         }
     }
 
-    struct EnvelopeVisitor;
+    struct EnvelopeVisitor<'k>(Option<&'k [String]>);
 
-    impl<'de> Visitor<'de> for EnvelopeVisitor {
+    impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
         type Value = Envelope;
         fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
             f.write_str("a Debezium envelope")
@@ -317,14 +364,18 @@ mod fast {
             let mut e = Envelope::default();
             while let Some(k) = m.next_key::<String>()? {
                 match k.as_str() {
-                    "before" => e.before = m.next_value_seed(Fields(""))?,
-                    "after" => e.after = m.next_value_seed(Fields(""))?,
+                    "before" => e.before = m.next_value_seed(Fields("", None))?,
+                    "after" => e.after = m.next_value_seed(Fields("", None))?,
                     "schema" | "payload" => {
                         e.wrapped = true;
                         m.next_value::<IgnoredAny>()?;
                     }
+                    _ if k != "op" && self.0.is_some_and(|p| !p.iter().any(|p| p == &k || p.starts_with(&format!("{k}.")))) => {
+                        m.next_value::<IgnoredAny>()?;
+                    }
                     _ => {
-                        let f = m.next_value_seed(EnvField(k))?;
+                        let keep = self.0.filter(|_| k != "op");
+                        let f = m.next_value_seed(EnvField(k, keep))?;
                         e.env.extend(f);
                     }
                 }
@@ -338,25 +389,32 @@ mod fast {
     /// input is copied into a per-thread buffer (simd-json parses in place)
     /// and the parser's buffers are reused across messages. Anything it
     /// refuses takes the general path, which decides and reports.
-    fn simd_envelope(value: &[u8]) -> Option<Envelope> {
+    fn simd_envelope(value: &[u8], keep: Option<&[String]>) -> Option<Envelope> {
         thread_local!(static BUF: std::cell::RefCell<(Vec<u8>, simd_json::Buffers)> = std::cell::RefCell::new((Vec::new(), simd_json::Buffers::new(1024))));
         BUF.with_borrow_mut(|(input, buffers)| {
             input.clear();
             input.extend_from_slice(value);
-            simd_json::serde::from_slice_with_buffers::<Envelope>(input, buffers).ok()
+            let mut de = simd_json::Deserializer::from_slice_with_buffers(input, buffers).ok()?;
+            EnvelopeSeed(keep).deserialize(&mut de).ok()
         })
     }
 
-    pub fn decode(format: Format, key: Option<&[u8]>, value: &[u8], store_paths: &[String]) -> Option<Result<Decoded, String>> {
+    pub fn decode(
+        format: Format,
+        key: Option<&[u8]>,
+        value: &[u8],
+        store_paths: &[String],
+        keep: Option<&[String]>,
+    ) -> Option<Result<Decoded, String>> {
         match format {
             Format::Json => {
                 let mut de = serde_json::Deserializer::from_slice(value);
-                let data = Fields("").deserialize(&mut de).ok()??;
+                let data = Fields("", None).deserialize(&mut de).ok()??;
                 de.end().ok()?;
                 Some(Ok(Decoded::Row { data, env: vec![] }))
             }
             Format::Debezium => {
-                let e = simd_envelope(value)?;
+                let e = simd_envelope(value, keep)?;
                 if e.wrapped {
                     return None;
                 }
@@ -533,9 +591,24 @@ mod tests {
                 .with_shape(shape)
                 .batch(300);
             for line in text.lines() {
-                let fast = fast::decode(Format::Debezium, None, line.as_bytes(), &paths).expect("fast path taken").unwrap();
+                let fast = fast::decode(Format::Debezium, None, line.as_bytes(), &paths, None).expect("fast path taken").unwrap();
                 assert_eq!(fast, debezium(serde_json::from_str(line).unwrap(), None, &paths).unwrap(), "{line}");
             }
+        }
+    }
+
+    #[test]
+    fn decode_keeping_drops_only_unread_envelope_fields() {
+        let paths = vec!["source.lsn".to_string()];
+        let keep = vec!["source.lsn".to_string(), "ts_ms".to_string()];
+        let all = decode(Format::Debezium, None, Some(PG_UPDATE_NO_SCHEMA.as_bytes()), &paths).unwrap();
+        let some = decode_keeping(Format::Debezium, None, Some(PG_UPDATE_NO_SCHEMA.as_bytes()), &paths, Some(&keep)).unwrap();
+        let (Decoded::Row { data: d1, env: e1 }, Decoded::Row { data: d2, env: e2 }) = (all, some) else { panic!("rows") };
+        assert_eq!(d1, d2);
+        let names: Vec<&str> = e2.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, vec!["source.lsn", "op", "ts_ms"]);
+        for (n, v) in &e2 {
+            assert_eq!(Some(v), e1.iter().find(|(m, _)| m == n).map(|(_, v)| v), "{n}");
         }
     }
 
@@ -564,13 +637,13 @@ mod tests {
                 r#"{"after":{"id":-9223372036854775808,"a":0.1,"b":1e308,"c":5e-324,"d":123456789.123456789,"e":-0.0,"f":2.2250738585072014e-308,"g":9007199254740993,"h":"\ud83d\ude00 \\ \/"},"op":"r","source":{"lsn":1}}"#,
             ),
         ] {
-            let fast = fast::decode(format, key, v.as_bytes(), &paths).unwrap_or_else(|| panic!("fast path not taken: {v}")).unwrap();
+            let fast = fast::decode(format, key, v.as_bytes(), &paths, None).unwrap_or_else(|| panic!("fast path not taken: {v}")).unwrap();
             assert_eq!(fast, general(format, key, v, &paths), "{v}");
         }
         // The schema wrapper and bad input take the general path.
-        assert!(fast::decode(Format::Debezium, None, SQLSERVER_CREATE_WITH_SCHEMA.as_bytes(), &paths).is_none());
-        assert!(fast::decode(Format::Debezium, None, b"{not json", &paths).is_none());
-        assert!(fast::decode(Format::Debezium, None, br#"{"op":"x"}"#, &paths).is_none());
+        assert!(fast::decode(Format::Debezium, None, SQLSERVER_CREATE_WITH_SCHEMA.as_bytes(), &paths, None).is_none());
+        assert!(fast::decode(Format::Debezium, None, b"{not json", &paths, None).is_none());
+        assert!(fast::decode(Format::Debezium, None, br#"{"op":"x"}"#, &paths, None).is_none());
     }
 
     #[test]

@@ -155,6 +155,8 @@ const MIN_FILE_ROWS: usize = 16;
 /// Rows of touched files kept decoded between reading state and rewriting
 /// (beyond this, files are read twice rather than held in memory).
 const CACHE_ROWS: usize = 4_000_000;
+/// Rows of stored files a copy-on-write run rewrites at a time (see `stage`).
+const WAVE_ROWS: usize = 1_000_000;
 /// Files under this many rows (or a quarter of `file_rows`) count as small for compaction.
 const COMPACT_BELOW_ROWS: usize = 1024;
 /// Magic number of a portable RoaringBitmapArray in a Delta deletion vector.
@@ -1051,67 +1053,94 @@ impl TableStore {
                 _ => return Err(TableError::Data { uri: self.uri.clone(), msg: "closing a version the key index does not locate".into() }),
             }
         }
-        let ids: Vec<u32> = touched.keys().copied().collect();
-        self.prefetch(&ids).await?;
+        // Rewrites go in waves of about WAVE_ROWS rows, each decoded, filtered,
+        // encoded and written before the next is read: a batch touching every
+        // file of a 10M-row table holds one wave in memory, not the table.
+        let mut waves: Vec<Vec<u32>> = vec![];
+        let mut wave_rows = usize::MAX;
         for &id in touched.keys() {
-            // Copy-on-write at the Arrow level: untouched rows are filtered
-            // through as columns (never converted to values); only replaced
-            // and new rows are built from versions.
-            let mut keys: Vec<Key> = vec![];
-            let mut kept: Vec<RecordBatch> = vec![];
-            let mut changed: Vec<Version> = vec![];
-            let mut changed_keys: Vec<Key> = vec![];
-            let fmeta = self.files[id as usize].clone().expect("live file");
-            let mut row_no = 0u32;
-            for batch in self.batches(id, false).await?.iter() {
-                let bk = self.batch_keys(spec, batch);
-                let mut mask = BooleanBuilder::with_capacity(bk.len());
-                for k in bk {
-                    let row = row_no;
-                    row_no += 1;
-                    let keep = match k {
-                        // Masked by the file's deletion vector: gone (a newer version lives elsewhere).
-                        _ if fmeta.deleted(row) => false,
-                        None => false,
-                        Some(k) if removes.contains(&k) => false,
-                        Some(k) => match replace.get(&k) {
-                            Some(v) => {
-                                changed.push((*v).clone());
-                                changed_keys.push(k);
-                                false
-                            }
-                            None => {
-                                keys.push(k);
-                                true
-                            }
-                        },
-                    };
-                    mask.append_value(keep);
+            let rows = self.files[id as usize].as_ref().map_or(0, |f| f.rows);
+            if wave_rows.saturating_add(rows) > WAVE_ROWS {
+                waves.push(vec![]);
+                wave_rows = 0;
+            }
+            wave_rows += rows;
+            waves.last_mut().expect("a wave").push(id);
+        }
+        let many_waves = waves.len() > 1;
+        for wave in waves {
+            self.prefetch(&wave).await?;
+            for &id in &wave {
+                // Copy-on-write at the Arrow level: untouched rows are filtered
+                // through as columns (never converted to values); only replaced
+                // and new rows are built from versions.
+                let mut keys: Vec<Key> = vec![];
+                let mut kept: Vec<RecordBatch> = vec![];
+                let mut changed: Vec<Version> = vec![];
+                let mut changed_keys: Vec<Key> = vec![];
+                let fmeta = self.files[id as usize].clone().expect("live file");
+                let mut row_no = 0u32;
+                for batch in self.batches(id, false).await?.iter() {
+                    let bk = self.batch_keys(spec, batch);
+                    let mut mask = BooleanBuilder::with_capacity(bk.len());
+                    for k in bk {
+                        let row = row_no;
+                        row_no += 1;
+                        let keep = match k {
+                            // Masked by the file's deletion vector: gone (a newer version lives elsewhere).
+                            _ if fmeta.deleted(row) => false,
+                            None => false,
+                            Some(k) if removes.contains(&k) => false,
+                            Some(k) => match replace.get(&k) {
+                                Some(v) => {
+                                    changed.push((*v).clone());
+                                    changed_keys.push(k);
+                                    false
+                                }
+                                None => {
+                                    keys.push(k);
+                                    true
+                                }
+                            },
+                        };
+                        mask.append_value(keep);
+                    }
+                    let f = deltalake::arrow::compute::filter_record_batch(batch, &mask.finish())
+                        .map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e.to_string() })?;
+                    if f.num_rows() > 0 {
+                        kept.push(f);
+                    }
                 }
-                let f = deltalake::arrow::compute::filter_record_batch(batch, &mask.finish())
+                let small = self.files[id as usize].as_ref().is_some_and(|f| f.rows < layout.file_rows / 4);
+                while small && keys.len() + changed.len() < layout.file_rows && !pending_new.is_empty() {
+                    let (k, v) = pending_new.pop_front().unwrap();
+                    changed_keys.push(k.clone());
+                    changed.push(v.clone());
+                }
+                if !changed.is_empty() {
+                    kept.push(self.to_batch(&changed)?);
+                    keys.extend(changed_keys);
+                }
+                self.remove_file(id, &mut pc);
+                let all = deltalake::arrow::compute::concat_batches(&self.arrow_schema(), &kept)
                     .map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e.to_string() })?;
-                if f.num_rows() > 0 {
-                    kept.push(f);
+                let mut start = 0;
+                while start < all.num_rows() {
+                    let len = layout.file_rows.min(all.num_rows() - start);
+                    queue.push((true, keys[start..start + len].to_vec(), all.slice(start, len)));
+                    start += len;
                 }
             }
-            let small = self.files[id as usize].as_ref().is_some_and(|f| f.rows < layout.file_rows / 4);
-            while small && keys.len() + changed.len() < layout.file_rows && !pending_new.is_empty() {
-                let (k, v) = pending_new.pop_front().unwrap();
-                changed_keys.push(k.clone());
-                changed.push(v.clone());
-            }
-            if !changed.is_empty() {
-                kept.push(self.to_batch(&changed)?);
-                keys.extend(changed_keys);
-            }
-            self.remove_file(id, &mut pc);
-            let all = deltalake::arrow::compute::concat_batches(&self.arrow_schema(), &kept)
-                .map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e.to_string() })?;
-            let mut start = 0;
-            while start < all.num_rows() {
-                let len = layout.file_rows.min(all.num_rows() - start);
-                queue.push((true, keys[start..start + len].to_vec(), all.slice(start, len)));
-                start += len;
+            if many_waves {
+                let encoded = encode_all(queue.iter().map(|(_, _, b)| b).collect())
+                    .map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e })?;
+                for ((current, keys, batch), bytes) in std::mem::take(&mut queue).into_iter().zip(encoded) {
+                    self.put_file(current, keys, batch.num_rows(), bytes, exec, &mut pc).await?;
+                }
+                let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+                for id in &wave {
+                    c.remove(id);
+                }
             }
         }
         mark("rewrite", &mut phases);

@@ -108,11 +108,14 @@ pub fn json_cell(v: &serde_json::Value) -> Value {
 ///
 /// Lines are decoded in chunks on all cores (JSON parsing is most of the
 /// cost of a run with a cheap merge); the chunks are joined in line order.
-pub fn read_debezium_jsonl(source: &str, bytes: &[u8], store_paths: &[String]) -> RawBatch {
+///
+/// `keep`: the envelope fields the table reads ([`crate::decode::env_paths`]);
+/// None keeps them all.
+pub fn read_debezium_jsonl(source: &str, bytes: &[u8], store_paths: &[String], keep: Option<&[String]>) -> RawBatch {
     const CHUNK_LINES: usize = 8192;
     let lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
     let chunks: Vec<(usize, &[&[u8]])> = lines.chunks(CHUNK_LINES).enumerate().map(|(i, c)| (i * CHUNK_LINES, c)).collect();
-    let parts = crate::par::par_map(chunks, |(first, chunk)| decode_debezium_lines(source, first, chunk, store_paths));
+    let parts = crate::par::par_map(chunks, |(first, chunk)| decode_debezium_lines(source, first, chunk, store_paths, keep));
     let mut truncates = 0;
     let mut batch = RawBatch { source: source.to_string(), ..Default::default() };
     for (part, t) in parts {
@@ -126,8 +129,14 @@ pub fn read_debezium_jsonl(source: &str, bytes: &[u8], store_paths: &[String]) -
 }
 
 /// Decodes lines `first..` of a Debezium JSONL file; returns the batch and the truncate count.
-fn decode_debezium_lines(source: &str, first: usize, lines: &[&[u8]], store_paths: &[String]) -> (RawBatch, usize) {
-    use crate::decode::{decode, stored_name, Decoded};
+fn decode_debezium_lines(
+    source: &str,
+    first: usize,
+    lines: &[&[u8]],
+    store_paths: &[String],
+    keep: Option<&[String]>,
+) -> (RawBatch, usize) {
+    use crate::decode::{decode_keeping, stored_name, Decoded};
     let mut rows = vec![];
     let mut unparsable = vec![];
     let mut truncates = 0;
@@ -136,7 +145,7 @@ fn decode_debezium_lines(source: &str, first: usize, lines: &[&[u8]], store_path
         if line.iter().all(|b| b.is_ascii_whitespace()) {
             continue;
         }
-        match decode(crate::config::Format::Debezium, None, Some(line), store_paths) {
+        match decode_keeping(crate::config::Format::Debezium, None, Some(line), store_paths, keep) {
             Ok(Decoded::Row { mut data, env }) => {
                 for p in store_paths {
                     let col = stored_name(p);
@@ -215,7 +224,7 @@ mod tests {
                 _ => text.push_str(&format!("{{\"op\":\"u\",\"after\":{{\"id\":{i}}}}}\n")),
             }
         }
-        let b = read_debezium_jsonl("t", text.as_bytes(), &[]);
+        let b = read_debezium_jsonl("t", text.as_bytes(), &[], None);
         assert_eq!(b.rows.len(), 19_998);
         assert_eq!(b.unparsable.len(), 1);
         assert_eq!(b.unparsable[0].pos, 7);
