@@ -131,6 +131,10 @@ enum Ev {
     Partitions(String, Vec<i32>),
 }
 
+/// Decoded messages waiting in the loop's channel above which the daemon is
+/// behind and closes batches by size only (see the age check).
+const BACKLOG_MESSAGES: usize = 1024;
+
 /// Forwards one partition queue into the loop's channel.
 fn forward(
     consumer: &Arc<StreamConsumer<Ctx>>,
@@ -463,10 +467,15 @@ async fn run_system(
                     last_probe = Instant::now();
                     spawn_broker_probe(meta.clone(), system.to_string(), probing.clone());
                 }
+                // Behind (a backlog of decoded messages waiting): keep routing, the
+                // batches close by size. Closing on age here would commit the few
+                // messages routed since the last commit, each already older than
+                // max_age, and the loop would never catch up.
+                let backlog = rx.len() > BACKLOG_MESSAGES;
                 for i in 0..slots.len() {
                     // Buffer sizes are published here, not per message: a labelled gauge lookup per event costs more than the event's routing.
                     telemetry::buffered(&slots[i].runner.cfg.name, slots[i].buf.bytes);
-                    if slots[i].buf.since.is_some_and(|s| s.elapsed() >= batching.max_age) {
+                    if !backlog && slots[i].buf.since.is_some_and(|s| s.elapsed() >= batching.max_age) {
                         reports.push(flush(&mut slots, i, &consumer, config).await?);
                     }
                 }
