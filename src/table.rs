@@ -20,6 +20,13 @@
 //!   new file per run. It is append-only: closing a version moves it out of
 //!   the current files, late versions are appended. Only business-time
 //!   backdating, which must shorten a stored neighbour, rewrites a history file.
+//!   A processing-time close (`Need::Close`) never becomes values: the stored
+//!   rows are read with a parquet row selection (their physical rows come from
+//!   the key index) and copied at the Arrow level with `_valid_to` and
+//!   `_is_deleted` replaced.
+//! * **Rewrites** (copy-on-write) go in waves of about a million stored rows,
+//!   each written before the next is read, so memory follows the wave, not
+//!   the table.
 //!
 //! Hash-bucketing was considered and rejected: it spreads the hot, recent keys
 //! across every bucket, so a 1% update would rewrite every file.
@@ -47,8 +54,10 @@
 //! ## Key index
 //!
 //! Opening a table reads its current rows once and keeps, per business key,
-//! the file holding the key and a [`Summary`] (latest sequence, deleted flag,
-//! latest `_valid_from`, row hash). With it, older rows and exact replays are
+//! the file and physical row holding the key and a [`Summary`] (latest
+//! sequence, deleted flag, latest `_valid_from`, row and tracked-column
+//! hashes): 72 bytes per key, keys up to 14 bytes inline (`IndexKey`).
+//! With it, older rows and exact replays are
 //! settled without reading any data file (`merge::classify`), and the files a
 //! run must rewrite are known without scanning. For scd2, keys whose latest
 //! version is a deleted, closed one are found by a projected scan of history
