@@ -370,7 +370,11 @@ mod fast {
                         e.wrapped = true;
                         m.next_value::<IgnoredAny>()?;
                     }
-                    _ if k != "op" && self.0.is_some_and(|p| !p.iter().any(|p| p == &k || p.starts_with(&format!("{k}.")))) => {
+                    _ if k != "op"
+                        && self.0.is_some_and(|p| {
+                            !p.iter().any(|p| p == &k || (p.starts_with(k.as_str()) && p.as_bytes().get(k.len()) == Some(&b'.')))
+                        }) =>
+                    {
                         m.next_value::<IgnoredAny>()?;
                     }
                     _ => {

@@ -784,46 +784,44 @@ impl TableStore {
         if all.num_rows() != rows.len() {
             return Err(data_err(format!("{} of {} selected rows read", all.num_rows(), rows.len())));
         }
-        Ok(hits.into_iter().map(|(_, k)| k).zip(self.versions_of(id, &all, &rows)).collect())
+        Ok(hits.into_iter().map(|(_, k)| k).zip(self.versions_of(id, &all, rows.into_iter().enumerate())).collect())
     }
 
-    /// Versions of the chosen rows of a batch (`rows[i]` is batch row i's physical row).
-    fn versions_of(&self, id: u32, batch: &RecordBatch, rows: &[u32]) -> Vec<Version> {
+    /// Versions of chosen rows of a batch: `(row in the batch, physical row in the file)`.
+    fn versions_of(&self, id: u32, batch: &RecordBatch, rows: impl Iterator<Item = (usize, u32)>) -> Vec<Version> {
         let current = self.files[id as usize].as_ref().is_some_and(|f| f.current);
         let r = &self.meta.reserved;
         let col = |name: &str| batch.schema().index_of(name).ok().map(|i| batch.column(i).clone());
         let data_cols: Vec<Option<ArrayRef>> = self.columns.iter().map(|(n, _)| col(n)).collect();
         let (vf, vt, del, ex, sk) = (col(&r.valid_from), col(&r.valid_to), col(&r.is_deleted), col(&r.execution_id), col(&r.sk));
-        rows.iter()
-            .enumerate()
-            .map(|(i, &row)| {
-                let data: Vec<Value> = data_cols
-                    .iter()
-                    .zip(&self.columns)
-                    .map(|(c, (_, t))| c.as_ref().map(|c| cell(c, i)).unwrap_or(Value::Null).convert(*t).unwrap_or(Value::Null))
-                    .collect();
-                let ts = |c: &Option<ArrayRef>| match c.as_ref().map(|c| cell(c, i)) {
-                    Some(Value::Ts(t)) => Some(t),
+        rows.map(|(i, row)| {
+            let data: Vec<Value> = data_cols
+                .iter()
+                .zip(&self.columns)
+                .map(|(c, (_, t))| c.as_ref().map(|c| cell(c, i)).unwrap_or(Value::Null).convert(*t).unwrap_or(Value::Null))
+                .collect();
+            let ts = |c: &Option<ArrayRef>| match c.as_ref().map(|c| cell(c, i)) {
+                Some(Value::Ts(t)) => Some(t),
+                _ => None,
+            };
+            Version {
+                valid_from: ts(&vf),
+                valid_to: ts(&vt),
+                current,
+                deleted: matches!(del.as_ref().map(|c| cell(c, i)), Some(Value::Bool(true))),
+                exec: match ex.as_ref().map(|c| cell(c, i)) {
+                    Some(Value::Int(e)) => e,
+                    _ => 0,
+                },
+                sk: match sk.as_ref().map(|c| cell(c, i)) {
+                    Some(Value::Int(e)) => Some(e),
                     _ => None,
-                };
-                Version {
-                    valid_from: ts(&vf),
-                    valid_to: ts(&vt),
-                    current,
-                    deleted: matches!(del.as_ref().map(|c| cell(c, i)), Some(Value::Bool(true))),
-                    exec: match ex.as_ref().map(|c| cell(c, i)) {
-                        Some(Value::Int(e)) => e,
-                        _ => 0,
-                    },
-                    sk: match sk.as_ref().map(|c| cell(c, i)) {
-                        Some(Value::Int(e)) => Some(e),
-                        _ => None,
-                    },
-                    loc: Some(Loc { file: id, row }),
-                    data,
-                }
-            })
-            .collect()
+                },
+                loc: Some(Loc { file: id, row }),
+                data,
+            }
+        })
+        .collect()
     }
 
     /// Reads a file's rows as versions; with `wanted`, only the rows of those
@@ -832,14 +830,15 @@ impl TableStore {
         let f = self.files[id as usize].clone().expect("live file");
         let batches = self.batches(id, wanted.is_some() && f.current).await?;
         let mut out = FileRows { keys: vec![], versions: vec![] };
-        let r = &self.meta.reserved;
         let mut row_no = 0u32;
         for batch in batches.iter() {
-            let col = |name: &str| batch.schema().index_of(name).ok().map(|i| batch.column(i).clone());
-            let data_cols: Vec<Option<ArrayRef>> = self.columns.iter().map(|(n, _)| col(n)).collect();
-            let (vf, vt, del, ex, sk) = (col(&r.valid_from), col(&r.valid_to), col(&r.is_deleted), col(&r.execution_id), col(&r.sk));
-            let key_cols: Vec<(Option<&ArrayRef>, DType)> = spec.key.iter().map(|&i| (data_cols[i].as_ref(), self.columns[i].1)).collect();
+            let key_cols: Vec<(Option<ArrayRef>, DType)> = spec
+                .key
+                .iter()
+                .map(|&i| (batch.schema().index_of(&self.columns[i].0).ok().map(|c| batch.column(c).clone()), self.columns[i].1))
+                .collect();
             let mut kv = vec![Value::Null; key_cols.len()];
+            let mut chosen = vec![];
             for i in 0..batch.num_rows() {
                 let row = row_no;
                 row_no += 1;
@@ -848,38 +847,16 @@ impl TableStore {
                 }
                 if let Some(w) = wanted {
                     for (j, (c, t)) in key_cols.iter().enumerate() {
-                        kv[j] = c.map(|c| cell(c, i)).unwrap_or(Value::Null).convert(*t).unwrap_or(Value::Null);
+                        kv[j] = c.as_ref().map(|c| cell(c, i)).unwrap_or(Value::Null).convert(*t).unwrap_or(Value::Null);
                     }
                     match crate::merge::key_from(kv.iter()) {
                         Some(k) if w.contains(&k) => {}
                         _ => continue,
                     }
                 }
-                let data: Vec<Value> = data_cols
-                    .iter()
-                    .zip(&self.columns)
-                    .map(|(c, (_, t))| c.as_ref().map(|c| cell(c, i)).unwrap_or(Value::Null).convert(*t).unwrap_or(Value::Null))
-                    .collect();
-                let ts = |c: &Option<ArrayRef>| match c.as_ref().map(|c| cell(c, i)) {
-                    Some(Value::Ts(t)) => Some(t),
-                    _ => None,
-                };
-                let v = Version {
-                    valid_from: ts(&vf),
-                    valid_to: ts(&vt),
-                    current: f.current,
-                    deleted: matches!(del.as_ref().map(|c| cell(c, i)), Some(Value::Bool(true))),
-                    exec: match ex.as_ref().map(|c| cell(c, i)) {
-                        Some(Value::Int(e)) => e,
-                        _ => 0,
-                    },
-                    sk: match sk.as_ref().map(|c| cell(c, i)) {
-                        Some(Value::Int(e)) => Some(e),
-                        _ => None,
-                    },
-                    loc: Some(Loc { file: id, row }),
-                    data,
-                };
+                chosen.push((i, row));
+            }
+            for v in self.versions_of(id, batch, chosen.into_iter()) {
                 out.keys.push(spec.key_of(&v.data));
                 out.versions.push(v);
             }
@@ -936,7 +913,7 @@ impl TableStore {
                 let mine = deltalake::arrow::compute::take_record_batch(&batch, &idx)
                     .map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e.to_string() })?;
                 let phys: Vec<u32> = pos.iter().map(|&i| rows[i as usize]).collect();
-                for v in self.versions_of(id, &mine, &phys) {
+                for v in self.versions_of(id, &mine, phys.into_iter().enumerate()) {
                     let k = keys_at[&(id, v.loc.map_or(0, |l| l.row))];
                     states.entry(k.clone()).or_default().current = Some(v);
                 }
