@@ -324,7 +324,10 @@ pub struct TableStore {
     pub columns: Vec<(String, DType)>,
     files: Vec<Option<FileMeta>>,
     /// Business key -> (file, physical row, summary).
-    index: HashMap<IndexKey, (u32, u32, Summary), rustc_hash::FxBuildHasher>,
+    /// Dense entries plus a table of positions (indexmap): a hash table of
+    /// 72-byte entries would be up to half empty after growing; here the
+    /// slack costs 9 bytes per slot.
+    index: indexmap::IndexMap<IndexKey, (u32, u32, Summary), rustc_hash::FxBuildHasher>,
     pub last_exec: i64,
     file_counter: u64,
     /// Decoded batches of the files the current run touches (see `batches`).
@@ -402,7 +405,7 @@ impl TableStore {
             table: None,
             columns: vec![],
             files: vec![],
-            index: HashMap::default(),
+            index: Default::default(),
             last_exec: 0,
             file_counter: 0,
             cache: Default::default(),
@@ -1725,7 +1728,7 @@ impl TableStore {
         for (k, s) in pc.index {
             match s {
                 None => {
-                    self.index.remove(&k[..]);
+                    self.index.swap_remove(&k[..]);
                 }
                 Some(s) => {
                     let e = self.index.entry(IndexKey::new(&k)).or_insert((NO_FILE, 0, s.clone()));
