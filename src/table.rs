@@ -719,9 +719,23 @@ impl TableStore {
             let cached = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&id).cloned();
             match cached.filter(|b| b.first().is_none_or(|x| x.schema() == schema)) {
                 Some(batches) => {
-                    let all = deltalake::arrow::compute::concat_batches(&schema, batches.iter()).map_err(|e| data_err(e.to_string()))?;
-                    let idx = deltalake::arrow::array::UInt32Array::from(rows.clone());
-                    let taken = deltalake::arrow::compute::take_record_batch(&all, &idx).map_err(|e| data_err(e.to_string()))?;
+                    // Take from each decoded batch its share of the rows; only the taken rows are copied.
+                    let (mut parts, mut next, mut start) = (vec![], 0, 0u32);
+                    for b in batches.iter() {
+                        let n = b.num_rows() as u32;
+                        let here = rows[next..].iter().take_while(|&&r| r < start + n).count();
+                        if here > 0 {
+                            let idx =
+                                deltalake::arrow::array::UInt32Array::from_iter_values(rows[next..next + here].iter().map(|r| r - start));
+                            parts.push(deltalake::arrow::compute::take_record_batch(b, &idx).map_err(|e| data_err(e.to_string()))?);
+                        }
+                        next += here;
+                        start += n;
+                    }
+                    if next < rows.len() {
+                        return Err(data_err(format!("file {id}: rows beyond its end selected")));
+                    }
+                    let taken = deltalake::arrow::compute::concat_batches(&schema, &parts).map_err(|e| data_err(e.to_string()))?;
                     out.push((id, rows, taken));
                 }
                 None => todo.push((id, rows, self.fetch(id).await?)),
@@ -891,7 +905,7 @@ impl TableStore {
                 }
             }
         }
-        let mut keys_at: HashMap<(u32, u32), &Key> = HashMap::new();
+        let mut keys_at: FxMap<(u32, u32), &Key> = FxMap::default();
         let mut want: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
         for (id, rows) in &by_file {
             want.entry(*id).or_default().extend(rows.iter().map(|(r, _)| *r));

@@ -500,13 +500,10 @@ pub fn classify(spec: &Spec, stored: Option<&Summary>, rows: &[InRow], stats: &m
                 return None;
             }
             if !row.delete && !s.deleted {
-                let (row_hash, tracked_hash) = row.hashes.unwrap_or_else(|| spec.hashes(&row.data));
-                if row_hash == s.row_hash {
-                    stats.unchanged += 1;
-                    return None;
-                }
-                if tracked_hash != s.tracked_hash {
-                    return Some(Need::Replace);
+                match tracked_change(spec, row, s, stats) {
+                    None => return None,
+                    Some(true) => return Some(Need::Replace),
+                    Some(false) => {}
                 }
             }
             if row.delete && spec.delete_mode == crate::config::DeleteMode::Hard {
@@ -538,17 +535,24 @@ pub fn classify(spec: &Spec, stored: Option<&Summary>, rows: &[InRow], stats: &m
             if row.delete {
                 return Some(Need::Close);
             }
-            let (row_hash, tracked_hash) = row.hashes.unwrap_or_else(|| spec.hashes(&row.data));
-            if row_hash == s.row_hash {
-                stats.unchanged += 1;
-                return None;
+            match tracked_change(spec, row, s, stats)? {
+                true => Some(Need::Close),
+                false => Some(Need::Current),
             }
-            if tracked_hash != s.tracked_hash {
-                return Some(Need::Close);
-            }
-            Some(Need::Current)
         }
     }
+}
+
+/// A live row against the stored live version, by their hashes: None when
+/// they are identical (counted as unchanged), else whether a tracked column
+/// changed (false: only untracked columns differ, the stored row is needed).
+fn tracked_change(spec: &Spec, row: &InRow, s: &Summary, stats: &mut Stats) -> Option<bool> {
+    let (row_hash, tracked_hash) = row.hashes.unwrap_or_else(|| spec.hashes(&row.data));
+    if row_hash == s.row_hash {
+        stats.unchanged += 1;
+        return None;
+    }
+    Some(tracked_hash != s.tracked_hash)
 }
 
 /// Applies the strategy to every prepared key. `states` holds the stored
