@@ -49,7 +49,9 @@
 //!
 //! Small files (a streaming run's leftovers) are compacted into full ones with
 //! `dataChange: false`; a checkpoint is written every `checkpoint_interval`
-//! commits and files removed longer ago than `vacuum_retention` are deleted.
+//! commits, and files in the table directory that the current snapshot does
+//! not reference (removed data files, replaced deletion vectors, a crashed
+//! writer's leftovers) are deleted once older than `vacuum_retention`.
 //!
 //! ## Key index
 //!
@@ -1396,9 +1398,20 @@ impl TableStore {
         deltalake::checkpoints::create_checkpoint(&t, None).await.map_err(|e| self.delta(e))?;
         let Some(retention) = self.meta.layout.vacuum_retention else { return Ok(0) };
         let retention = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::days(7));
-        // The vacuum's own log entries (VACUUM START/END) carry no data; our
-        // table state stays at our last commit (see `commit_inner`).
-        let (_, m) = t.vacuum().with_retention_period(retention).with_enforce_retention_duration(false).await.map_err(|e| self.delta(e))?;
+        // Full mode (what Spark's VACUUM does): every file in the table
+        // directory that the current snapshot does not reference and that is
+        // older than the retention goes. The lite mode only deletes the paths
+        // of `remove` actions, which never covers a deletion vector replaced
+        // by a newer one for the same data file, nor files a crashed writer
+        // left behind. The vacuum's own log entries (VACUUM START/END) carry
+        // no data; our table state stays at our last commit (see `commit_inner`).
+        let (_, m) = t
+            .vacuum()
+            .with_mode(deltalake::operations::vacuum::VacuumMode::Full)
+            .with_retention_period(retention)
+            .with_enforce_retention_duration(false)
+            .await
+            .map_err(|e| self.delta(e))?;
         Ok(m.files_deleted.len())
     }
 

@@ -221,4 +221,50 @@ fn deletion_vectors_read_back_exactly_like_copy_on_write() {
         };
         assert_eq!(show(&cow_cfg), show(&mor_cfg), "{t}: show differs");
     }
+
+    // Vacuum with a zero retention also deletes deletion vectors that newer
+    // ones replaced (their data file stays live, so its `remove` path never
+    // names them) and leftovers of a crashed writer; what readers see stays.
+    let before: Vec<_> = ["account", "account_history"].iter().map(|t| scan(&mor.path().join("lake/bronze").join(t))).collect();
+    let table = mor.path().join("lake/bronze/account");
+    let files = |ext: &str| {
+        let mut v: Vec<String> = std::fs::read_dir(&table)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(ext))
+            .collect();
+        v.sort();
+        v
+    };
+    // Distinct deletion-vector files the live adds of the latest checkpoint name.
+    let live_dvs = || {
+        let py = r#"
+import sys, json, os, pyarrow.parquet as pq
+log = os.path.join(sys.argv[1], "_delta_log")
+v = json.load(open(os.path.join(log, "_last_checkpoint")))["version"]
+t = pq.read_table(os.path.join(log, f"{v:020}.checkpoint.parquet"), columns=["add"]).column("add").to_pylist()
+print(len({a["deletionVector"]["pathOrInlineDv"] for a in t if a and a.get("deletionVector")}))
+"#;
+        let out = Command::new("python3").args(["-c", py]).arg(&table).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().parse::<usize>().unwrap()
+    };
+    let dv_files = files(".bin");
+    assert!(dv_files.len() > live_dvs(), "replaced deletion vectors are on disk: {dv_files:?}");
+    std::fs::write(table.join("part-00000-crashed-writer.parquet"), b"not referenced").unwrap();
+    let vacuum_cfg = mor.path().join("vacuum.yaml");
+    let text = std::fs::read_to_string(&mor_cfg).unwrap().replace("checkpoint_interval: 2", "checkpoint_interval: 1, vacuum_retention: 0s");
+    std::fs::write(&vacuum_cfg, text).unwrap();
+    write(mor.path(), "data/account/999.csv", "id,op,city,seq\n1,U,final,99999\n");
+    let log = run_once(&vacuum_cfg);
+    assert!(log.contains("files_vacuumed"), "{log}");
+    let after = scan(&table);
+    assert_eq!(files(".bin").len(), live_dvs(), "only live deletion vectors stay: {:?}", files(".bin"));
+    assert!(!table.join("part-00000-crashed-writer.parquet").exists(), "unreferenced files are vacuumed");
+    let mut expect: Vec<String> = before[0]["rows"].as_array().unwrap().iter().map(|r| r.as_str().unwrap().to_string()).collect();
+    expect.retain(|r| !r.contains("\"id\": 1,"));
+    let mut got: Vec<String> = after["rows"].as_array().unwrap().iter().map(|r| r.as_str().unwrap().to_string()).collect();
+    assert!(got.iter().any(|r| r.contains("\"id\": 1,") && r.contains("\"final\"")), "{got:?}");
+    got.retain(|r| !r.contains("\"id\": 1,"));
+    assert_eq!(got, expect, "vacuum changed what readers see");
 }
