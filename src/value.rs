@@ -134,6 +134,34 @@ impl Value {
         }
     }
 
+    /// Decodes bytes written by [`Value::encode`] (a whole key) back into
+    /// values; None if they are not such an encoding.
+    pub fn decode_all(mut bytes: &[u8]) -> Option<Vec<Value>> {
+        let mut out = vec![];
+        let take = |b: &mut &[u8], n: usize| -> Option<Vec<u8>> {
+            let (head, rest) = b.split_at_checked(n)?;
+            *b = rest;
+            Some(head.to_vec())
+        };
+        let be8 = |v: Vec<u8>| -> [u8; 8] { v.try_into().expect("8 bytes") };
+        while let Some((&tag, rest)) = bytes.split_first() {
+            bytes = rest;
+            out.push(match tag {
+                0 => Value::Null,
+                1 => Value::Bool(take(&mut bytes, 1)?[0] != 0),
+                2 => Value::Int(i64::from_be_bytes(be8(take(&mut bytes, 8)?))),
+                3 => Value::Float(f64::from_bits(u64::from_be_bytes(be8(take(&mut bytes, 8)?)))),
+                4 => {
+                    let n = u32::from_be_bytes(take(&mut bytes, 4)?.try_into().expect("4 bytes")) as usize;
+                    Value::Str(String::from_utf8(take(&mut bytes, n)?).ok()?)
+                }
+                5 => Value::Ts(i64::from_be_bytes(be8(take(&mut bytes, 8)?))),
+                _ => return None,
+            });
+        }
+        Some(out)
+    }
+
     pub fn as_str(&self) -> Option<&str> {
         match self {
             Value::Str(s) => Some(s),
@@ -289,6 +317,26 @@ pub fn cmp_slices(a: &[Value], b: &[Value]) -> Ordering {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_encoding_decodes_back() {
+        let vals = vec![
+            Value::Str("acc-é".into()),
+            Value::Int(-7),
+            Value::Null,
+            Value::Bool(true),
+            Value::Float(2.5),
+            Value::Ts(1_700_000_000_000_000),
+            Value::Str(String::new()),
+        ];
+        let mut bytes = vec![];
+        vals.iter().for_each(|v| v.encode(&mut bytes));
+        let back = Value::decode_all(&bytes).unwrap();
+        assert_eq!(back.len(), vals.len());
+        assert!(back.iter().zip(&vals).all(|(a, b)| a.same(b)), "{back:?}");
+        assert!(Value::decode_all(&bytes[..bytes.len() - 1]).is_none(), "a truncated key is not a key");
+        assert!(Value::decode_all(&[9]).is_none());
+    }
 
     #[test]
     fn null_sorts_lowest() {
