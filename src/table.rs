@@ -294,6 +294,22 @@ impl FileMeta {
     }
 }
 
+/// A key's newest version seen in history so far (see `history_heads`).
+struct HistoryHead {
+    seq: Vec<Value>,
+    exec: i64,
+    deleted: bool,
+    file: u32,
+    row: u32,
+}
+
+impl HistoryHead {
+    /// Versions order by sequence, then by run (SPEC 5).
+    fn newer_than(&self, other: &HistoryHead) -> bool {
+        crate::value::cmp_slices(&self.seq, &other.seq).then(self.exec.cmp(&other.exec)) == std::cmp::Ordering::Greater
+    }
+}
+
 /// One file's decoded rows.
 struct FileRows {
     keys: Vec<Option<Key>>,
@@ -635,35 +651,55 @@ impl TableStore {
     /// Reads the current rows (and, for scd2, the deleted latest versions)
     /// into the key index. A table that does not exist yet has nothing to load.
     pub async fn load_index(&mut self, spec: &Spec) -> Result<()> {
-        let ids: Vec<u32> = (0..self.files.len() as u32).collect();
-        let mut deleted_latest: KeyMap<Version> = KeyMap::default();
-        for id in ids {
-            let Some(f) = self.files[id as usize].clone() else {
-                continue;
-            };
+        let current: Vec<u32> =
+            (0..self.files.len() as u32).filter(|&i| self.files[i as usize].as_ref().is_some_and(|f| f.current)).collect();
+        for id in current {
             let rows = self.read_file(id, spec).await?;
-            if f.current {
-                for (k, v) in rows.keys.into_iter().zip(rows.versions) {
-                    if let Some(k) = k {
-                        let row = v.loc.map_or(0, |l| l.row);
-                        self.index.insert(IndexKey::new(&k), (id, row, spec.summary(&v)));
-                    }
+            for (k, v) in rows.keys.into_iter().zip(rows.versions) {
+                if let Some(k) = k {
+                    let row = v.loc.map_or(0, |l| l.row);
+                    self.index.insert(IndexKey::new(&k), (id, row, spec.summary(&v)));
                 }
-            } else {
-                for (k, v) in rows.keys.into_iter().zip(rows.versions) {
-                    let Some(k) = k else { continue };
-                    let newer = deleted_latest.get(&k).is_none_or(|d| {
-                        (spec.cmp_seq(&v.data, &d.data), v.exec).cmp(&(std::cmp::Ordering::Equal, d.exec)) == std::cmp::Ordering::Greater
-                    });
-                    if newer {
-                        deleted_latest.insert(k, v);
+            }
+        }
+        if self.meta.strategy != Strategy::Scd2 {
+            return Ok(());
+        }
+        // scd2 keys without a current row: the newest version in history
+        // decides (a deleted one is indexed so a later row reopens the key).
+        // Found from a few columns of each history file; only the rows that
+        // are indexed are read in full.
+        let history: Vec<u32> =
+            (0..self.files.len() as u32).filter(|&i| self.files[i as usize].as_ref().is_some_and(|f| !f.current)).collect();
+        let mut heads: KeyMap<HistoryHead> = KeyMap::default();
+        for wave in history.chunks(16) {
+            let mut todo = vec![];
+            for &id in wave {
+                todo.push((id, self.fetch(id).await?));
+            }
+            for found in par_map(todo, |(id, bytes)| self.history_heads(id, spec, bytes)) {
+                for (k, h) in found? {
+                    match heads.get_mut(&k) {
+                        Some(old) if !h.newer_than(old) => {}
+                        Some(old) => *old = h,
+                        None => {
+                            heads.insert(k, h);
+                        }
                     }
                 }
             }
         }
-        if self.meta.strategy == Strategy::Scd2 {
-            for (k, v) in deleted_latest {
-                if !self.index.contains_key(&k[..]) && v.deleted {
+        let mut want: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        for h in heads.values().filter(|h| h.deleted) {
+            want.entry(h.file).or_default().push(h.row);
+        }
+        for rows in want.values_mut() {
+            rows.sort_unstable();
+            rows.dedup();
+        }
+        for (id, rows, batch) in self.read_selected(want).await? {
+            for v in self.versions_of(id, &batch, rows.into_iter().enumerate()) {
+                if let Some(k) = spec.key_of(&v.data) {
                     self.index.insert(IndexKey::new(&k), (NO_FILE, 0, spec.summary(&v)));
                 }
             }
@@ -671,13 +707,71 @@ impl TableStore {
         Ok(())
     }
 
+    /// Per key without a current row, its newest version in one history
+    /// file, from the key, sequence, `_is_deleted` and `_execution_id`
+    /// columns alone: decoding every column of the whole history made a
+    /// restart cost what the table's age is.
+    fn history_heads(&self, id: u32, spec: &Spec, bytes: bytes::Bytes) -> Result<Vec<(Key, HistoryHead)>> {
+        use deltalake::parquet::arrow::ProjectionMask;
+        let f = self.files[id as usize].as_ref().expect("live file");
+        let data_err = |msg: String| TableError::Data { uri: self.uri.clone(), msg: format!("parquet {}: {msg}", f.path) };
+        let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| data_err(e.to_string()))?;
+        let r = &self.meta.reserved;
+        let names: Vec<&str> = spec
+            .key
+            .iter()
+            .chain(&spec.seq)
+            .map(|&i| self.columns[i].0.as_str())
+            .chain([r.is_deleted.as_str(), r.execution_id.as_str()])
+            .collect();
+        let mask = ProjectionMask::columns(builder.parquet_schema(), names.iter().copied());
+        let reader = builder.with_projection(mask).with_batch_size(64 * 1024).build().map_err(|e| data_err(e.to_string()))?;
+        let mut heads: KeyMap<HistoryHead> = KeyMap::default();
+        let mut row_no = 0u32;
+        let mut buf = Vec::with_capacity(32);
+        for batch in reader {
+            let batch = batch.map_err(|e| data_err(e.to_string()))?;
+            let col = |name: &str| batch.schema().index_of(name).ok().map(|i| batch.column(i).clone());
+            let typed = |idx: &[usize]| -> Vec<(Option<ArrayRef>, DType)> {
+                idx.iter().map(|&i| (col(&self.columns[i].0), self.columns[i].1)).collect()
+            };
+            let (key_cols, seq_cols) = (typed(&spec.key), typed(&spec.seq));
+            let keys = KeyCols::new(&key_cols);
+            let (del, exec) = (col(&r.is_deleted), col(&r.execution_id));
+            for i in 0..batch.num_rows() {
+                let row = row_no;
+                row_no += 1;
+                if f.deleted(row) || !keys.encode(i, &mut buf) || self.index.contains_key(&buf[..]) {
+                    continue;
+                }
+                let h = HistoryHead {
+                    seq: seq_cols
+                        .iter()
+                        .map(|(c, t)| c.as_ref().map(|c| cell(c, i)).unwrap_or(Value::Null).convert(*t).unwrap_or(Value::Null))
+                        .collect(),
+                    exec: match exec.as_ref().map(|c| cell(c, i)) {
+                        Some(Value::Int(e)) => e,
+                        _ => 0,
+                    },
+                    deleted: matches!(del.as_ref().map(|c| cell(c, i)), Some(Value::Bool(true))),
+                    file: id,
+                    row,
+                };
+                match heads.get_mut(&buf[..]) {
+                    Some(old) if !h.newer_than(old) => {}
+                    Some(old) => *old = h,
+                    None => {
+                        heads.insert(buf.as_slice().into(), h);
+                    }
+                }
+            }
+        }
+        Ok(heads.into_iter().collect())
+    }
+
     fn store(&self) -> Result<Arc<dyn ObjectStore>> {
         let t = self.table.as_ref().ok_or_else(|| TableError::Data { uri: self.uri.clone(), msg: "table not created yet".into() })?;
         Ok(t.object_store())
-    }
-
-    async fn read_file(&self, id: u32, spec: &Spec) -> Result<FileRows> {
-        self.read_file_where(id, spec, None).await
     }
 
     /// The file as Arrow batches in the table's current schema (columns added
@@ -906,25 +1000,20 @@ impl TableStore {
         let reader = builder.with_projection(mask).with_batch_size(64 * 1024).build().map_err(|e| data_err(e.to_string()))?;
         let mut hits: Vec<(u32, Key)> = vec![];
         let mut row_no = 0u32;
-        let mut kv = vec![Value::Null; key_names.len()];
+        let mut buf = Vec::with_capacity(32);
         for batch in reader {
             let batch = batch.map_err(|e| data_err(e.to_string()))?;
-            let cols: Vec<Option<ArrayRef>> =
-                key_names.iter().map(|n| batch.schema().index_of(n).ok().map(|i| batch.column(i).clone())).collect();
+            let cols: Vec<(Option<ArrayRef>, DType)> = key_names
+                .iter()
+                .zip(&spec.key)
+                .map(|(n, &k)| (batch.schema().index_of(n).ok().map(|i| batch.column(i).clone()), self.columns[k].1))
+                .collect();
+            let keys = KeyCols::new(&cols);
             for i in 0..batch.num_rows() {
                 let row = row_no;
                 row_no += 1;
-                if f.deleted(row) {
-                    continue;
-                }
-                for (j, c) in cols.iter().enumerate() {
-                    let t = self.columns[spec.key[j]].1;
-                    kv[j] = c.as_ref().map(|c| cell(c, i)).unwrap_or(Value::Null).convert(t).unwrap_or(Value::Null);
-                }
-                if let Some(k) = crate::merge::key_from(kv.iter()) {
-                    if wanted.contains(&k[..]) {
-                        hits.push((row, k));
-                    }
+                if !f.deleted(row) && keys.encode(i, &mut buf) && wanted.contains(&buf[..]) {
+                    hits.push((row, buf.as_slice().into()));
                 }
             }
         }
@@ -977,42 +1066,20 @@ impl TableStore {
         .collect()
     }
 
-    /// Reads a file's rows as versions; with `wanted`, only the rows of those
-    /// keys are materialised (the others are skipped after reading their key).
-    async fn read_file_where(&self, id: u32, spec: &Spec, wanted: Option<&HashSet<&Key>>) -> Result<FileRows> {
+    /// Reads a file's live rows as versions.
+    async fn read_file(&self, id: u32, spec: &Spec) -> Result<FileRows> {
         let f = self.files[id as usize].clone().expect("live file");
-        let batches = self.batches(id, wanted.is_some() && f.current).await?;
+        let batches = self.batches(id, false).await?;
         let mut out = FileRows { keys: vec![], versions: vec![] };
         let mut row_no = 0u32;
         for batch in batches.iter() {
-            let key_cols: Vec<(Option<ArrayRef>, DType)> = spec
-                .key
-                .iter()
-                .map(|&i| (batch.schema().index_of(&self.columns[i].0).ok().map(|c| batch.column(c).clone()), self.columns[i].1))
-                .collect();
-            let mut kv = vec![Value::Null; key_cols.len()];
-            let mut chosen = vec![];
-            for i in 0..batch.num_rows() {
-                let row = row_no;
-                row_no += 1;
-                if f.deleted(row) {
-                    continue;
-                }
-                if let Some(w) = wanted {
-                    for (j, (c, t)) in key_cols.iter().enumerate() {
-                        kv[j] = c.as_ref().map(|c| cell(c, i)).unwrap_or(Value::Null).convert(*t).unwrap_or(Value::Null);
-                    }
-                    match crate::merge::key_from(kv.iter()) {
-                        Some(k) if w.contains(&k) => {}
-                        _ => continue,
-                    }
-                }
-                chosen.push((i, row));
-            }
-            for v in self.versions_of(id, batch, chosen.into_iter()) {
+            let n = batch.num_rows() as u32;
+            let chosen = (row_no..row_no + n).filter(|&r| !f.deleted(r)).map(|r| ((r - row_no) as usize, r));
+            for v in self.versions_of(id, batch, chosen) {
                 out.keys.push(spec.key_of(&v.data));
                 out.versions.push(v);
             }
+            row_no += n;
         }
         Ok(out)
     }
@@ -2053,6 +2120,63 @@ fn key_columns(spec: &Spec) -> Vec<String> {
 /// Encodes batches on all cores, results in input order.
 fn encode_all(batches: Vec<&RecordBatch>, key_columns: &[String]) -> std::result::Result<Vec<Vec<u8>>, String> {
     par_map(batches, |b| encode_parquet(b, key_columns)).into_iter().collect()
+}
+
+/// The key columns of one Arrow batch, encoded row by row into key bytes
+/// exactly as [`crate::merge::key_from`] over converted cells would, without
+/// building a [`Value`] per cell: scanning history for keys touches every
+/// stored row, and a String per row cost most of that scan.
+struct KeyCols<'a>(Vec<KeyCol<'a>>);
+
+enum KeyCol<'a> {
+    Str(&'a StringArray),
+    Int(&'a Int64Array),
+    Other(&'a ArrayRef, DType),
+    Missing,
+}
+
+impl<'a> KeyCols<'a> {
+    fn new(cols: &'a [(Option<ArrayRef>, DType)]) -> Self {
+        KeyCols(
+            cols.iter()
+                .map(|(c, t)| match (c, t) {
+                    (None, _) => KeyCol::Missing,
+                    (Some(c), DType::Str) if c.as_any().is::<StringArray>() => KeyCol::Str(c.as_any().downcast_ref().expect("checked")),
+                    (Some(c), DType::Int) if c.as_any().is::<Int64Array>() => KeyCol::Int(c.as_any().downcast_ref().expect("checked")),
+                    (Some(c), t) => KeyCol::Other(c, *t),
+                })
+                .collect(),
+        )
+    }
+
+    /// Row `i`'s key into `out` (cleared first); false when every part is NULL.
+    fn encode(&self, i: usize, out: &mut Vec<u8>) -> bool {
+        out.clear();
+        let mut any = false;
+        for c in &self.0 {
+            match c {
+                KeyCol::Str(a) if a.is_valid(i) => {
+                    let v = a.value(i);
+                    out.push(4);
+                    out.extend_from_slice(&(v.len() as u32).to_be_bytes());
+                    out.extend_from_slice(v.as_bytes());
+                    any = true;
+                }
+                KeyCol::Int(a) if a.is_valid(i) => {
+                    out.push(2);
+                    out.extend_from_slice(&a.value(i).to_be_bytes());
+                    any = true;
+                }
+                KeyCol::Other(a, t) => {
+                    let v = cell(a, i).convert(*t).unwrap_or(Value::Null);
+                    any |= !v.is_null();
+                    v.encode(out);
+                }
+                _ => out.push(0),
+            }
+        }
+        any
+    }
 }
 
 /// One Arrow cell as a [`Value`].

@@ -315,3 +315,50 @@ import os; os._exit(0)
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(rows, serde_json::json!([["c0", 1025, false, false], ["late", 5000, false, true], ["c2", 21025, true, false]]));
 }
+
+/// A restarted process learns scd2 keys that have no current row (deleted)
+/// from a few columns of the history files, reading only the newest deleted
+/// versions in full: an older row for such a key stays a late, closed
+/// version instead of opening the key, and a row at or above the deleted
+/// version's sequence reopens it (SPEC 5, deletes).
+#[test]
+fn restarted_scd2_knows_deleted_keys_from_history() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = write(
+        tmp.path(),
+        "c.yaml",
+        "systems: {crm: {type: csv, path: 'data/{object}/*.csv'}}\nbronze:\n  tables:\n    account_history:\n      source: {system: crm, object: account}\n      business_key: [id]\n      strategy: scd2\n      merge: {sequence_by: [seq], delete_when: \"op = 'D'\"}\n      layout: {compact_min_files: 0}\n",
+    );
+    // Each run its own process: the key index is rebuilt from the table every time.
+    let runs = [
+        "id,op,city,seq\n1,U,c0,10\n2,U,c0,10\n3,U,c0,10\n",
+        "id,op,city,seq\n1,U,c1,20\n",
+        "id,op,city,seq\n1,D,c1,30\n2,D,c0,30\n",
+        "id,op,city,seq\n1,U,old,15\n2,U,back,20\n",
+    ];
+    for (i, csv) in runs.iter().enumerate() {
+        write(tmp.path(), &format!("data/account/{i:03}.csv"), csv);
+        run_once(&cfg);
+    }
+    let py = r#"
+import sys, json
+from deltalake import DeltaTable
+t = DeltaTable(sys.argv[1]).to_pyarrow_table().to_pylist()
+print(json.dumps(sorted([r["id"], r["seq"], r["city"], r["_is_current"], r["_is_deleted"], r["_valid_from"] == r["_valid_to"]] for r in t)), flush=True)
+import os; os._exit(0)
+"#;
+    let out = Command::new("python3").args(["-c", py]).arg(tmp.path().join("lake/bronze/account_history")).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        rows,
+        serde_json::json!([
+            [1, 10, "c0", false, false, false],
+            [1, 15, "old", false, false, true],
+            [1, 20, "c1", false, true, false],
+            [2, 10, "c0", false, true, false],
+            [2, 20, "back", true, false, false],
+            [3, 10, "c0", true, false, false],
+        ])
+    );
+}
