@@ -49,9 +49,8 @@
 //!
 //! Small files (a streaming run's leftovers) are compacted into full ones with
 //! `dataChange: false`; a checkpoint is written every `checkpoint_interval`
-//! commits, and files in the table directory that the current snapshot does
-//! not reference (removed data files, replaced deletion vectors, a crashed
-//! writer's leftovers) are deleted once older than `vacuum_retention`.
+//! commits, and data files removed and deletion vectors replaced longer ago
+//! than `vacuum_retention` are deleted (counted from the removing commit).
 //!
 //! ## Key index
 //!
@@ -173,16 +172,50 @@ const COMPACT_BELOW_ROWS: usize = 1024;
 /// Magic number of a portable RoaringBitmapArray in a Delta deletion vector.
 const DV_MAGIC: u32 = 1_681_511_377;
 
+/// The table-relative file of a `u` (UUID relative path) deletion vector.
+fn dv_file(path_or_inline: &str) -> std::result::Result<String, String> {
+    if path_or_inline.len() < 20 {
+        return Err(format!("deletion vector id `{path_or_inline}` is too short"));
+    }
+    let (prefix, z) = path_or_inline.split_at(path_or_inline.len() - 20);
+    let raw = z85::decode(z).map_err(|e| format!("deletion vector id: {e}"))?;
+    let uuid = uuid::Uuid::from_slice(&raw).map_err(|e| format!("deletion vector id: {e}"))?;
+    Ok(if prefix.is_empty() { format!("deletion_vector_{uuid}.bin") } else { format!("{prefix}/deletion_vector_{uuid}.bin") })
+}
+
+/// Deletion-vector files named by the `remove` actions (tombstones) of a
+/// checkpoint: (file, removal time in ms). A tombstone with a deletion
+/// vector is a data file whose DV was replaced (or that was removed).
+fn tombstone_dvs(checkpoint: bytes::Bytes) -> std::result::Result<Vec<(String, i64)>, String> {
+    use deltalake::arrow::array::{Array, AsArray};
+    use deltalake::arrow::datatypes::Int64Type;
+    use deltalake::parquet::arrow::ProjectionMask;
+    let b = ParquetRecordBatchReaderBuilder::try_new(checkpoint).map_err(|e| e.to_string())?;
+    let mask = ProjectionMask::columns(b.parquet_schema(), ["remove.deletionTimestamp", "remove.deletionVector"]);
+    let mut out = vec![];
+    for batch in b.with_projection(mask).build().map_err(|e| e.to_string())? {
+        let batch = batch.map_err(|e| e.to_string())?;
+        let Some(remove) = batch.column_by_name("remove").and_then(|c| c.as_struct_opt()) else { continue };
+        let (Some(ts), Some(dv)) = (remove.column_by_name("deletionTimestamp"), remove.column_by_name("deletionVector")) else { continue };
+        let (Some(ts), Some(dv)) = (ts.as_primitive_opt::<Int64Type>(), dv.as_struct_opt()) else { continue };
+        let (Some(kind), Some(id)) = (dv.column_by_name("storageType"), dv.column_by_name("pathOrInlineDv")) else { continue };
+        let (Some(kind), Some(id)) = (kind.as_string_opt::<i32>(), id.as_string_opt::<i32>()) else { continue };
+        for i in 0..batch.num_rows() {
+            if remove.is_valid(i) && dv.is_valid(i) && kind.is_valid(i) && kind.value(i) == "u" && id.is_valid(i) {
+                out.push((dv_file(id.value(i))?, if ts.is_valid(i) { ts.value(i) } else { 0 }));
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Reads a deletion vector written as `changelake` writes them (stored
 /// relative to the table, `u`): other storage types are refused.
 async fn read_dv(table: &DeltaTable, d: &DeletionVectorDescriptor) -> std::result::Result<roaring::RoaringTreemap, String> {
     if d.storage_type != StorageType::UuidRelativePath || d.path_or_inline_dv.len() < 20 {
         return Err(format!("deletion vector storage {:?} is not supported (only relative `u` files)", d.storage_type));
     }
-    let (prefix, z) = d.path_or_inline_dv.split_at(d.path_or_inline_dv.len() - 20);
-    let raw = z85::decode(z).map_err(|e| format!("deletion vector id: {e}"))?;
-    let uuid = uuid::Uuid::from_slice(&raw).map_err(|e| format!("deletion vector id: {e}"))?;
-    let path = if prefix.is_empty() { format!("deletion_vector_{uuid}.bin") } else { format!("{prefix}/deletion_vector_{uuid}.bin") };
+    let path = dv_file(&d.path_or_inline_dv)?;
     let bytes = table
         .object_store()
         .get(&Path::from(path.as_str()))
@@ -1619,21 +1652,57 @@ impl TableStore {
         deltalake::checkpoints::create_checkpoint(&t, None).await.map_err(|e| self.delta(e))?;
         let Some(retention) = self.meta.layout.vacuum_retention else { return Ok(0) };
         let retention = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::days(7));
-        // Full mode (what Spark's VACUUM does): every file in the table
-        // directory that the current snapshot does not reference and that is
-        // older than the retention goes. The lite mode only deletes the paths
-        // of `remove` actions, which never covers a deletion vector replaced
-        // by a newer one for the same data file, nor files a crashed writer
-        // left behind. The vacuum's own log entries (VACUUM START/END) carry
-        // no data; our table state stays at our last commit (see `commit_inner`).
-        let (_, m) = t
-            .vacuum()
-            .with_mode(deltalake::operations::vacuum::VacuumMode::Full)
-            .with_retention_period(retention)
-            .with_enforce_retention_duration(false)
-            .await
-            .map_err(|e| self.delta(e))?;
-        Ok(m.files_deleted.len())
+        // The vacuum's own log entries (VACUUM START/END) carry no data; our
+        // table state stays at our last commit (see `commit_inner`).
+        let dvs = self.vacuum_deletion_vectors(&t, retention.num_milliseconds()).await?;
+        let (_, m) = t.vacuum().with_retention_period(retention).with_enforce_retention_duration(false).await.map_err(|e| self.delta(e))?;
+        Ok(m.files_deleted.len() + dvs)
+    }
+
+    /// Deletes deletion-vector files replaced longer ago than the retention.
+    /// delta-rs' vacuum deletes the data files of expired `remove` actions
+    /// but never the DV a remove names (the data file usually stays live with
+    /// a newer DV), and its full mode would judge a DV by when it was
+    /// written, not by when it was replaced, deleting one a reader of the
+    /// previous version may still need. Here: a DV file goes when every
+    /// tombstone naming it expired and no live file uses it. The tombstones
+    /// come from the checkpoint just written (it holds every unexpired one).
+    async fn vacuum_deletion_vectors(&self, t: &DeltaTable, retention_ms: i64) -> Result<usize> {
+        let Some(version) = t.version() else { return Ok(0) };
+        let store = self.store()?;
+        let checkpoint = Path::from(format!("_delta_log/{version:020}.checkpoint.parquet"));
+        let data_err = |msg: String| TableError::Data { uri: self.uri.clone(), msg };
+        let bytes = match store.get(&checkpoint).await {
+            Ok(r) => r.bytes().await.map_err(|e| data_err(format!("reading {checkpoint}: {e}")))?,
+            Err(e) => {
+                tracing::debug!(%checkpoint, error = %e, "no single-file checkpoint; deletion vectors not vacuumed this time");
+                return Ok(0);
+            }
+        };
+        let cutoff = chrono::Utc::now().timestamp_millis() - retention_ms;
+        let mut keep: HashSet<String> = HashSet::new();
+        for f in self.files.iter().flatten() {
+            if let Some(d) = &f.dv_desc {
+                keep.insert(dv_file(&d.path_or_inline_dv).map_err(&data_err)?);
+            }
+        }
+        let mut expired: HashSet<String> = HashSet::new();
+        for (file, removed_at) in tombstone_dvs(bytes).map_err(|e| data_err(format!("{checkpoint}: {e}")))? {
+            if removed_at < cutoff {
+                expired.insert(file);
+            } else {
+                keep.insert(file);
+            }
+        }
+        let mut deleted = 0;
+        for file in expired.difference(&keep) {
+            match store.delete(&Path::from(file.as_str())).await {
+                Ok(()) => deleted += 1,
+                Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(data_err(format!("deleting {file}: {e}"))),
+            }
+        }
+        Ok(deleted)
     }
 
     fn remove_file(&self, id: u32, pc: &mut PendingCommit) {

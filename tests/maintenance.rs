@@ -222,10 +222,6 @@ fn deletion_vectors_read_back_exactly_like_copy_on_write() {
         assert_eq!(show(&cow_cfg), show(&mor_cfg), "{t}: show differs");
     }
 
-    // Vacuum with a zero retention also deletes deletion vectors that newer
-    // ones replaced (their data file stays live, so its `remove` path never
-    // names them) and leftovers of a crashed writer; what readers see stays.
-    let before: Vec<_> = ["account", "account_history"].iter().map(|t| scan(&mor.path().join("lake/bronze").join(t))).collect();
     let table = mor.path().join("lake/bronze/account");
     let files = |ext: &str| {
         let mut v: Vec<String> = std::fs::read_dir(&table)
@@ -251,7 +247,43 @@ print(len({a["deletionVector"]["pathOrInlineDv"] for a in t if a and a.get("dele
     };
     let dv_files = files(".bin");
     assert!(dv_files.len() > live_dvs(), "replaced deletion vectors are on disk: {dv_files:?}");
-    std::fs::write(table.join("part-00000-crashed-writer.parquet"), b"not referenced").unwrap();
+
+    // A deletion vector counts from when it was replaced, not from when it
+    // was written: with every DV file written "two hours ago", a run that
+    // replaces some of them and vacuums with a one-hour retention keeps them
+    // all, and the version before that run still reads.
+    let two_hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+    for f in &dv_files {
+        std::fs::File::options().write(true).open(table.join(f)).unwrap().set_modified(two_hours_ago).unwrap();
+    }
+    let version_before = std::fs::read_dir(table.join("_delta_log"))
+        .unwrap()
+        .filter_map(|e| e.unwrap().file_name().to_string_lossy().strip_suffix(".json").and_then(|v| v.parse::<u64>().ok()))
+        .max()
+        .unwrap();
+    let hour_cfg = mor.path().join("hour.yaml");
+    let text = std::fs::read_to_string(&mor_cfg).unwrap().replace("checkpoint_interval: 2", "checkpoint_interval: 1, vacuum_retention: 1h");
+    std::fs::write(&hour_cfg, text).unwrap();
+    let mut csv = String::from("id,op,city,seq\n");
+    for id in (0..400).step_by(7) {
+        csv.push_str(&format!("{id},U,hour,{}\n", 50_000 + id));
+    }
+    write(mor.path(), "data/account/900.csv", &csv);
+    let log = run_once(&hour_cfg);
+    assert!(log.contains("files_vacuumed"), "{log}");
+    for f in &dv_files {
+        assert!(table.join(f).exists(), "{f} was replaced just now: kept for the retention");
+    }
+    let py = "import sys, pyarrow as pa\nfrom deltalake import DeltaTable\ndt = DeltaTable(sys.argv[1], version=int(sys.argv[2]))\nprint(pa.RecordBatchReader.from_stream(dt.scan()).read_all().num_rows, flush=True)\nimport os; os._exit(0)\n";
+    let out = Command::new("python3").args(["-c", py]).arg(&table).arg(version_before.to_string()).output().unwrap();
+    assert!(out.status.success(), "the previous version must stay readable: {}", String::from_utf8_lossy(&out.stderr));
+    // Vacuum with a zero retention also deletes deletion vectors that newer
+    // ones replaced (their data file stays live, so delta-rs' vacuum never
+    // deletes them); what readers see stays.
+    let dv_files = files(".bin");
+    assert!(dv_files.len() > live_dvs(), "replaced deletion vectors are on disk: {dv_files:?}");
+    let before: Vec<_> = ["account", "account_history"].iter().map(|t| scan(&mor.path().join("lake/bronze").join(t))).collect();
+
     let vacuum_cfg = mor.path().join("vacuum.yaml");
     let text = std::fs::read_to_string(&mor_cfg).unwrap().replace("checkpoint_interval: 2", "checkpoint_interval: 1, vacuum_retention: 0s");
     std::fs::write(&vacuum_cfg, text).unwrap();
@@ -260,7 +292,6 @@ print(len({a["deletionVector"]["pathOrInlineDv"] for a in t if a and a.get("dele
     assert!(log.contains("files_vacuumed"), "{log}");
     let after = scan(&table);
     assert_eq!(files(".bin").len(), live_dvs(), "only live deletion vectors stay: {:?}", files(".bin"));
-    assert!(!table.join("part-00000-crashed-writer.parquet").exists(), "unreferenced files are vacuumed");
     let mut expect: Vec<String> = before[0]["rows"].as_array().unwrap().iter().map(|r| r.as_str().unwrap().to_string()).collect();
     expect.retain(|r| !r.contains("\"id\": 1,"));
     let mut got: Vec<String> = after["rows"].as_array().unwrap().iter().map(|r| r.as_str().unwrap().to_string()).collect();
