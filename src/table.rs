@@ -50,7 +50,8 @@
 //! Small files (a streaming run's leftovers) are compacted into full ones with
 //! `dataChange: false`; a checkpoint is written every `checkpoint_interval`
 //! commits, and data files removed and deletion vectors replaced longer ago
-//! than `vacuum_retention` are deleted (counted from the removing commit).
+//! than `vacuum_retention` are deleted (counted from the removing commit), as
+//! are files a crashed writer never committed (see `TableStore::sweep`).
 //!
 //! ## Key index
 //!
@@ -183,27 +184,48 @@ fn dv_file(path_or_inline: &str) -> std::result::Result<String, String> {
     Ok(if prefix.is_empty() { format!("deletion_vector_{uuid}.bin") } else { format!("{prefix}/deletion_vector_{uuid}.bin") })
 }
 
-/// Deletion-vector files named by the `remove` actions (tombstones) of a
-/// checkpoint: (file, removal time in ms). A tombstone with a deletion
-/// vector is a data file whose DV was replaced (or that was removed).
-fn tombstone_dvs(checkpoint: bytes::Bytes) -> std::result::Result<Vec<(String, i64)>, String> {
+/// A `remove` action (tombstone) of a checkpoint.
+struct Tombstone {
+    path: String,
+    /// Removal time, ms since the epoch.
+    removed_at: i64,
+    /// The deletion vector the removed entry carried (a data file whose DV
+    /// was replaced is removed with its old DV and added with the new one).
+    dv: Option<String>,
+}
+
+/// The tombstones of a checkpoint (it holds every one not yet expired).
+fn tombstones(checkpoint: bytes::Bytes) -> std::result::Result<Vec<Tombstone>, String> {
     use deltalake::arrow::array::{Array, AsArray};
     use deltalake::arrow::datatypes::Int64Type;
     use deltalake::parquet::arrow::ProjectionMask;
     let b = ParquetRecordBatchReaderBuilder::try_new(checkpoint).map_err(|e| e.to_string())?;
-    let mask = ProjectionMask::columns(b.parquet_schema(), ["remove.deletionTimestamp", "remove.deletionVector"]);
+    let mask = ProjectionMask::columns(b.parquet_schema(), ["remove.path", "remove.deletionTimestamp", "remove.deletionVector"]);
     let mut out = vec![];
     for batch in b.with_projection(mask).build().map_err(|e| e.to_string())? {
         let batch = batch.map_err(|e| e.to_string())?;
         let Some(remove) = batch.column_by_name("remove").and_then(|c| c.as_struct_opt()) else { continue };
-        let (Some(ts), Some(dv)) = (remove.column_by_name("deletionTimestamp"), remove.column_by_name("deletionVector")) else { continue };
-        let (Some(ts), Some(dv)) = (ts.as_primitive_opt::<Int64Type>(), dv.as_struct_opt()) else { continue };
-        let (Some(kind), Some(id)) = (dv.column_by_name("storageType"), dv.column_by_name("pathOrInlineDv")) else { continue };
-        let (Some(kind), Some(id)) = (kind.as_string_opt::<i32>(), id.as_string_opt::<i32>()) else { continue };
+        let Some(path) = remove.column_by_name("path").and_then(|c| c.as_string_opt::<i32>()) else { continue };
+        let ts = remove.column_by_name("deletionTimestamp").and_then(|c| c.as_primitive_opt::<Int64Type>());
+        let dv = remove.column_by_name("deletionVector").and_then(|c| c.as_struct_opt());
+        let dv_cols = dv.and_then(|dv| {
+            let kind = dv.column_by_name("storageType")?.as_string_opt::<i32>()?;
+            let id = dv.column_by_name("pathOrInlineDv")?.as_string_opt::<i32>()?;
+            Some((dv, kind, id))
+        });
         for i in 0..batch.num_rows() {
-            if remove.is_valid(i) && dv.is_valid(i) && kind.is_valid(i) && kind.value(i) == "u" && id.is_valid(i) {
-                out.push((dv_file(id.value(i))?, if ts.is_valid(i) { ts.value(i) } else { 0 }));
+            if !remove.is_valid(i) || !path.is_valid(i) {
+                continue;
             }
+            let dv = match dv_cols {
+                Some((dv, kind, id)) if dv.is_valid(i) && kind.is_valid(i) && kind.value(i) == "u" && id.is_valid(i) => {
+                    Some(dv_file(id.value(i))?)
+                }
+                _ => None,
+            };
+            // Compared with the paths this table writes (and lists), which need no escaping.
+            let path = path.value(i).to_string();
+            out.push(Tombstone { path, removed_at: ts.filter(|t| t.is_valid(i)).map_or(0, |t| t.value(i)), dv });
         }
     }
     Ok(out)
@@ -1654,20 +1676,33 @@ impl TableStore {
         let retention = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::days(7));
         // The vacuum's own log entries (VACUUM START/END) carry no data; our
         // table state stays at our last commit (see `commit_inner`).
-        let dvs = self.vacuum_deletion_vectors(&t, retention.num_milliseconds()).await?;
+        let dvs = self.sweep(&t, retention).await?;
         let (_, m) = t.vacuum().with_retention_period(retention).with_enforce_retention_duration(false).await.map_err(|e| self.delta(e))?;
         Ok(m.files_deleted.len() + dvs)
     }
 
-    /// Deletes deletion-vector files replaced longer ago than the retention.
-    /// delta-rs' vacuum deletes the data files of expired `remove` actions
-    /// but never the DV a remove names (the data file usually stays live with
-    /// a newer DV), and its full mode would judge a DV by when it was
-    /// written, not by when it was replaced, deleting one a reader of the
-    /// previous version may still need. Here: a DV file goes when every
-    /// tombstone naming it expired and no live file uses it. The tombstones
-    /// come from the checkpoint just written (it holds every unexpired one).
-    async fn vacuum_deletion_vectors(&self, t: &DeltaTable, retention_ms: i64) -> Result<usize> {
+    /// Deletes what delta-rs' vacuum leaves behind, each file judged by when
+    /// the table stopped needing it:
+    /// - deletion vectors replaced longer ago than the retention. delta-rs
+    ///   deletes the data files of expired `remove` actions but never the DV
+    ///   a remove names (the data file usually stays live with a newer DV);
+    ///   its "full" mode judges a DV by when it was written, not by when it
+    ///   was replaced, and would delete one a reader of the previous version
+    ///   still needs. A DV file goes when every tombstone naming it expired
+    ///   and no live file uses it.
+    /// - files no commit ever referenced (a writer that died between writing
+    ///   a file and committing it), once older than the retention: our own
+    ///   `part-*.parquet` / `deletion_vector_*.bin` names only, in the table
+    ///   directory and its `_is_current=` partitions, never a nested table.
+    ///   Only when the retention is within the table's tombstone retention
+    ///   (`delta.deletedFileRetentionDuration`), so a file removed inside the
+    ///   retention always still has its tombstone and is never taken for one.
+    ///
+    /// The tombstones come from the checkpoint just written (it holds every
+    /// unexpired one).
+    async fn sweep(&self, t: &DeltaTable, retention: chrono::Duration) -> Result<usize> {
+        use deltalake::table::config::TablePropertiesExt;
+        use futures::TryStreamExt;
         let Some(version) = t.version() else { return Ok(0) };
         let store = self.store()?;
         let checkpoint = Path::from(format!("_delta_log/{version:020}.checkpoint.parquet"));
@@ -1675,27 +1710,61 @@ impl TableStore {
         let bytes = match store.get(&checkpoint).await {
             Ok(r) => r.bytes().await.map_err(|e| data_err(format!("reading {checkpoint}: {e}")))?,
             Err(e) => {
-                tracing::debug!(%checkpoint, error = %e, "no single-file checkpoint; deletion vectors not vacuumed this time");
+                tracing::debug!(%checkpoint, error = %e, "no single-file checkpoint; deletion vectors and orphans not swept this time");
                 return Ok(0);
             }
         };
-        let cutoff = chrono::Utc::now().timestamp_millis() - retention_ms;
-        let mut keep: HashSet<String> = HashSet::new();
+        let cutoff = chrono::Utc::now().timestamp_millis() - retention.num_milliseconds();
+        let mut live: HashSet<String> = HashSet::new();
         for f in self.files.iter().flatten() {
+            live.insert(f.path.clone());
             if let Some(d) = &f.dv_desc {
-                keep.insert(dv_file(&d.path_or_inline_dv).map_err(&data_err)?);
+                live.insert(dv_file(&d.path_or_inline_dv).map_err(&data_err)?);
             }
         }
+        let tombs = tombstones(bytes).map_err(|e| data_err(format!("{checkpoint}: {e}")))?;
+        let mut keep = live;
         let mut expired: HashSet<String> = HashSet::new();
-        for (file, removed_at) in tombstone_dvs(bytes).map_err(|e| data_err(format!("{checkpoint}: {e}")))? {
-            if removed_at < cutoff {
-                expired.insert(file);
-            } else {
-                keep.insert(file);
+        for t in &tombs {
+            keep.insert(t.path.clone());
+            if let Some(dv) = &t.dv {
+                if t.removed_at < cutoff {
+                    expired.insert(dv.clone());
+                } else {
+                    keep.insert(dv.clone());
+                }
+            }
+        }
+        let mut doomed: Vec<String> = expired.difference(&keep).cloned().collect();
+        let tombstone_retention = t.snapshot().map_err(|e| self.delta(e))?.table_config().deleted_file_retention_duration();
+        if retention.to_std().is_ok_and(|r| r <= tombstone_retention) {
+            let ours = |name: &str| {
+                (name.starts_with("part-") && name.ends_with(".parquet"))
+                    || (name.starts_with("deletion_vector_") && name.ends_with(".bin"))
+            };
+            let top = store.list_with_delimiter(None).await.map_err(|e| data_err(format!("listing the table: {e}")))?;
+            let mut objects = top.objects;
+            for dir in top.common_prefixes {
+                if dir.filename().is_some_and(|d| self.meta.partition().is_some_and(|p| d.starts_with(&format!("{p}=")))) {
+                    let mut inner: Vec<_> =
+                        store.list(Some(&dir)).try_collect().await.map_err(|e| data_err(format!("listing {dir}: {e}")))?;
+                    inner.retain(|o| o.location.prefix_match(&dir).is_some_and(|mut rest| rest.next().is_some() && rest.next().is_none()));
+                    objects.extend(inner);
+                }
+            }
+            for o in objects {
+                let path = o.location.to_string();
+                if o.location.filename().is_some_and(ours)
+                    && o.last_modified.timestamp_millis() < cutoff
+                    && !keep.contains(&path)
+                    && !expired.contains(&path)
+                {
+                    doomed.push(path);
+                }
             }
         }
         let mut deleted = 0;
-        for file in expired.difference(&keep) {
+        for file in doomed {
             match store.delete(&Path::from(file.as_str())).await {
                 Ok(()) => deleted += 1,
                 Err(object_store::Error::NotFound { .. }) => {}

@@ -279,11 +279,26 @@ print(len({a["deletionVector"]["pathOrInlineDv"] for a in t if a and a.get("dele
     assert!(out.status.success(), "the previous version must stay readable: {}", String::from_utf8_lossy(&out.stderr));
     // Vacuum with a zero retention also deletes deletion vectors that newer
     // ones replaced (their data file stays live, so delta-rs' vacuum never
-    // deletes them); what readers see stays.
+    // deletes them) and files no commit references (a writer that died
+    // before committing), only under our own names and never in a nested
+    // directory; what readers see stays.
     let dv_files = files(".bin");
     assert!(dv_files.len() > live_dvs(), "replaced deletion vectors are on disk: {dv_files:?}");
     let before: Vec<_> = ["account", "account_history"].iter().map(|t| scan(&mor.path().join("lake/bronze").join(t))).collect();
 
+    let history = mor.path().join("lake/bronze/account_history");
+    let current_dir = std::fs::read_dir(&history)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("_is_current="))
+        .unwrap();
+    let orphans =
+        [table.join("part-0000000000-00000-crashed.zstd.parquet"), current_dir.join("part-0000000000-00000-crashed.zstd.parquet")];
+    let bystanders = [table.join("notes.txt"), table.join("nested/part-0000000000-00000-other-table.zstd.parquet")];
+    for f in orphans.iter().chain(&bystanders) {
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(f, b"never committed").unwrap();
+    }
     let vacuum_cfg = mor.path().join("vacuum.yaml");
     let text = std::fs::read_to_string(&mor_cfg).unwrap().replace("checkpoint_interval: 2", "checkpoint_interval: 1, vacuum_retention: 0s");
     std::fs::write(&vacuum_cfg, text).unwrap();
@@ -291,6 +306,12 @@ print(len({a["deletionVector"]["pathOrInlineDv"] for a in t if a and a.get("dele
     let log = run_once(&vacuum_cfg);
     assert!(log.contains("files_vacuumed"), "{log}");
     let after = scan(&table);
+    for f in &orphans {
+        assert!(!f.exists(), "{f:?}: never committed, older than the retention: vacuumed");
+    }
+    for f in &bystanders {
+        assert!(f.exists(), "{f:?}: not one of this table's files: left alone");
+    }
     assert_eq!(files(".bin").len(), live_dvs(), "only live deletion vectors stay: {:?}", files(".bin"));
     let mut expect: Vec<String> = before[0]["rows"].as_array().unwrap().iter().map(|r| r.as_str().unwrap().to_string()).collect();
     expect.retain(|r| !r.contains("\"id\": 1,"));
