@@ -170,6 +170,9 @@ const CACHE_ROWS: usize = 4_000_000;
 const WAVE_ROWS: usize = 1_000_000;
 /// Files under this many rows (or a quarter of `file_rows`) count as small for compaction.
 const COMPACT_BELOW_ROWS: usize = 1024;
+/// Files no commit references are vacuumed only once at least this old, even
+/// with a shorter retention (another writer's file may await its commit).
+const ORPHAN_MIN_AGE_MS: i64 = 3_600_000;
 /// Magic number of a portable RoaringBitmapArray in a Delta deletion vector.
 const DV_MAGIC: u32 = 1_681_511_377;
 
@@ -184,51 +187,64 @@ fn dv_file(path_or_inline: &str) -> std::result::Result<String, String> {
     Ok(if prefix.is_empty() { format!("deletion_vector_{uuid}.bin") } else { format!("{prefix}/deletion_vector_{uuid}.bin") })
 }
 
-/// A `remove` action (tombstone) of a checkpoint.
-struct Tombstone {
+/// A file entry of a checkpoint: an `add` (live) or a `remove` (tombstone).
+struct CheckpointFile {
     path: String,
-    /// Removal time, ms since the epoch.
+    /// Removal time of a tombstone, ms since the epoch.
     removed_at: i64,
-    /// The deletion vector the removed entry carried (a data file whose DV
-    /// was replaced is removed with its old DV and added with the new one).
+    /// The deletion-vector file the entry carries, if any (a data file whose
+    /// DV was replaced is removed with its old DV and added with the new one).
     dv: Option<String>,
 }
 
-/// The tombstones of a checkpoint (it holds every one not yet expired).
-fn tombstones(checkpoint: bytes::Bytes) -> std::result::Result<Vec<Tombstone>, String> {
+/// The live files and the tombstones of a checkpoint (it holds every
+/// tombstone not yet expired). An error when the checkpoint is not laid out
+/// as expected: the sweep must never run on a partial picture.
+fn checkpoint_files(checkpoint: bytes::Bytes) -> std::result::Result<(Vec<CheckpointFile>, Vec<CheckpointFile>), String> {
     use deltalake::arrow::array::{Array, AsArray};
     use deltalake::arrow::datatypes::Int64Type;
     use deltalake::parquet::arrow::ProjectionMask;
     let b = ParquetRecordBatchReaderBuilder::try_new(checkpoint).map_err(|e| e.to_string())?;
-    let mask = ProjectionMask::columns(b.parquet_schema(), ["remove.path", "remove.deletionTimestamp", "remove.deletionVector"]);
-    let mut out = vec![];
+    let cols = ["add.path", "add.deletionVector", "remove.path", "remove.deletionTimestamp", "remove.deletionVector"];
+    let mask = ProjectionMask::columns(b.parquet_schema(), cols);
+    let (mut adds, mut removes) = (vec![], vec![]);
     for batch in b.with_projection(mask).build().map_err(|e| e.to_string())? {
         let batch = batch.map_err(|e| e.to_string())?;
-        let Some(remove) = batch.column_by_name("remove").and_then(|c| c.as_struct_opt()) else { continue };
-        let Some(path) = remove.column_by_name("path").and_then(|c| c.as_string_opt::<i32>()) else { continue };
-        let ts = remove.column_by_name("deletionTimestamp").and_then(|c| c.as_primitive_opt::<Int64Type>());
-        let dv = remove.column_by_name("deletionVector").and_then(|c| c.as_struct_opt());
-        let dv_cols = dv.and_then(|dv| {
-            let kind = dv.column_by_name("storageType")?.as_string_opt::<i32>()?;
-            let id = dv.column_by_name("pathOrInlineDv")?.as_string_opt::<i32>()?;
-            Some((dv, kind, id))
-        });
-        for i in 0..batch.num_rows() {
-            if !remove.is_valid(i) || !path.is_valid(i) {
-                continue;
-            }
-            let dv = match dv_cols {
-                Some((dv, kind, id)) if dv.is_valid(i) && kind.is_valid(i) && kind.value(i) == "u" && id.is_valid(i) => {
-                    Some(dv_file(id.value(i))?)
+        for (action, out) in [("add", &mut adds), ("remove", &mut removes)] {
+            let missing = || format!("no readable `{action}.path` column");
+            let entry = batch.column_by_name(action).and_then(|c| c.as_struct_opt()).ok_or_else(missing)?;
+            let path = entry.column_by_name("path").and_then(|c| c.as_string_opt::<i32>()).ok_or_else(missing)?;
+            let ts = entry.column_by_name("deletionTimestamp").and_then(|c| c.as_primitive_opt::<Int64Type>());
+            let dv = match entry.column_by_name("deletionVector") {
+                None => None,
+                Some(dv) => {
+                    let bad = || format!("`{action}.deletionVector` is not laid out as the Delta protocol says");
+                    let dv = dv.as_struct_opt().ok_or_else(bad)?;
+                    let kind = dv.column_by_name("storageType").and_then(|c| c.as_string_opt::<i32>()).ok_or_else(bad)?;
+                    let id = dv.column_by_name("pathOrInlineDv").and_then(|c| c.as_string_opt::<i32>()).ok_or_else(bad)?;
+                    Some((dv, kind, id))
                 }
-                _ => None,
             };
-            // Compared with the paths this table writes (and lists), which need no escaping.
-            let path = path.value(i).to_string();
-            out.push(Tombstone { path, removed_at: ts.filter(|t| t.is_valid(i)).map_or(0, |t| t.value(i)), dv });
+            for i in 0..batch.num_rows() {
+                if !entry.is_valid(i) || !path.is_valid(i) {
+                    continue;
+                }
+                let dv = match dv {
+                    Some((dv, kind, id)) if dv.is_valid(i) && kind.is_valid(i) && kind.value(i) == "u" && id.is_valid(i) => {
+                        Some(dv_file(id.value(i))?)
+                    }
+                    _ => None,
+                };
+                // Compared with the paths this table writes (and lists), which need no escaping.
+                out.push(CheckpointFile {
+                    path: path.value(i).to_string(),
+                    removed_at: ts.filter(|t| t.is_valid(i)).map_or(0, |t| t.value(i)),
+                    dv,
+                });
+            }
         }
     }
-    Ok(out)
+    Ok((adds, removes))
 }
 
 /// Reads a deletion vector written as `changelake` writes them (stored
@@ -1676,9 +1692,10 @@ impl TableStore {
         let retention = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::days(7));
         // The vacuum's own log entries (VACUUM START/END) carry no data; our
         // table state stays at our last commit (see `commit_inner`).
-        let dvs = self.sweep(&t, retention).await?;
-        let (_, m) = t.vacuum().with_retention_period(retention).with_enforce_retention_duration(false).await.map_err(|e| self.delta(e))?;
-        Ok(m.files_deleted.len() + dvs)
+        let (_, m) =
+            t.clone().vacuum().with_retention_period(retention).with_enforce_retention_duration(false).await.map_err(|e| self.delta(e))?;
+        let swept = self.sweep(&t, retention).await?;
+        Ok(m.files_deleted.len() + swept)
     }
 
     /// Deletes what delta-rs' vacuum leaves behind, each file judged by when
@@ -1702,7 +1719,6 @@ impl TableStore {
     /// unexpired one).
     async fn sweep(&self, t: &DeltaTable, retention: chrono::Duration) -> Result<usize> {
         use deltalake::table::config::TablePropertiesExt;
-        use futures::TryStreamExt;
         let Some(version) = t.version() else { return Ok(0) };
         let store = self.store()?;
         let checkpoint = Path::from(format!("_delta_log/{version:020}.checkpoint.parquet"));
@@ -1714,16 +1730,16 @@ impl TableStore {
                 return Ok(0);
             }
         };
-        let cutoff = chrono::Utc::now().timestamp_millis() - retention.num_milliseconds();
-        let mut live: HashSet<String> = HashSet::new();
-        for f in self.files.iter().flatten() {
-            live.insert(f.path.clone());
-            if let Some(d) = &f.dv_desc {
-                live.insert(dv_file(&d.path_or_inline_dv).map_err(&data_err)?);
-            }
+        let now = chrono::Utc::now().timestamp_millis();
+        let cutoff = now - retention.num_milliseconds();
+        // What is live comes from the checkpoint (the snapshot at this
+        // version, other writers' commits included), not from our own view.
+        let (adds, tombs) = checkpoint_files(bytes).map_err(|e| data_err(format!("{checkpoint}: {e}")))?;
+        let mut keep: HashSet<String> = HashSet::new();
+        for f in adds {
+            keep.extend(f.dv);
+            keep.insert(f.path);
         }
-        let tombs = tombstones(bytes).map_err(|e| data_err(format!("{checkpoint}: {e}")))?;
-        let mut keep = live;
         let mut expired: HashSet<String> = HashSet::new();
         for t in &tombs {
             keep.insert(t.path.clone());
@@ -1746,19 +1762,17 @@ impl TableStore {
             let mut objects = top.objects;
             for dir in top.common_prefixes {
                 if dir.filename().is_some_and(|d| self.meta.partition().is_some_and(|p| d.starts_with(&format!("{p}=")))) {
-                    let mut inner: Vec<_> =
-                        store.list(Some(&dir)).try_collect().await.map_err(|e| data_err(format!("listing {dir}: {e}")))?;
-                    inner.retain(|o| o.location.prefix_match(&dir).is_some_and(|mut rest| rest.next().is_some() && rest.next().is_none()));
-                    objects.extend(inner);
+                    objects
+                        .extend(store.list_with_delimiter(Some(&dir)).await.map_err(|e| data_err(format!("listing {dir}: {e}")))?.objects);
                 }
             }
+            // Another writer's file may wait a while for its commit: never
+            // take one younger than an hour for an orphan, whatever the retention.
+            let orphan_cutoff = cutoff.min(now - ORPHAN_MIN_AGE_MS);
             for o in objects {
                 let path = o.location.to_string();
-                if o.location.filename().is_some_and(ours)
-                    && o.last_modified.timestamp_millis() < cutoff
-                    && !keep.contains(&path)
-                    && !expired.contains(&path)
-                {
+                let old = o.last_modified.timestamp_millis() < orphan_cutoff;
+                if o.location.filename().is_some_and(ours) && old && !keep.contains(&path) && !expired.contains(&path) {
                     doomed.push(path);
                 }
             }

@@ -298,7 +298,20 @@ print(len({a["deletionVector"]["pathOrInlineDv"] for a in t if a and a.get("dele
     for f in orphans.iter().chain(&bystanders) {
         std::fs::create_dir_all(f.parent().unwrap()).unwrap();
         std::fs::write(f, b"never committed").unwrap();
+        // Orphans are only taken once an hour old, whatever the retention.
+        std::fs::File::options().write(true).open(f).unwrap().set_modified(two_hours_ago).unwrap();
     }
+    // Live files aged too: only the checkpoint's adds keep them.
+    for dir in [table.clone(), current_dir.clone()] {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_file() {
+                std::fs::File::options().write(true).open(&p).unwrap().set_modified(two_hours_ago).unwrap();
+            }
+        }
+    }
+    let fresh = table.join("part-0000000000-00000-another-writer.zstd.parquet");
+    std::fs::write(&fresh, b"awaiting its commit").unwrap();
     let vacuum_cfg = mor.path().join("vacuum.yaml");
     let text = std::fs::read_to_string(&mor_cfg).unwrap().replace("checkpoint_interval: 2", "checkpoint_interval: 1, vacuum_retention: 0s");
     std::fs::write(&vacuum_cfg, text).unwrap();
@@ -312,6 +325,7 @@ print(len({a["deletionVector"]["pathOrInlineDv"] for a in t if a and a.get("dele
     for f in &bystanders {
         assert!(f.exists(), "{f:?}: not one of this table's files: left alone");
     }
+    assert!(fresh.exists(), "a file younger than an hour may still be committed: left alone");
     assert_eq!(files(".bin").len(), live_dvs(), "only live deletion vectors stay: {:?}", files(".bin"));
     let mut expect: Vec<String> = before[0]["rows"].as_array().unwrap().iter().map(|r| r.as_str().unwrap().to_string()).collect();
     expect.retain(|r| !r.contains("\"id\": 1,"));
