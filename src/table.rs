@@ -783,10 +783,8 @@ impl TableStore {
     /// columns alone: decoding every column of the whole history made a
     /// restart cost what the table's age is.
     fn history_heads(&self, id: u32, spec: &Spec, bytes: bytes::Bytes) -> Result<Vec<(Key, HistoryHead)>> {
-        use deltalake::parquet::arrow::ProjectionMask;
         let f = self.files[id as usize].as_ref().expect("live file");
         let data_err = |msg: String| TableError::Data { uri: self.uri.clone(), msg: format!("parquet {}: {msg}", f.path) };
-        let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| data_err(e.to_string()))?;
         let r = &self.meta.reserved;
         let names: Vec<&str> = spec
             .key
@@ -795,8 +793,7 @@ impl TableStore {
             .map(|&i| self.columns[i].0.as_str())
             .chain([r.is_deleted.as_str(), r.execution_id.as_str()])
             .collect();
-        let mask = ProjectionMask::columns(builder.parquet_schema(), names.iter().copied());
-        let reader = builder.with_projection(mask).with_batch_size(64 * 1024).build().map_err(|e| data_err(e.to_string()))?;
+        let reader = self.columns_of(f, bytes, &names)?;
         let mut heads: KeyMap<HistoryHead> = KeyMap::default();
         let mut row_no = 0u32;
         let mut buf = Vec::with_capacity(32);
@@ -1041,7 +1038,6 @@ impl TableStore {
                 None => todo.push((id, rows, self.fetch(id).await?)),
             }
         }
-        tracing::debug!(files = todo.len(), "read_selected fetched");
         for r in par_map(todo, |(id, rows, bytes)| {
             let batches = self.decode_file(id, bytes, Some(&rows))?;
             let all = deltalake::arrow::compute::concat_batches(&self.arrow_schema(), &batches)
@@ -1059,16 +1055,31 @@ impl TableStore {
         Ok(out)
     }
 
+    /// Reads only the named columns of a file (those it has; a column added
+    /// since it was written is absent from its batches).
+    fn columns_of(
+        &self,
+        f: &FileMeta,
+        bytes: bytes::Bytes,
+        names: &[&str],
+    ) -> Result<deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReader> {
+        use deltalake::parquet::arrow::ProjectionMask;
+        let data_err = |e: deltalake::parquet::errors::ParquetError| TableError::Data {
+            uri: self.uri.clone(),
+            msg: format!("parquet {}: {e}", f.path),
+        };
+        let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(data_err)?;
+        let mask = ProjectionMask::columns(builder.parquet_schema(), names.iter().copied());
+        builder.with_projection(mask).with_batch_size(64 * 1024).build().map_err(data_err)
+    }
+
     /// The versions of one history file whose keys are in `wanted`: a pass over
     /// the key columns alone finds their rows, then only those rows are decoded.
     fn history_rows(&self, id: u32, spec: &Spec, bytes: bytes::Bytes, wanted: &FxSet<&[u8]>) -> Result<Vec<(Key, Version)>> {
-        use deltalake::parquet::arrow::ProjectionMask;
         let f = self.files[id as usize].as_ref().expect("live file");
         let data_err = |msg: String| TableError::Data { uri: self.uri.clone(), msg: format!("parquet {}: {msg}", f.path) };
-        let builder = ParquetRecordBatchReaderBuilder::try_new(bytes.clone()).map_err(|e| data_err(e.to_string()))?;
         let key_names: Vec<&str> = spec.key.iter().map(|&i| self.columns[i].0.as_str()).collect();
-        let mask = ProjectionMask::columns(builder.parquet_schema(), key_names.iter().copied());
-        let reader = builder.with_projection(mask).with_batch_size(64 * 1024).build().map_err(|e| data_err(e.to_string()))?;
+        let reader = self.columns_of(f, bytes.clone(), &key_names)?;
         let mut hits: Vec<(u32, Key)> = vec![];
         let mut row_no = 0u32;
         let mut buf = Vec::with_capacity(32);
