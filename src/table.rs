@@ -379,6 +379,17 @@ impl HistoryHead {
     fn newer_than(&self, other: &HistoryHead) -> bool {
         crate::value::cmp_slices(&self.seq, &other.seq).then(self.exec.cmp(&other.exec)) == std::cmp::Ordering::Greater
     }
+
+    /// Keeps `h` as `key`'s head if it is the first seen or newer (a tie keeps the first).
+    fn offer(heads: &mut KeyMap<HistoryHead>, key: &[u8], h: HistoryHead) {
+        match heads.get_mut(key) {
+            Some(old) if !h.newer_than(old) => {}
+            Some(old) => *old = h,
+            None => {
+                heads.insert(key.into(), h);
+            }
+        }
+    }
 }
 
 /// One file's decoded rows.
@@ -497,7 +508,7 @@ impl KeyFilter {
         for rg in meta.row_groups() {
             let mut cols = vec![];
             for name in columns {
-                let Some(c) = rg.columns().iter().find(|c| c.column_path().parts() == [name.clone()]) else {
+                let Some(c) = rg.columns().iter().find(|c| c.column_path().parts() == std::slice::from_ref(name)) else {
                     return Ok(None);
                 };
                 let (Some(off), Some(len)) = (c.bloom_filter_offset(), c.bloom_filter_length()) else {
@@ -689,15 +700,15 @@ impl TableStore {
     /// into an index of millions of keys is a cache miss or two, and a run
     /// makes several per changed key: one after another they were a tenth
     /// of an scd2 run on the 1M-key bench.
-    fn locate(&self, keys: &[&[u8]]) -> Vec<Option<(u32, u32)>> {
+    fn locate<T: Sync>(&self, items: &[T], key: impl Fn(&T) -> &[u8] + Sync) -> Vec<Option<(u32, u32)>> {
         use rayon::prelude::*;
-        keys.par_iter().with_min_len(4096).map(|k| self.index.get(*k).map(|(f, r, _)| (*f, *r))).collect()
+        items.par_iter().with_min_len(4096).map(|t| self.index.get(key(t)).map(|(f, r, _)| (*f, *r))).collect()
     }
 
     /// Positions in the index's dense entries (see [`TableStore::locate`]).
-    fn positions(&self, keys: &[&[u8]]) -> Vec<Option<usize>> {
+    fn positions<T: Sync>(&self, items: &[T], key: impl Fn(&T) -> &[u8] + Sync) -> Vec<Option<usize>> {
         use rayon::prelude::*;
-        keys.par_iter().with_min_len(4096).map(|k| self.index.get_index_of(*k)).collect()
+        items.par_iter().with_min_len(4096).map(|t| self.index.get_index_of(key(t))).collect()
     }
 
     /// Stored keys with a live current row (snapshot merge candidates).
@@ -750,13 +761,7 @@ impl TableStore {
             }
             for found in par_map(todo, |(id, bytes)| self.history_heads(id, spec, bytes)) {
                 for (k, h) in found? {
-                    match heads.get_mut(&k) {
-                        Some(old) if !h.newer_than(old) => {}
-                        Some(old) => *old = h,
-                        None => {
-                            heads.insert(k, h);
-                        }
-                    }
+                    HistoryHead::offer(&mut heads, &k, h);
                 }
             }
         }
@@ -825,13 +830,7 @@ impl TableStore {
                     file: id,
                     row,
                 };
-                match heads.get_mut(&buf[..]) {
-                    Some(old) if !h.newer_than(old) => {}
-                    Some(old) => *old = h,
-                    None => {
-                        heads.insert(buf.as_slice().into(), h);
-                    }
-                }
+                HistoryHead::offer(&mut heads, &buf, h);
             }
         }
         Ok(heads.into_iter().collect())
@@ -1187,7 +1186,7 @@ impl TableStore {
             want_history |= *need == Need::History;
             look.push(k);
         }
-        let found = self.locate(&look.iter().map(|k| &k[..]).collect::<Vec<_>>());
+        let found = self.locate(&look, |k| k);
         for (k, at) in look.into_iter().zip(found) {
             if let Some((f, row)) = at.filter(|(f, _)| *f != NO_FILE) {
                 by_file.entry(f).or_default().push((row, k));
@@ -1199,7 +1198,7 @@ impl TableStore {
             want.entry(*id).or_default().extend(rows.iter().map(|(r, _)| *r));
             keys_at.extend(rows.iter().map(|(r, k)| ((*id, *r), *k)));
         }
-        for (f, row) in self.locate(&closing.iter().map(|k| &k[..]).collect::<Vec<_>>()).into_iter().flatten() {
+        for (f, row) in self.locate(closing, |k| k).into_iter().flatten() {
             if f != NO_FILE {
                 want.entry(f).or_default().push(row);
             }
@@ -1286,7 +1285,7 @@ impl TableStore {
         let mut touched: BTreeMap<u32, ()> = BTreeMap::new();
         let mut located: Vec<(&Key, &Version, u32, u32)> = vec![];
         let mut new_rows: Vec<(&Key, &Version)> = vec![];
-        let found = self.locate(&out.upserts.iter().map(|(k, _)| &k[..]).collect::<Vec<_>>());
+        let found = self.locate(&out.upserts, |(k, _)| k);
         for ((k, v), at) in out.upserts.iter().zip(found) {
             match at {
                 Some((f, row)) if f != NO_FILE => {
@@ -1297,7 +1296,7 @@ impl TableStore {
             }
         }
         let mut removed_at: Vec<(u32, u32)> = vec![];
-        for (f, row) in self.locate(&out.removes.iter().map(|k| &k[..]).collect::<Vec<_>>()).into_iter().flatten() {
+        for (f, row) in self.locate(&out.removes, |k| k).into_iter().flatten() {
             if f != NO_FILE {
                 touched.insert(f, ());
                 removed_at.push((f, row));
@@ -1354,7 +1353,7 @@ impl TableStore {
         let mut queue: Vec<(bool, Vec<Key>, RecordBatch)> = vec![];
         // scd2 closes (Need::Close): where each closed open version lives.
         let mut close_at: BTreeMap<u32, Vec<(u32, i64, bool, &Key)>> = BTreeMap::new();
-        let found = self.locate(&out.closes.iter().map(|(k, _, _)| &k[..]).collect::<Vec<_>>());
+        let found = self.locate(&out.closes, |(k, _, _)| k);
         for ((k, to, deleted), at) in out.closes.iter().zip(found) {
             match at {
                 Some((f, row)) if f != NO_FILE => close_at.entry(f).or_default().push((row, *to, *deleted, k)),
@@ -2128,9 +2127,9 @@ impl TableStore {
                 placed.extend(keys.iter().enumerate().map(|(row, k)| (&k[..], id, row as u32)));
             }
         }
-        let at = self.positions(&placed.iter().map(|(k, _, _)| *k).collect::<Vec<_>>());
+        let at = self.positions(&placed, |(k, _, _)| k);
         let summaries: Vec<(&[u8], &Summary)> = pc.index.iter().filter_map(|(k, s)| s.as_ref().map(|s| (&k[..], s))).collect();
-        let at_summary = self.positions(&summaries.iter().map(|(k, _)| *k).collect::<Vec<_>>());
+        let at_summary = self.positions(&summaries, |(k, _)| k);
         let mut inserted: FxMap<&[u8], usize> = FxMap::default();
         let is_scd2 = self.meta.strategy == Strategy::Scd2;
         for ((k, id, row), at) in placed.into_iter().zip(at) {
