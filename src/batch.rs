@@ -40,7 +40,9 @@ fn cell_type(v: &Value, text: bool) -> Option<DType> {
 
 fn convert(v: Value, t: DType, text: bool) -> Result<Value, String> {
     match v {
-        Value::Str(s) if text => parse_as(&s, t).ok_or_else(|| format!("{s:?} is not a valid {}", t.name())),
+        Value::Str(s) if text => {
+            parse_as(&s, t).ok_or_else(|| format!("{s:?} is not a valid {}", t.name()))
+        }
         other => other.convert(t),
     }
 }
@@ -83,10 +85,12 @@ pub fn conform(
             target.push(None);
             continue;
         }
-        let t =
-            declared.iter().find(|(n, _)| n == name).map(|(_, t)| *t).unwrap_or_else(|| {
-                raw.rows.iter().fold(None, |acc, r| unify(acc, cell_type(&r.cells[ci], raw.text))).unwrap_or(DType::Str)
-            });
+        let t = declared.iter().find(|(n, _)| n == name).map(|(_, t)| *t).unwrap_or_else(|| {
+            raw.rows
+                .iter()
+                .fold(None, |acc, r| unify(acc, cell_type(&r.cells[ci], raw.text)))
+                .unwrap_or(DType::Str)
+        });
         target.push(Some(out.columns.len()));
         out.columns.push((name.clone(), t));
         out.new_columns.push((name.clone(), t));
@@ -113,7 +117,10 @@ pub fn conform(
             };
             for &ci in unknown_strict {
                 if !r.cells[ci].is_null() {
-                    dead_rows.push(dead("schema", format!("unknown column `{}` (schema_policy: strict)", names[ci])));
+                    dead_rows.push(dead(
+                        "schema",
+                        format!("unknown column `{}` (schema_policy: strict)", names[ci]),
+                    ));
                     continue 'rows;
                 }
             }
@@ -129,7 +136,14 @@ pub fn conform(
                     None => extra.push((names[ci].clone(), v)),
                 }
             }
-            typed.push(TypedRow { data, pos: r.pos, partition: r.partition, raw: r.raw, extra, replayed: r.replayed });
+            typed.push(TypedRow {
+                data,
+                pos: r.pos,
+                partition: r.partition,
+                raw: r.raw,
+                extra,
+                replayed: r.replayed,
+            });
         }
         (typed, dead_rows)
     });
@@ -148,7 +162,9 @@ pub fn lookup(columns: &[(String, DType)], row: &TypedRow, text: bool, path: &[S
         return row.data[i].clone();
     }
     match row.extra.iter().find(|(n, _)| *n == name) {
-        Some((_, Value::Str(s))) if text => infer(s).and_then(|t| parse_as(s, t)).unwrap_or(Value::Null),
+        Some((_, Value::Str(s))) if text => {
+            infer(s).and_then(|t| parse_as(s, t)).unwrap_or(Value::Null)
+        }
         Some((_, v)) => v.clone(),
         None => Value::Null,
     }
@@ -167,7 +183,10 @@ mod tests {
                 .iter()
                 .enumerate()
                 .map(|(i, r)| RawRow {
-                    cells: r.iter().map(|c| if c.is_empty() { Value::Null } else { Value::Str(c.to_string()) }).collect(),
+                    cells: r
+                        .iter()
+                        .map(|c| if c.is_empty() { Value::Null } else { Value::Str(c.to_string()) })
+                        .collect(),
                     pos: i as u64,
                     partition: 0,
                     raw: r.join(","),
@@ -191,21 +210,38 @@ mod tests {
             &["id".into()],
         )
         .unwrap();
-        assert_eq!(c.new_columns, vec![("city".to_string(), DType::Str), ("amount".to_string(), DType::Float)]);
+        assert_eq!(
+            c.new_columns,
+            vec![("city".to_string(), DType::Str), ("amount".to_string(), DType::Float)]
+        );
         assert!(c.rows[1].data[1].is_null());
     }
 
     #[test]
     fn schema_existing_column_type_wins_over_inference() {
         let table = vec![("id".to_string(), DType::Int), ("zip".to_string(), DType::Str)];
-        let c = conform(raw(&["id", "zip"], &[&["1", "01067"]]), &table, &[], SchemaPolicy::Additive, &["id".into()]).unwrap();
+        let c = conform(
+            raw(&["id", "zip"], &[&["1", "01067"]]),
+            &table,
+            &[],
+            SchemaPolicy::Additive,
+            &["id".into()],
+        )
+        .unwrap();
         assert_eq!(c.rows[0].data[1], Value::Str("01067".into()));
     }
 
     #[test]
     fn schema_unconvertible_value_is_dead_lettered_rest_continues() {
         let table = vec![("id".to_string(), DType::Int), ("seq".to_string(), DType::Int)];
-        let c = conform(raw(&["id", "seq"], &[&["1", "x"], &["2", "3"]]), &table, &[], SchemaPolicy::Additive, &["id".into()]).unwrap();
+        let c = conform(
+            raw(&["id", "seq"], &[&["1", "x"], &["2", "3"]]),
+            &table,
+            &[],
+            SchemaPolicy::Additive,
+            &["id".into()],
+        )
+        .unwrap();
         assert_eq!(c.rows.len(), 1);
         assert_eq!(c.dead.len(), 1);
         assert!(c.dead[0].error.contains("seq"));
@@ -214,31 +250,61 @@ mod tests {
     #[test]
     fn schema_ignore_drops_new_columns_strict_dead_letters_them() {
         let table = vec![("id".to_string(), DType::Int)];
-        let c = conform(raw(&["id", "x"], &[&["1", "a"]]), &table, &[], SchemaPolicy::Ignore, &["id".into()]).unwrap();
+        let c = conform(
+            raw(&["id", "x"], &[&["1", "a"]]),
+            &table,
+            &[],
+            SchemaPolicy::Ignore,
+            &["id".into()],
+        )
+        .unwrap();
         assert_eq!(c.columns.len(), 1);
         assert_eq!(c.ignored_columns, vec!["x"]);
         assert_eq!(c.rows.len(), 1);
-        let s = conform(raw(&["id", "x"], &[&["1", "a"], &["2", ""]]), &table, &[], SchemaPolicy::Strict, &["id".into()]).unwrap();
+        let s = conform(
+            raw(&["id", "x"], &[&["1", "a"], &["2", ""]]),
+            &table,
+            &[],
+            SchemaPolicy::Strict,
+            &["id".into()],
+        )
+        .unwrap();
         assert_eq!(s.dead.len(), 1);
         assert_eq!(s.rows.len(), 1);
     }
 
     #[test]
     fn schema_missing_key_column_is_an_error() {
-        assert!(conform(raw(&["city"], &[&["x"]]), &[], &[], SchemaPolicy::Additive, &["id".into()]).is_err());
+        assert!(conform(
+            raw(&["city"], &[&["x"]]),
+            &[],
+            &[],
+            SchemaPolicy::Additive,
+            &["id".into()]
+        )
+        .is_err());
     }
 
     #[test]
     fn json_rows_without_the_key_column_are_null_keys_not_an_error() {
         let mut b = raw(&["city"], &[&["x"]]);
         b.text = false;
-        let c = conform(b, &[("id".to_string(), DType::Int)], &[], SchemaPolicy::Additive, &["id".into()]).unwrap();
+        let c = conform(
+            b,
+            &[("id".to_string(), DType::Int)],
+            &[],
+            SchemaPolicy::Additive,
+            &["id".into()],
+        )
+        .unwrap();
         assert!(c.rows[0].data[0].is_null());
     }
 
     #[test]
     fn schema_float_business_key_is_rejected_once_known() {
-        let e = conform(raw(&["id"], &[&["1.5"]]), &[], &[], SchemaPolicy::Additive, &["id".into()]).unwrap_err();
+        let e =
+            conform(raw(&["id"], &[&["1.5"]]), &[], &[], SchemaPolicy::Additive, &["id".into()])
+                .unwrap_err();
         assert!(e.contains("float"));
     }
 }

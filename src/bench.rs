@@ -67,7 +67,11 @@ impl Distribution {
             "uniform" => Distribution::Uniform,
             "recent" => Distribution::Recent,
             "skewed" => Distribution::Skewed,
-            other => return Err(Error::Usage(format!("--distribution: `{other}` (uniform, recent, skewed)"))),
+            other => {
+                return Err(Error::Usage(format!(
+                    "--distribution: `{other}` (uniform, recent, skewed)"
+                )))
+            }
         })
     }
 }
@@ -107,15 +111,23 @@ impl Mix {
     pub fn parse(s: &str) -> Result<Mix> {
         let mut m = Mix { insert: 0, delete: 0, late: 0, duplicate: 0 };
         for part in s.split(',').filter(|p| !p.trim().is_empty()) {
-            let (k, v) = part.split_once('=').ok_or_else(|| Error::Usage(format!("--mix: `{part}` is not name=percent")))?;
-            let v: u32 = v.trim().parse().map_err(|_| Error::Usage(format!("--mix: `{part}`: percent must be an integer")))?;
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| Error::Usage(format!("--mix: `{part}` is not name=percent")))?;
+            let v: u32 = v.trim().parse().map_err(|_| {
+                Error::Usage(format!("--mix: `{part}`: percent must be an integer"))
+            })?;
             match k.trim() {
                 "insert" => m.insert = v,
                 "delete" => m.delete = v,
                 "late" => m.late = v,
                 "duplicate" => m.duplicate = v,
                 "update" => {}
-                other => return Err(Error::Usage(format!("--mix: unknown kind `{other}` (insert, update, delete, late, duplicate)"))),
+                other => {
+                    return Err(Error::Usage(format!(
+                        "--mix: unknown kind `{other}` (insert, update, delete, late, duplicate)"
+                    )))
+                }
             }
         }
         if m.insert + m.delete + m.late + m.duplicate > 100 {
@@ -145,9 +157,22 @@ impl Rng {
     }
 }
 
-const CITIES: [&str; 12] =
-    ["Berlin", "Hamburg", "Munich", "Cologne", "Frankfurt", "Stuttgart", "Leipzig", "Dresden", "Bremen", "Hanover", "Nuremberg", "Essen"];
-const WORDS: [&str; 8] = ["solutions", "logistics", "retail", "energy", "health", "software", "foods", "mobility"];
+const CITIES: [&str; 12] = [
+    "Berlin",
+    "Hamburg",
+    "Munich",
+    "Cologne",
+    "Frankfurt",
+    "Stuttgart",
+    "Leipzig",
+    "Dresden",
+    "Bremen",
+    "Hanover",
+    "Nuremberg",
+    "Essen",
+];
+const WORDS: [&str; 8] =
+    ["solutions", "logistics", "retail", "energy", "health", "software", "foods", "mobility"];
 
 /// The workload: key space, sequence counter and the mix.
 pub struct Workload {
@@ -164,7 +189,14 @@ impl Workload {
     pub fn new(seed: u64, keys: u64, mix: Mix, dist: Distribution) -> Workload {
         // Loaded rows of key k carry lsn 2k+2; a late event for k uses 2k+1,
         // older than anything ever stored for it. Update lsns start above all of them.
-        Workload { rng: Rng(seed), next_key: keys, lsn: 2 * keys + 1_000_000, mix, dist, shape: Shape::Crm }
+        Workload {
+            rng: Rng(seed),
+            next_key: keys,
+            lsn: 2 * keys + 1_000_000,
+            mix,
+            dist,
+            shape: Shape::Crm,
+        }
     }
 
     pub fn with_shape(mut self, shape: Shape) -> Workload {
@@ -224,10 +256,20 @@ impl Workload {
             for i in 0..24u64 {
                 let g = Rng(h ^ i).next();
                 let _ = match i % 4 {
-                    0 => write!(out, ",\"custom_{i:02}\":\"{} {:x}\"", WORDS[(g % 8) as usize], g >> 20),
+                    0 => write!(
+                        out,
+                        ",\"custom_{i:02}\":\"{} {:x}\"",
+                        WORDS[(g % 8) as usize],
+                        g >> 20
+                    ),
                     1 => write!(out, ",\"custom_{i:02}\":{}", g % 1_000_000),
                     2 => write!(out, ",\"custom_{i:02}\":{}", g.is_multiple_of(3)),
-                    _ => write!(out, ",\"custom_{i:02}\":\"2025-{:02}-{:02}T00:00:00Z\"", 1 + g % 12, 1 + (g >> 8) % 28),
+                    _ => write!(
+                        out,
+                        ",\"custom_{i:02}\":\"2025-{:02}-{:02}T00:00:00Z\"",
+                        1 + g % 12,
+                        1 + (g >> 8) % 28
+                    ),
                 };
             }
             out.push('}');
@@ -375,12 +417,21 @@ struct RunStat {
     table_keys_before: u64,
 }
 
-async fn apply(runner: &mut TableRunner, name: &str, bytes: &[u8], paths: &[String]) -> Result<(RunReport, f64)> {
+async fn apply(
+    runner: &mut TableRunner,
+    name: &str,
+    bytes: &[u8],
+    paths: &[String],
+) -> Result<(RunReport, f64)> {
     let t0 = Instant::now();
     let keep = crate::decode::env_paths(&runner.cfg, Format::Debezium);
     let raw = read_debezium_jsonl(name, bytes, paths, Some(&keep));
     let decode = t0.elapsed().as_secs_f64();
-    let mark = Mark { app: format!("changelake/{}/file/{name}", runner.cfg.name), version: content_version(bytes), partition: None };
+    let mark = Mark {
+        app: format!("changelake/{}/file/{name}", runner.cfg.name),
+        version: content_version(bytes),
+        partition: None,
+    };
     let r = runner.run_batch(raw, vec![mark]).await?;
     Ok((r, decode))
 }
@@ -388,17 +439,20 @@ async fn apply(runner: &mut TableRunner, name: &str, bytes: &[u8], paths: &[Stri
 pub async fn run(opts: BenchOpts) -> Result<()> {
     let dir = &opts.dir;
     if dir.join("lake").exists() {
-        std::fs::remove_dir_all(dir.join("lake")).map_err(|e| Error::Input(format!("{}: {e}", dir.display())))?;
+        std::fs::remove_dir_all(dir.join("lake"))
+            .map_err(|e| Error::Input(format!("{}: {e}", dir.display())))?;
     }
     let _ = std::fs::remove_dir_all(dir.join("runs"));
     let _ = std::fs::remove_dir_all(dir.join("deltars"));
-    std::fs::create_dir_all(dir.join("runs")).map_err(|e| Error::Input(format!("{}: {e}", dir.display())))?;
+    std::fs::create_dir_all(dir.join("runs"))
+        .map_err(|e| Error::Input(format!("{}: {e}", dir.display())))?;
     let cfg_path = dir.join("bench.yaml");
     std::fs::write(&cfg_path, config_text(&opts)).map_err(|e| Error::Input(e.to_string()))?;
     let config = Config::load(&cfg_path)?;
 
     // The update batches, written once and shared by every engine.
-    let mut wl = Workload::new(opts.seed, opts.keys, opts.mix, opts.distribution).with_shape(opts.shape);
+    let mut wl =
+        Workload::new(opts.seed, opts.keys, opts.mix, opts.distribution).with_shape(opts.shape);
     let mut files = vec![];
     let t_gen = Instant::now();
     for i in 0..opts.runs {
@@ -407,7 +461,12 @@ pub async fn run(opts: BenchOpts) -> Result<()> {
         std::fs::write(&f, text.as_bytes()).map_err(|e| Error::Input(e.to_string()))?;
         files.push(f);
     }
-    eprintln!("generated {} batches of {} events in {:.1}s", opts.runs, opts.batch, t_gen.elapsed().as_secs_f64());
+    eprintln!(
+        "generated {} batches of {} events in {:.1}s",
+        opts.runs,
+        opts.batch,
+        t_gen.elapsed().as_secs_f64()
+    );
 
     let mut results = serde_json::Map::new();
     let mut md = String::new();
@@ -428,7 +487,12 @@ pub async fn run(opts: BenchOpts) -> Result<()> {
     let mut scd1_eps = None;
     for strategy in &opts.strategies {
         let tname = format!("account_{strategy}");
-        let t = config.table(&tname).ok_or_else(|| Error::Usage(format!("--strategies: unknown `{strategy}` (scd1, scd2)")))?.clone();
+        let t = config
+            .table(&tname)
+            .ok_or_else(|| {
+                Error::Usage(format!("--strategies: unknown `{strategy}` (scd1, scd2)"))
+            })?
+            .clone();
         let paths = crate::decode::store_paths(&t, Format::Debezium);
         trim();
         let (rss0, _) = rss();
@@ -439,7 +503,9 @@ pub async fn run(opts: BenchOpts) -> Result<()> {
         let mut n = 0;
         while from < opts.keys {
             let to = (from + opts.load_chunk as u64).min(opts.keys);
-            let text = Workload::new(opts.seed, opts.keys, opts.mix, opts.distribution).with_shape(opts.shape).load_chunk(from, to);
+            let text = Workload::new(opts.seed, opts.keys, opts.mix, opts.distribution)
+                .with_shape(opts.shape)
+                .load_chunk(from, to);
             n += 1;
             apply(&mut runner, &format!("load-{n:05}"), text.as_bytes(), &paths).await?;
             from = to;
@@ -452,10 +518,17 @@ pub async fn run(opts: BenchOpts) -> Result<()> {
         trim();
         let (rss_loaded, _) = rss();
         let per_key = rss_loaded.saturating_sub(rss0) as f64 / opts.keys.max(1) as f64;
-        eprintln!("{tname}: loaded {} keys in {load_s:.1}s; resident {per_key:.0} B/key after reopen", opts.keys);
+        eprintln!(
+            "{tname}: loaded {} keys in {load_s:.1}s; resident {per_key:.0} B/key after reopen",
+            opts.keys
+        );
 
         // Delta-rs gets the loaded table before our update runs change it.
-        let deltars_out = if opts.deltars && strategy == "scd1" { Some(run_deltars(dir, &runner.store.uri, &files)?) } else { None };
+        let deltars_out = if opts.deltars && strategy == "scd1" {
+            Some(run_deltars(dir, &runner.store.uri, &files)?)
+        } else {
+            None
+        };
 
         let (_, load_peak) = rss();
         trim();
@@ -500,8 +573,9 @@ pub async fn run(opts: BenchOpts) -> Result<()> {
                     .arg(dir.join("deltars"))
                     .output()
                     .map_err(|e| Error::Input(format!("python3: {e}")))?;
-                let c: serde_json::Value = serde_json::from_slice(&out.stdout)
-                    .map_err(|e| Error::Input(format!("compare: {e}: {}", String::from_utf8_lossy(&out.stderr))))?;
+                let c: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| {
+                    Error::Input(format!("compare: {e}: {}", String::from_utf8_lossy(&out.stderr)))
+                })?;
                 d["same_result"] = c["same_result"].clone();
                 d["mismatch"] = c["mismatch"].clone();
                 d["rows"] = c["rows"].clone();
@@ -523,7 +597,13 @@ pub async fn run(opts: BenchOpts) -> Result<()> {
             let _ = writeln!(
                 md,
                 "| {} | {:.3} | {:.0} | {:.3} | {} | {} | {} |",
-                s.run, s.seconds, s.events_per_second, s.decode_seconds, s.files_removed, s.files_masked, s.files_added
+                s.run,
+                s.seconds,
+                s.events_per_second,
+                s.decode_seconds,
+                s.files_removed,
+                s.files_masked,
+                s.files_added
             );
         }
         let _ = writeln!(
@@ -541,8 +621,14 @@ pub async fn run(opts: BenchOpts) -> Result<()> {
         if let Some(d) = deltars_out {
             let merge_mean = mean_of(&d, "total_seconds");
             let merge_only = mean_of(&d, "merge_seconds");
-            let _ = writeln!(md, "delta-rs MERGE on the same batches (parse + dedupe + MERGE, per run):\n");
-            let _ = writeln!(md, "| run | parse s | dedupe s | MERGE s | total s |\n| --- | --- | --- | --- | --- |");
+            let _ = writeln!(
+                md,
+                "delta-rs MERGE on the same batches (parse + dedupe + MERGE, per run):\n"
+            );
+            let _ = writeln!(
+                md,
+                "| run | parse s | dedupe s | MERGE s | total s |\n| --- | --- | --- | --- | --- |"
+            );
             for (i, r) in d["runs"].as_array().into_iter().flatten().enumerate() {
                 let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
                 let _ = writeln!(
@@ -569,7 +655,10 @@ pub async fn run(opts: BenchOpts) -> Result<()> {
             if !same {
                 results.insert(tname.clone(), entry);
                 write_results(dir, &results, &md)?;
-                return Err(Error::Input(format!("delta-rs and changelake disagree on the result: {}", d["mismatch"])));
+                return Err(Error::Input(format!(
+                    "delta-rs and changelake disagree on the result: {}",
+                    d["mismatch"]
+                )));
             }
         }
         if strategy == "scd2" {
@@ -590,15 +679,21 @@ pub async fn run(opts: BenchOpts) -> Result<()> {
     Ok(())
 }
 
-fn write_results(dir: &Path, results: &serde_json::Map<String, serde_json::Value>, md: &str) -> Result<()> {
-    let text = serde_json::to_string_pretty(&serde_json::Value::Object(results.clone())).expect("json");
+fn write_results(
+    dir: &Path,
+    results: &serde_json::Map<String, serde_json::Value>,
+    md: &str,
+) -> Result<()> {
+    let text =
+        serde_json::to_string_pretty(&serde_json::Value::Object(results.clone())).expect("json");
     std::fs::write(dir.join("bench.json"), text).map_err(|e| Error::Input(e.to_string()))?;
     std::fs::write(dir.join("bench.md"), md).map_err(|e| Error::Input(e.to_string()))?;
     Ok(())
 }
 
 fn mean_of(d: &serde_json::Value, k: &str) -> f64 {
-    let v: Vec<f64> = d["runs"].as_array().into_iter().flatten().filter_map(|r| r[k].as_f64()).collect();
+    let v: Vec<f64> =
+        d["runs"].as_array().into_iter().flatten().filter_map(|r| r[k].as_f64()).collect();
     v.iter().sum::<f64>() / v.len().max(1) as f64
 }
 
@@ -614,16 +709,23 @@ fn script() -> PathBuf {
 /// Runs the delta-rs side (copy of the loaded table, then every batch) and reads its timings.
 fn run_deltars(dir: &Path, ours: &str, files: &[PathBuf]) -> Result<serde_json::Value> {
     let mut c = std::process::Command::new("python3");
-    c.arg(script()).arg("merge").arg("--ours").arg(ours.trim_start_matches("file://")).arg("--table").arg(dir.join("deltars"));
+    c.arg(script())
+        .arg("merge")
+        .arg("--ours")
+        .arg(ours.trim_start_matches("file://"))
+        .arg("--table")
+        .arg(dir.join("deltars"));
     c.arg("--out").arg(dir.join("deltars.json"));
     for f in files {
         c.arg(f);
     }
-    let st = c.status().map_err(|e| Error::Input(format!("python3 benches/deltars_merge.py: {e}")))?;
+    let st =
+        c.status().map_err(|e| Error::Input(format!("python3 benches/deltars_merge.py: {e}")))?;
     if !st.success() {
         return Err(Error::Input(format!("benches/deltars_merge.py failed ({st})")));
     }
-    let text = std::fs::read_to_string(dir.join("deltars.json")).map_err(|e| Error::Input(format!("deltars.json: {e}")))?;
+    let text = std::fs::read_to_string(dir.join("deltars.json"))
+        .map_err(|e| Error::Input(format!("deltars.json: {e}")))?;
     serde_json::from_str(&text).map_err(|e| Error::Input(format!("deltars.json: {e}")))
 }
 
@@ -637,15 +739,18 @@ mod tests {
         let a = Workload::new(7, 1000, mix, Distribution::Uniform).batch(2000);
         let b = Workload::new(7, 1000, mix, Distribution::Uniform).batch(2000);
         assert_eq!(a, b, "same seed, same batch");
-        let lines: Vec<serde_json::Value> = a.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let lines: Vec<serde_json::Value> =
+            a.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         assert_eq!(lines.len(), 2000);
         let ops = |op: &str| lines.iter().filter(|l| l["op"] == op).count();
         assert!((150..250).contains(&ops("c")), "inserts {}", ops("c"));
         assert!((50..150).contains(&ops("d")), "deletes {}", ops("d"));
-        let after = lines.iter().find(|l| l["op"] == "u").unwrap()["after"].as_object().unwrap().len();
+        let after =
+            lines.iter().find(|l| l["op"] == "u").unwrap()["after"].as_object().unwrap().len();
         assert_eq!(after, 20, "about twenty columns");
         // Late events are older than the loaded row of their key.
-        let late = lines.iter().filter(|l| l["source"]["lsn"].as_u64().unwrap() < 1_000_000).count();
+        let late =
+            lines.iter().filter(|l| l["source"]["lsn"].as_u64().unwrap() < 1_000_000).count();
         assert!(late >= 50, "late {late}");
     }
 
@@ -655,16 +760,28 @@ mod tests {
         let text = Workload::new(1, 10_000, mix, Distribution::Recent).batch(5000);
         let hot = text
             .lines()
-            .filter(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["after"]["accountid"].as_u64().unwrap() >= 9000)
+            .filter(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["after"]["accountid"]
+                    .as_u64()
+                    .unwrap()
+                    >= 9000
+            })
             .count();
         assert!(hot > 4400 && hot < 4800, "{hot} of 5000 on the newest 10%");
     }
 
     #[test]
     fn skewed_distribution_favours_the_newest_keys_but_reaches_old_ones() {
-        let text = Workload::new(3, 100_000, Mix::parse("").unwrap(), Distribution::Skewed).batch(10_000);
-        let keys: Vec<u64> =
-            text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["after"]["accountid"].as_u64().unwrap()).collect();
+        let text =
+            Workload::new(3, 100_000, Mix::parse("").unwrap(), Distribution::Skewed).batch(10_000);
+        let keys: Vec<u64> = text
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["after"]["accountid"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect();
         let newest = keys.iter().filter(|&&k| k >= 94_000).count();
         let oldest = keys.iter().filter(|&&k| k < 33_000).count();
         assert!(newest > 4700 && newest < 5300, "{newest} of 10000 on the newest 6%");
@@ -674,7 +791,9 @@ mod tests {
     #[test]
     fn column_shapes_have_their_column_counts_and_decode() {
         for (shape, n) in [(Shape::Crm, 20), (Shape::Narrow, 6), (Shape::Wide, 44)] {
-            let text = Workload::new(5, 100, Mix::parse("").unwrap(), Distribution::Uniform).with_shape(shape).batch(50);
+            let text = Workload::new(5, 100, Mix::parse("").unwrap(), Distribution::Uniform)
+                .with_shape(shape)
+                .batch(50);
             for l in text.lines() {
                 let v: serde_json::Value = serde_json::from_str(l).unwrap();
                 assert_eq!(v["after"].as_object().unwrap().len(), n, "{shape:?}: {l}");

@@ -35,13 +35,19 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
 
 pub async fn run(opts: &BenchOpts, rate: u64) -> Result<(serde_json::Value, String)> {
     let cluster = MockCluster::new(1).map_err(|e| Error::Input(format!("mock cluster: {e}")))?;
-    cluster.create_topic(TOPIC, PARTITIONS, 1).map_err(|e| Error::Input(format!("mock topic: {e}")))?;
+    cluster
+        .create_topic(TOPIC, PARTITIONS, 1)
+        .map_err(|e| Error::Input(format!("mock topic: {e}")))?;
     let brokers = cluster.bootstrap_servers();
     let dir = opts.dir.join("broker");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| Error::Input(e.to_string()))?;
     let max_age = opts.max_age_ms;
-    let layout = opts.table_option.as_deref().map(|o| format!("\n      layout: {{{o}}}")).unwrap_or_default();
+    let layout = opts
+        .table_option
+        .as_deref()
+        .map(|o| format!("\n      layout: {{{o}}}"))
+        .unwrap_or_default();
     let text = format!(
         "storage: {{root: ./lake}}\nsystems:\n  crm: {{type: kafka, brokers: \"{brokers}\", topic: \"crm.public.{{object}}\", format: debezium, kafka: {{fetch.wait.max.ms: \"50\"}}}}\n\
          bronze:\n  tables:\n    account:\n      source: {{system: crm, object: account}}\n      business_key: [accountid]\n      strategy: scd1\n      merge: {{sequence_by: [source.lsn], delete_mode: hard}}{layout}\n\
@@ -61,7 +67,8 @@ pub async fn run(opts: &BenchOpts, rate: u64) -> Result<(serde_json::Value, Stri
     });
 
     // Send times per partition, indexed by offset (one producer, idempotent: in order).
-    let sent: Arc<Mutex<Vec<Vec<Instant>>>> = Arc::new(Mutex::new(vec![vec![]; PARTITIONS as usize]));
+    let sent: Arc<Mutex<Vec<Vec<Instant>>>> =
+        Arc::new(Mutex::new(vec![vec![]; PARTITIONS as usize]));
     let total = rate * opts.broker_secs;
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", &brokers)
@@ -83,7 +90,8 @@ pub async fn run(opts: &BenchOpts, rate: u64) -> Result<(serde_json::Value, Stri
         crate::bench::Mix { insert: 5, delete: 1, late: 2, duplicate: 2 },
         crate::bench::Distribution::Recent,
     );
-    let ticks: Vec<String> = (0..total.div_ceil(per_tick as u64)).map(|_| wl.batch(per_tick)).collect();
+    let ticks: Vec<String> =
+        (0..total.div_ceil(per_tick as u64)).map(|_| wl.batch(per_tick)).collect();
     let sent_p = sent.clone();
     let mut produce = Some(tokio::task::spawn_blocking(move || {
         let start = Instant::now();
@@ -95,10 +103,16 @@ pub async fn run(opts: &BenchOpts, rate: u64) -> Result<(serde_json::Value, Stri
                 break;
             }
             for line in lines.lines() {
-                let key = line.split("\"accountid\":").nth(1).and_then(|s| s.split(',').next()).unwrap_or("0").to_string();
+                let key = line
+                    .split("\"accountid\":")
+                    .nth(1)
+                    .and_then(|s| s.split(',').next())
+                    .unwrap_or("0")
+                    .to_string();
                 let p = (i % PARTITIONS as u64) as i32;
                 i += 1;
-                let mut rec: BaseRecord<'_, String, str> = BaseRecord::to(TOPIC).partition(p).key(&key).payload(line);
+                let mut rec: BaseRecord<'_, String, str> =
+                    BaseRecord::to(TOPIC).partition(p).key(&key).payload(line);
                 loop {
                     match producer.send(rec) {
                         Ok(()) => break,
@@ -133,7 +147,8 @@ pub async fn run(opts: &BenchOpts, rate: u64) -> Result<(serde_json::Value, Stri
         {
             let sent = sent.lock().unwrap_or_else(|e| e.into_inner());
             for p in 0..PARTITIONS {
-                let next = m.committed_offset.with_label_values(&["account", TOPIC, &p.to_string()]).get();
+                let next =
+                    m.committed_offset.with_label_values(&["account", TOPIC, &p.to_string()]).get();
                 committed_all += next;
                 let from = *seen.get(&p).unwrap_or(&0);
                 let to = next.min(sent[p as usize].len() as i64);
@@ -154,7 +169,9 @@ pub async fn run(opts: &BenchOpts, rate: u64) -> Result<(serde_json::Value, Stri
             }
         }
         if t0.elapsed() > Duration::from_secs(opts.broker_secs * 4 + 120) {
-            return Err(Error::Input(format!("broker bench: only {committed_all} of {total} events committed")));
+            return Err(Error::Input(format!(
+                "broker bench: only {committed_all} of {total} events committed"
+            )));
         }
     }
     let _ = stop_tx.send(());
@@ -162,7 +179,8 @@ pub async fn run(opts: &BenchOpts, rate: u64) -> Result<(serde_json::Value, Stri
     let (n, produce_time) = produced.unwrap_or((0, Duration::ZERO));
     lat.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     let bound = 2.0 * max_age as f64 / 1000.0;
-    let (p50, p99, max) = (pct(&lat, 0.5), pct(&lat, 0.99), lat.last().copied().unwrap_or(f64::NAN));
+    let (p50, p99, max) =
+        (pct(&lat, 0.5), pct(&lat, 0.99), lat.last().copied().unwrap_or(f64::NAN));
     let commits = reports.iter().filter(|r| r.version.is_some()).count();
     let achieved = n as f64 / produce_time.as_secs_f64();
     let mut md = String::new();

@@ -14,7 +14,11 @@ use crate::source::kafka;
 use crate::value::{cmp_slices, parse_ts, Value};
 
 #[derive(Parser, Debug)]
-#[command(name = "changelake", version, about = "CDC change streams into SCD1/SCD2 Delta Lake tables, exactly once")]
+#[command(
+    name = "changelake",
+    version,
+    about = "CDC change streams into SCD1/SCD2 Delta Lake tables, exactly once"
+)]
 pub struct Cli {
     /// Log format on stderr.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
@@ -172,10 +176,18 @@ pub fn main() -> i32 {
 fn init_tracing(f: LogFormat) {
     let filter = ["RUST_LOG", "CHANGELAKE_LOG"]
         .iter()
-        .find_map(|v| std::env::var(v).ok().filter(|s| !s.trim().is_empty()).and_then(|s| tracing_subscriber::EnvFilter::try_new(s).ok()))
+        .find_map(|v| {
+            std::env::var(v)
+                .ok()
+                .filter(|s| !s.trim().is_empty())
+                .and_then(|s| tracing_subscriber::EnvFilter::try_new(s).ok())
+        })
         .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("warn,changelake=info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr);
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr);
     let _ = match f {
         LogFormat::Text => b.try_init(),
         LogFormat::Json => b.json().with_current_span(true).with_span_list(false).try_init(),
@@ -210,15 +222,21 @@ async fn dispatch(cmd: Cmd) -> Result<()> {
             if c.table(&table).is_none() {
                 return Err(Error::Usage(format!("no table `{table}` in the config")));
             }
-            let start = match (from_beginning, from_offsets, from_timestamp) {
-                (true, None, None) => StartAt::Beginning,
-                (false, Some(o), None) => StartAt::Offsets(parse_offsets(&o)?),
-                (false, None, Some(ts)) => {
-                    let t = parse_ts(&ts).ok_or_else(|| Error::Usage(format!("--from-timestamp {ts}: expected RFC 3339")))?;
-                    StartAt::Timestamp(t / 1000)
-                }
-                _ => return Err(Error::Usage("give exactly one of --from-beginning, --from-offsets, --from-timestamp".into())),
-            };
+            let start =
+                match (from_beginning, from_offsets, from_timestamp) {
+                    (true, None, None) => StartAt::Beginning,
+                    (false, Some(o), None) => StartAt::Offsets(parse_offsets(&o)?),
+                    (false, None, Some(ts)) => {
+                        let t = parse_ts(&ts).ok_or_else(|| {
+                            Error::Usage(format!("--from-timestamp {ts}: expected RFC 3339"))
+                        })?;
+                        StartAt::Timestamp(t / 1000)
+                    }
+                    _ => return Err(Error::Usage(
+                        "give exactly one of --from-beginning, --from-offsets, --from-timestamp"
+                            .into(),
+                    )),
+                };
             let opts = RunOpts { once: true, only_table: Some(table), start: Some(start), reapply };
             let reports = daemon::run(&c, opts, daemon::signals()).await?;
             let committed = reports.iter().filter(|r| r.version.is_some()).count();
@@ -250,7 +268,11 @@ async fn dispatch(cmd: Cmd) -> Result<()> {
                 keys,
                 batch,
                 runs,
-                strategies: strategies.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+                strategies: strategies
+                    .split(',')
+                    .map(|s| s.trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect(),
                 distribution,
                 shape: Shape::parse(&columns)?,
                 mix: Mix::parse(&mix)?,
@@ -265,7 +287,9 @@ async fn dispatch(cmd: Cmd) -> Result<()> {
             crate::bench::run(opts).await
         }
         Cmd::Probe { url } => {
-            let body = tokio::task::spawn_blocking(move || probe(&url)).await.map_err(|e| Error::Input(e.to_string()))??;
+            let body = tokio::task::spawn_blocking(move || probe(&url))
+                .await
+                .map_err(|e| Error::Input(e.to_string()))??;
             print!("{body}");
             Ok(())
         }
@@ -303,7 +327,11 @@ fn probe(url: &str) -> Result<String> {
     let mut s = std::net::TcpStream::connect_timeout(addr, timeout).map_err(|e| fail(&e))?;
     s.set_read_timeout(Some(timeout)).map_err(|e| fail(&e))?;
     let host = u.host_str().unwrap_or("localhost");
-    s.write_all(format!("GET {} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n", u.path()).as_bytes()).map_err(|e| fail(&e))?;
+    s.write_all(
+        format!("GET {} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n", u.path())
+            .as_bytes(),
+    )
+    .map_err(|e| fail(&e))?;
     let mut out = String::new();
     s.read_to_string(&mut out).map_err(|e| fail(&e))?;
     let (head, body) = out.split_once("\r\n\r\n").unwrap_or((&out, ""));
@@ -318,7 +346,8 @@ fn probe(url: &str) -> Result<String> {
 fn parse_offsets(s: &str) -> Result<Vec<(String, i32, i64)>> {
     s.split(',')
         .map(|part| {
-            let bad = || Error::Usage(format!("--from-offsets: `{part}` is not topic:PARTITION=OFFSET"));
+            let bad =
+                || Error::Usage(format!("--from-offsets: `{part}` is not topic:PARTITION=OFFSET"));
             let (topic, rest) = part.trim().rsplit_once(':').ok_or_else(bad)?;
             let (p, o) = rest.split_once('=').ok_or_else(bad)?;
             Ok((topic.to_string(), p.parse().map_err(|_| bad())?, o.parse().map_err(|_| bad())?))
@@ -330,18 +359,24 @@ fn parse_offsets(s: &str) -> Result<Vec<(String, i32, i64)>> {
 pub async fn offsets(c: &Config) -> Result<String> {
     let mut rows = vec![];
     for t in &c.tables {
-        let Some(SystemKind::Kafka { brokers, group_id, topic, kafka, .. }) = c.systems.get(&t.system).map(|s| &s.kind) else { continue };
+        let Some(SystemKind::Kafka { brokers, group_id, topic, kafka, .. }) =
+            c.systems.get(&t.system).map(|s| &s.kind)
+        else {
+            continue;
+        };
         let topic = topic.replace("{object}", &t.object);
-        let consumer: rdkafka::consumer::BaseConsumer<kafka::Ctx> = kafka::client_config(brokers, group_id, kafka)
-            .create_with_context(kafka::Ctx)
-            .map_err(|e| Error::Input(format!("kafka: {e}")))?;
+        let consumer: rdkafka::consumer::BaseConsumer<kafka::Ctx> =
+            kafka::client_config(brokers, group_id, kafka)
+                .create_with_context(kafka::Ctx)
+                .map_err(|e| Error::Input(format!("kafka: {e}")))?;
         let runner = TableRunner::open(c, t).await?;
-        let parts =
-            tokio::task::block_in_place(|| kafka::partitions(&consumer, &topic, brokers)).map_err(|e| Error::Input(e.to_string()))?;
+        let parts = tokio::task::block_in_place(|| kafka::partitions(&consumer, &topic, brokers))
+            .map_err(|e| Error::Input(e.to_string()))?;
         for p in parts {
             let stored = runner.store.txn_version(&kafka::app_id(&t.name, &topic, p)).await?;
-            let (low, high) = tokio::task::block_in_place(|| kafka::watermarks(&consumer, &topic, p, brokers))
-                .map_err(|e| Error::Input(e.to_string()))?;
+            let (low, high) =
+                tokio::task::block_in_place(|| kafka::watermarks(&consumer, &topic, p, brokers))
+                    .map_err(|e| Error::Input(e.to_string()))?;
             let lag = high - stored.unwrap_or(low).max(low);
             rows.push(vec![
                 Value::Str(t.name.clone()),
@@ -353,7 +388,8 @@ pub async fn offsets(c: &Config) -> Result<String> {
             ]);
         }
     }
-    let header = ["table", "topic", "partition", "stored_next_offset", "high_watermark", "lag"].map(String::from);
+    let header = ["table", "topic", "partition", "stored_next_offset", "high_watermark", "lag"]
+        .map(String::from);
     Ok(render(&header, &rows, OutFormat::Table))
 }
 
@@ -401,10 +437,14 @@ async fn run_table_files(c: &Config, r: &mut TableRunner) -> Result<Vec<RunRepor
     let pattern = c.resolve(&pattern.replace("{object}", &r.cfg.object));
     let mut reports = vec![];
     for file in expand(&pattern)? {
-        let bytes = std::fs::read(&file).map_err(|e| Error::Input(format!("{}: {e}", file.display())))?;
+        let bytes =
+            std::fs::read(&file).map_err(|e| Error::Input(format!("{}: {e}", file.display())))?;
         let rel = file.strip_prefix(&c.base_dir).unwrap_or(&file).to_string_lossy().to_string();
-        let progress =
-            vec![Mark { app: format!("changelake/{}/file/{rel}", r.cfg.name), version: content_version(&bytes), partition: None }];
+        let progress = vec![Mark {
+            app: format!("changelake/{}/file/{rel}", r.cfg.name),
+            version: content_version(&bytes),
+            partition: None,
+        }];
         if r.already_applied(&progress).await? {
             tracing::debug!(table = %r.cfg.name, file = %rel, "unchanged since its last run, skipped");
             continue;
@@ -445,15 +485,27 @@ pub async fn show(c: &Config, table: &str, view: &str, format: OutFormat) -> Res
             if !scd2 {
                 return Err(Error::Usage("--view as-of needs an scd2 table".into()));
             }
-            let ts = parse_ts(&v["as-of=".len()..]).ok_or_else(|| Error::Usage(format!("`{v}`: expected as-of=<RFC 3339 timestamp>")))?;
-            rows.retain(|r| r.valid_from.is_some_and(|f| f <= ts) && (r.current || r.valid_to.is_some_and(|e| ts < e)));
+            let ts = parse_ts(&v["as-of=".len()..]).ok_or_else(|| {
+                Error::Usage(format!("`{v}`: expected as-of=<RFC 3339 timestamp>"))
+            })?;
+            rows.retain(|r| {
+                r.valid_from.is_some_and(|f| f <= ts)
+                    && (r.current || r.valid_to.is_some_and(|e| ts < e))
+            });
         }
-        other => return Err(Error::Usage(format!("unknown view `{other}` (expected all, active or as-of=TS)"))),
+        other => {
+            return Err(Error::Usage(format!(
+                "unknown view `{other}` (expected all, active or as-of=TS)"
+            )))
+        }
     }
     rows.sort_by(|a, b| {
         let ka: Vec<Value> = spec.key.iter().map(|&i| a.data[i].clone()).collect();
         let kb: Vec<Value> = spec.key.iter().map(|&i| b.data[i].clone()).collect();
-        cmp_slices(&ka, &kb).then(spec.cmp_seq(&a.data, &b.data)).then(a.exec.cmp(&b.exec)).then(a.valid_from.cmp(&b.valid_from))
+        cmp_slices(&ka, &kb)
+            .then(spec.cmp_seq(&a.data, &b.data))
+            .then(a.exec.cmp(&b.exec))
+            .then(a.valid_from.cmp(&b.valid_from))
     });
     let r = &t.reserved;
     let mut header: Vec<String> = runner.store.columns.iter().map(|(n, _)| n.clone()).collect();
@@ -490,7 +542,13 @@ pub fn render(header: &[String], rows: &[Vec<Value>], format: OutFormat) -> Stri
             let mut w = csv::Writer::from_writer(vec![]);
             let _ = w.write_record(header);
             for r in rows {
-                let _ = w.write_record(r.iter().map(|v| if v.is_null() { String::new() } else { v.to_string() }));
+                let _ = w.write_record(r.iter().map(|v| {
+                    if v.is_null() {
+                        String::new()
+                    } else {
+                        v.to_string()
+                    }
+                }));
             }
             String::from_utf8(w.into_inner().unwrap_or_default()).unwrap_or_default()
         }
@@ -503,7 +561,9 @@ pub fn render(header: &[String], rows: &[Vec<Value>], format: OutFormat) -> Stri
                         Value::Null => serde_json::Value::Null,
                         Value::Bool(b) => (*b).into(),
                         Value::Int(i) => (*i).into(),
-                        Value::Float(f) => serde_json::Number::from_f64(*f).map(Into::into).unwrap_or(serde_json::Value::Null),
+                        Value::Float(f) => serde_json::Number::from_f64(*f)
+                            .map(Into::into)
+                            .unwrap_or(serde_json::Value::Null),
                         other => other.to_string().into(),
                     };
                     m.insert(h.clone(), j);
@@ -514,7 +574,8 @@ pub fn render(header: &[String], rows: &[Vec<Value>], format: OutFormat) -> Stri
             s
         }
         OutFormat::Table => {
-            let text: Vec<Vec<String>> = rows.iter().map(|r| r.iter().map(|v| v.to_string()).collect()).collect();
+            let text: Vec<Vec<String>> =
+                rows.iter().map(|r| r.iter().map(|v| v.to_string()).collect()).collect();
             let mut w: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
             for r in &text {
                 for (i, c) in r.iter().enumerate() {
@@ -537,7 +598,11 @@ pub fn render(header: &[String], rows: &[Vec<Value>], format: OutFormat) -> Stri
             for r in &text {
                 s.push_str(&line(r));
             }
-            s.push_str(&format!("({} row{})\n", rows.len(), if rows.len() == 1 { "" } else { "s" }));
+            s.push_str(&format!(
+                "({} row{})\n",
+                rows.len(),
+                if rows.len() == 1 { "" } else { "s" }
+            ));
             s
         }
     }

@@ -153,7 +153,14 @@ impl Default for Reserved {
 
 impl Reserved {
     pub fn all(&self) -> [&str; 6] {
-        [&self.is_current, &self.valid_from, &self.valid_to, &self.is_deleted, &self.execution_id, &self.sk]
+        [
+            &self.is_current,
+            &self.valid_from,
+            &self.valid_to,
+            &self.is_deleted,
+            &self.execution_id,
+            &self.sk,
+        ]
     }
 }
 
@@ -230,7 +237,12 @@ pub struct ConfigErrors(pub Vec<String>);
 
 impl std::fmt::Display for ConfigErrors {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "invalid configuration ({} error{}):", self.0.len(), if self.0.len() == 1 { "" } else { "s" })?;
+        writeln!(
+            f,
+            "invalid configuration ({} error{}):",
+            self.0.len(),
+            if self.0.len() == 1 { "" } else { "s" }
+        )?;
         for e in &self.0 {
             writeln!(f, "  - {e}")?;
         }
@@ -242,14 +254,19 @@ impl std::error::Error for ConfigErrors {}
 
 impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
-        let text = std::fs::read_to_string(path).map_err(|e| ConfigErrors(vec![format!("{}: cannot read: {e}", path.display())]))?;
-        let base = path.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p }).unwrap_or(Path::new("."));
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigErrors(vec![format!("{}: cannot read: {e}", path.display())]))?;
+        let base = path
+            .parent()
+            .map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p })
+            .unwrap_or(Path::new("."));
         let base = std::fs::canonicalize(base).unwrap_or_else(|_| base.to_path_buf());
         Config::parse(&text, &base)
     }
 
     pub fn parse(text: &str, base_dir: &Path) -> Result<Config, ConfigErrors> {
-        let doc: Y = serde_yaml::from_str(text).map_err(|e| ConfigErrors(vec![format!("(document): not valid YAML: {e}")]))?;
+        let doc: Y = serde_yaml::from_str(text)
+            .map_err(|e| ConfigErrors(vec![format!("(document): not valid YAML: {e}")]))?;
         let mut cx = Cx { errors: vec![] };
         let cfg = cx.config(&doc, base_dir);
         if cx.errors.is_empty() {
@@ -316,7 +333,8 @@ fn type_name(v: &Y) -> &'static str {
     }
 }
 
-const RESERVED_DEFAULTS: [&str; 6] = ["_is_current", "_valid_from", "_valid_to", "_is_deleted", "_execution_id", "_sk"];
+const RESERVED_DEFAULTS: [&str; 6] =
+    ["_is_current", "_valid_from", "_valid_to", "_is_deleted", "_execution_id", "_sk"];
 
 impl Cx {
     fn err(&mut self, path: &str, msg: impl std::fmt::Display) {
@@ -336,7 +354,10 @@ impl Cx {
                     if allowed.is_empty() || allowed.contains(&k) {
                         out.insert(k.to_string(), val);
                     } else {
-                        self.err(&child(path, k), format!("unknown key `{k}` (expected one of: {})", allowed.join(", ")));
+                        self.err(
+                            &child(path, k),
+                            format!("unknown key `{k}` (expected one of: {})", allowed.join(", ")),
+                        );
                     }
                 }
             }
@@ -357,7 +378,9 @@ impl Cx {
                     let var = &after[..j];
                     match std::env::var(var) {
                         Ok(v) => out.push_str(&v),
-                        Err(_) => self.err(path, format!("environment variable `{var}` is not set")),
+                        Err(_) => {
+                            self.err(path, format!("environment variable `{var}` is not set"))
+                        }
                     }
                     rest = &after[j + 1..];
                 }
@@ -391,9 +414,14 @@ impl Cx {
         match m.get(key) {
             None => default,
             Some(Y::Bool(b)) => *b,
-            Some(Y::String(s)) if matches!(self.subst(s, path).as_str(), "true" | "false") => self.subst(s, path) == "true",
+            Some(Y::String(s)) if matches!(self.subst(s, path).as_str(), "true" | "false") => {
+                self.subst(s, path) == "true"
+            }
             Some(other) => {
-                self.err(&child(path, key), format!("expected true or false, found {}", type_name(other)));
+                self.err(
+                    &child(path, key),
+                    format!("expected true or false, found {}", type_name(other)),
+                );
                 default
             }
         }
@@ -401,19 +429,39 @@ impl Cx {
 
     fn list(&mut self, v: &Y, path: &str) -> Vec<String> {
         match v {
-            Y::Sequence(items) => items.iter().enumerate().filter_map(|(i, x)| self.string(x, &format!("{path}[{i}]"))).collect(),
+            Y::Sequence(items) => items
+                .iter()
+                .enumerate()
+                .filter_map(|(i, x)| self.string(x, &format!("{path}[{i}]")))
+                .collect(),
             Y::String(s) => vec![self.subst(s, path)],
             other => {
-                self.err(path, format!("expected a list of column names, found {}", type_name(other)));
+                self.err(
+                    path,
+                    format!("expected a list of column names, found {}", type_name(other)),
+                );
                 vec![]
             }
         }
     }
 
     fn config(&mut self, doc: &Y, base: &Path) -> Config {
-        let top = self.map(doc, "", &["storage", "systems", "bronze", "batching", "metrics", "dead_letters", "shutdown_timeout"]);
+        let top = self.map(
+            doc,
+            "",
+            &[
+                "storage",
+                "systems",
+                "bronze",
+                "batching",
+                "metrics",
+                "dead_letters",
+                "shutdown_timeout",
+            ],
+        );
 
-        let storage = top.get("storage").map(|v| self.map(v, "storage", &["root"])).unwrap_or_default();
+        let storage =
+            top.get("storage").map(|v| self.map(v, "storage", &["root"])).unwrap_or_default();
         let root = self.opt_string(&storage, "root", "storage").unwrap_or_else(|| "./lake".into());
         let storage_root = if root.contains("://") {
             root
@@ -460,17 +508,26 @@ impl Cx {
 
         let bm = top
             .get("batching")
-            .map(|v| self.map(v, "batching", &["max_rows", "max_bytes", "max_age", "max_buffered_bytes"]))
+            .map(|v| {
+                self.map(v, "batching", &["max_rows", "max_bytes", "max_age", "max_buffered_bytes"])
+            })
             .unwrap_or_default();
-        let mut batching =
-            Batching { max_rows: 100_000, max_bytes: 64 << 20, max_age: Duration::from_secs(5), max_buffered_bytes: 512 << 20 };
+        let mut batching = Batching {
+            max_rows: 100_000,
+            max_bytes: 64 << 20,
+            max_age: Duration::from_secs(5),
+            max_buffered_bytes: 512 << 20,
+        };
         if let Some(v) = bm.get("max_rows") {
             match v.as_u64() {
                 Some(n) if n > 0 => batching.max_rows = n as usize,
                 _ => self.err("batching.max_rows", "expected a positive integer"),
             }
         }
-        for (key, slot) in [("max_bytes", &mut batching.max_bytes), ("max_buffered_bytes", &mut batching.max_buffered_bytes)] {
+        for (key, slot) in [
+            ("max_bytes", &mut batching.max_bytes),
+            ("max_buffered_bytes", &mut batching.max_buffered_bytes),
+        ] {
             if let Some(v) = bm.get(key) {
                 let p = format!("batching.{key}");
                 match self.string(v, &p).and_then(|s| parse_size(&s)) {
@@ -486,16 +543,25 @@ impl Cx {
             }
         }
 
-        let mm = top.get("metrics").map(|v| self.map(v, "metrics", &["listen"])).unwrap_or_default();
+        let mm =
+            top.get("metrics").map(|v| self.map(v, "metrics", &["listen"])).unwrap_or_default();
         let metrics_listen = self.opt_string(&mm, "listen", "metrics");
         if let Some(l) = &metrics_listen {
             if l.parse::<std::net::SocketAddr>().is_err() {
-                self.err("metrics.listen", format!("`{l}` is not a socket address such as 127.0.0.1:9464"));
+                self.err(
+                    "metrics.listen",
+                    format!("`{l}` is not a socket address such as 127.0.0.1:9464"),
+                );
             }
         }
-        let dm = top.get("dead_letters").map(|v| self.map(v, "dead_letters", &["table", "topic"])).unwrap_or_default();
+        let dm = top
+            .get("dead_letters")
+            .map(|v| self.map(v, "dead_letters", &["table", "topic"]))
+            .unwrap_or_default();
         let dead_letters = DeadLetters {
-            table: self.opt_string(&dm, "table", "dead_letters").unwrap_or_else(|| "_dead_letters".into()),
+            table: self
+                .opt_string(&dm, "table", "dead_letters")
+                .unwrap_or_else(|| "_dead_letters".into()),
             topic: self.opt_string(&dm, "topic", "dead_letters"),
         };
         let shutdown_timeout = match top.get("shutdown_timeout") {
@@ -511,7 +577,16 @@ impl Cx {
         if tables.is_empty() && self.errors.is_empty() {
             self.err("bronze.tables", "no tables declared");
         }
-        Config { base_dir: base.to_path_buf(), storage_root, systems, tables, batching, metrics_listen, dead_letters, shutdown_timeout }
+        Config {
+            base_dir: base.to_path_buf(),
+            storage_root,
+            systems,
+            tables,
+            batching,
+            metrics_listen,
+            dead_letters,
+            shutdown_timeout,
+        }
     }
 
     fn system(&mut self, name: &str, v: &Y) -> Option<System> {
@@ -529,7 +604,10 @@ impl Cx {
             "csv" => &["type", "path", "delimiter", "columns"],
             "jsonl" => &["type", "path", "format", "columns"],
             other => {
-                self.err(&format!("{path}.type"), format!("unknown system type `{other}` (expected kafka, csv or jsonl)"));
+                self.err(
+                    &format!("{path}.type"),
+                    format!("unknown system type `{other}` (expected kafka, csv or jsonl)"),
+                );
                 return None;
             }
         };
@@ -541,18 +619,27 @@ impl Cx {
                 let tp = child(&cp, &col);
                 match self.string(t, &tp).and_then(|s| DType::parse(&s)) {
                     Some(dt) => columns.push((col, dt)),
-                    None => self.err(&tp, "unknown type (expected integer, float, boolean, timestamp or string)"),
+                    None => self.err(
+                        &tp,
+                        "unknown type (expected integer, float, boolean, timestamp or string)",
+                    ),
                 }
             }
         }
         let kind = match ty.as_str() {
             "kafka" => {
                 let brokers = self.opt_string(&m, "brokers", &path).unwrap_or_else(|| {
-                    self.err(&format!("{path}.brokers"), "missing: host:port of the Kafka bootstrap servers");
+                    self.err(
+                        &format!("{path}.brokers"),
+                        "missing: host:port of the Kafka bootstrap servers",
+                    );
                     String::new()
                 });
-                let group_id = self.opt_string(&m, "group_id", &path).unwrap_or_else(|| format!("changelake-{name}"));
-                let topic = self.opt_string(&m, "topic", &path).unwrap_or_else(|| "{object}".into());
+                let group_id = self
+                    .opt_string(&m, "group_id", &path)
+                    .unwrap_or_else(|| format!("changelake-{name}"));
+                let topic =
+                    self.opt_string(&m, "topic", &path).unwrap_or_else(|| "{object}".into());
                 let format = self.format(&m, &path, Format::Debezium);
                 let mut kafka = BTreeMap::new();
                 if let Some(k) = m.get("kafka") {
@@ -578,7 +665,10 @@ impl Cx {
                 let p = self.file_path(&m, &path);
                 SystemKind::Csv { path: p, delimiter }
             }
-            _ => SystemKind::Jsonl { path: self.file_path(&m, &path), format: self.format(&m, &path, Format::Json) },
+            _ => SystemKind::Jsonl {
+                path: self.file_path(&m, &path),
+                format: self.format(&m, &path, Format::Json),
+            },
         };
         Some(System { name: name.to_string(), kind, columns })
     }
@@ -589,7 +679,10 @@ impl Cx {
             Some("debezium") => Format::Debezium,
             Some("json") => Format::Json,
             Some(other) => {
-                self.err(&format!("{path}.format"), format!("unknown format `{other}` (expected debezium or json)"));
+                self.err(
+                    &format!("{path}.format"),
+                    format!("unknown format `{other}` (expected debezium or json)"),
+                );
                 default
             }
         }
@@ -602,9 +695,18 @@ impl Cx {
         })
     }
 
-    fn table(&mut self, name: &str, v: &Y, systems: &BTreeMap<String, System>) -> Option<TableConfig> {
+    fn table(
+        &mut self,
+        name: &str,
+        v: &Y,
+        systems: &BTreeMap<String, System>,
+    ) -> Option<TableConfig> {
         let path = format!("bronze.tables.{name}");
-        let m = self.map(v, &path, &["source", "business_key", "strategy", "merge", "schema_policy", "columns", "layout"]);
+        let m = self.map(
+            v,
+            &path,
+            &["source", "business_key", "strategy", "merge", "schema_policy", "columns", "layout"],
+        );
 
         // Source.
         let sp = format!("{path}.source");
@@ -620,7 +722,10 @@ impl Cx {
                         let known: Vec<_> = systems.keys().cloned().collect();
                         self.err(
                             &format!("{sp}.system"),
-                            format!("unknown system `{s}` (declared: {})", if known.is_empty() { "none".into() } else { known.join(", ") }),
+                            format!(
+                                "unknown system `{s}` (declared: {})",
+                                if known.is_empty() { "none".into() } else { known.join(", ") }
+                            ),
                         );
                     }
                     Some(s) => system = s,
@@ -631,7 +736,9 @@ impl Cx {
                 if let Some(f) = self.opt_string(&sm, "filter", &sp) {
                     match expr::parse(&f) {
                         Ok(e) => filter = Some(e),
-                        Err(e) => self.err(&format!("{sp}.filter"), format!("cannot parse `{f}`: {e}")),
+                        Err(e) => {
+                            self.err(&format!("{sp}.filter"), format!("cannot parse `{f}`: {e}"))
+                        }
                     }
                 }
             }
@@ -667,7 +774,8 @@ impl Cx {
                 }
             }
         }
-        let is_reserved = |c: &str, r: &Reserved| r.all().contains(&c) || RESERVED_DEFAULTS.contains(&c);
+        let is_reserved =
+            |c: &str, r: &Reserved| r.all().contains(&c) || RESERVED_DEFAULTS.contains(&c);
 
         let kp = format!("{path}.business_key");
         let business_key = match m.get("business_key") {
@@ -706,7 +814,10 @@ impl Cx {
                 Strategy::Scd1
             }
             Some(other) => {
-                self.err(&format!("{path}.strategy"), format!("unknown strategy `{other}` (expected scd1 or scd2)"));
+                self.err(
+                    &format!("{path}.strategy"),
+                    format!("unknown strategy `{other}` (expected scd1 or scd2)"),
+                );
                 Strategy::Scd1
             }
         };
@@ -716,7 +827,10 @@ impl Cx {
             Some("ignore") => SchemaPolicy::Ignore,
             Some("strict") => SchemaPolicy::Strict,
             Some(other) => {
-                self.err(&format!("{path}.schema_policy"), format!("unknown policy `{other}` (expected additive, ignore or strict)"));
+                self.err(
+                    &format!("{path}.schema_policy"),
+                    format!("unknown policy `{other}` (expected additive, ignore or strict)"),
+                );
                 SchemaPolicy::Additive
             }
         };
@@ -727,7 +841,14 @@ impl Cx {
             let lm = self.map(
                 l,
                 &lp,
-                &["file_rows", "spread", "checkpoint_interval", "compact_min_files", "vacuum_retention", "deletion_vectors"],
+                &[
+                    "file_rows",
+                    "spread",
+                    "checkpoint_interval",
+                    "compact_min_files",
+                    "vacuum_retention",
+                    "deletion_vectors",
+                ],
             );
             if let Some(v) = lm.get("deletion_vectors") {
                 match v.as_bool() {
@@ -750,7 +871,10 @@ impl Cx {
             if let Some(v) = lm.get("compact_min_files") {
                 match v.as_u64() {
                     Some(n) if n == 0 || n >= 2 => layout.compact_min_files = n as usize,
-                    _ => self.err(&child(&lp, "compact_min_files"), "expected 0 (off) or an integer of at least 2"),
+                    _ => self.err(
+                        &child(&lp, "compact_min_files"),
+                        "expected 0 (off) or an integer of at least 2",
+                    ),
                 }
             }
             if let Some(s) = self.opt_string(&lm, "vacuum_retention", &lp) {
@@ -758,7 +882,10 @@ impl Cx {
                     "off" | "never" => layout.vacuum_retention = None,
                     _ => match parse_duration(&s) {
                         Some(d) => layout.vacuum_retention = Some(d),
-                        None => self.err(&child(&lp, "vacuum_retention"), format!("`{s}` is not a duration such as 168h, or off")),
+                        None => self.err(
+                            &child(&lp, "vacuum_retention"),
+                            format!("`{s}` is not a duration such as 168h, or off"),
+                        ),
                     },
                 }
             }
@@ -789,13 +916,20 @@ impl Cx {
                 )
             })
             .unwrap_or_default();
-        let sequence_by = mm.get("sequence_by").map(|v| self.list(v, &format!("{mp}.sequence_by"))).unwrap_or_default();
-        let is_debezium = systems.get(&system).is_some_and(|s| s.kind.format() == Some(Format::Debezium));
+        let sequence_by = mm
+            .get("sequence_by")
+            .map(|v| self.list(v, &format!("{mp}.sequence_by")))
+            .unwrap_or_default();
+        let is_debezium =
+            systems.get(&system).is_some_and(|s| s.kind.format() == Some(Format::Debezium));
         let delete_when = match self.opt_string(&mm, "delete_when", &mp) {
             Some(s) => match expr::parse(&s) {
                 Ok(e) => Some(e),
                 Err(e) => {
-                    self.err(&format!("{mp}.delete_when"), format!("cannot parse `{s}` as a SQL predicate: {e}"));
+                    self.err(
+                        &format!("{mp}.delete_when"),
+                        format!("cannot parse `{s}` as a SQL predicate: {e}"),
+                    );
                     None
                 }
             },
@@ -807,7 +941,10 @@ impl Cx {
             Some("hard") => DeleteMode::Hard,
             Some("ignore") => DeleteMode::Ignore,
             Some(other) => {
-                self.err(&format!("{mp}.delete_mode"), format!("unknown mode `{other}` (expected soft, hard or ignore)"));
+                self.err(
+                    &format!("{mp}.delete_mode"),
+                    format!("unknown mode `{other}` (expected soft, hard or ignore)"),
+                );
                 DeleteMode::Soft
             }
         };
@@ -817,17 +954,23 @@ impl Cx {
                 "`hard` is not allowed with strategy scd2: it would destroy history (use soft or ignore)",
             );
         }
-        let ignore_columns = mm.get("ignore_columns").map(|v| self.list(v, &format!("{mp}.ignore_columns"))).unwrap_or_default();
-        let track_columns = mm.get("track_columns").map(|v| self.list(v, &format!("{mp}.track_columns")));
+        let ignore_columns = mm
+            .get("ignore_columns")
+            .map(|v| self.list(v, &format!("{mp}.ignore_columns")))
+            .unwrap_or_default();
+        let track_columns =
+            mm.get("track_columns").map(|v| self.list(v, &format!("{mp}.track_columns")));
         if mm.contains_key("ignore_columns") && track_columns.is_some() {
             self.err(
                 &format!("{mp}.track_columns"),
                 "cannot be combined with ignore_columns: list either the columns to track or the ones to ignore",
             );
         }
-        for (opt, cols) in
-            [("ignore_columns", Some(&ignore_columns)), ("track_columns", track_columns.as_ref()), ("sequence_by", Some(&sequence_by))]
-        {
+        for (opt, cols) in [
+            ("ignore_columns", Some(&ignore_columns)),
+            ("track_columns", track_columns.as_ref()),
+            ("sequence_by", Some(&sequence_by)),
+        ] {
             for c in cols.into_iter().flatten() {
                 if business_key.contains(c) {
                     self.err(&format!("{mp}.{opt}"), format!("`{c}` is a business key column"));
@@ -851,14 +994,23 @@ impl Cx {
         let valid_time = match self.opt_string(&mm, "valid_time", &mp) {
             None => ValidTime::Processing,
             Some(s) if s == "processing" => ValidTime::Processing,
-            Some(s) if s.starts_with("column:") && s.len() > "column:".len() => ValidTime::Column(s["column:".len()..].trim().to_string()),
-            Some(s) if s.starts_with("date:") => match chrono::NaiveDate::parse_from_str(s["date:".len()..].trim(), "%Y-%m-%d") {
-                Ok(d) => ValidTime::Date(d.and_hms_opt(0, 0, 0).unwrap().and_utc().timestamp_micros()),
-                Err(_) => {
-                    self.err(&format!("{mp}.valid_time"), format!("`{s}`: date must be YYYY-MM-DD"));
-                    ValidTime::Processing
+            Some(s) if s.starts_with("column:") && s.len() > "column:".len() => {
+                ValidTime::Column(s["column:".len()..].trim().to_string())
+            }
+            Some(s) if s.starts_with("date:") => {
+                match chrono::NaiveDate::parse_from_str(s["date:".len()..].trim(), "%Y-%m-%d") {
+                    Ok(d) => ValidTime::Date(
+                        d.and_hms_opt(0, 0, 0).unwrap().and_utc().timestamp_micros(),
+                    ),
+                    Err(_) => {
+                        self.err(
+                            &format!("{mp}.valid_time"),
+                            format!("`{s}`: date must be YYYY-MM-DD"),
+                        );
+                        ValidTime::Processing
+                    }
                 }
-            },
+            }
             Some(s) => {
                 self.err(
                     &format!("{mp}.valid_time"),
@@ -872,7 +1024,10 @@ impl Cx {
             Some(s) => match parse_ts(&s) {
                 Some(t) => Some(t),
                 None => {
-                    self.err(&format!("{mp}.open_valid_to"), format!("`{s}` is not a timestamp or date"));
+                    self.err(
+                        &format!("{mp}.open_valid_to"),
+                        format!("`{s}` is not a timestamp or date"),
+                    );
                     None
                 }
             },
@@ -882,7 +1037,10 @@ impl Cx {
             None | Some("latest") => false,
             Some("all") => true,
             Some(other) => {
-                self.err(&format!("{mp}.intra_batch"), format!("unknown value `{other}` (expected latest or all)"));
+                self.err(
+                    &format!("{mp}.intra_batch"),
+                    format!("unknown value `{other}` (expected latest or all)"),
+                );
                 false
             }
         };
@@ -1027,7 +1185,10 @@ bronze:
     #[test]
     fn config_rejects_unknown_keys_with_their_path() {
         let e = errors(&SEED.replace("ignore_columns", "ignore_colums"));
-        assert!(e.iter().any(|m| m.starts_with("bronze.tables.customer.merge.ignore_colums:")), "{e:?}");
+        assert!(
+            e.iter().any(|m| m.starts_with("bronze.tables.customer.merge.ignore_colums:")),
+            "{e:?}"
+        );
         let e = errors(&format!("{SEED}\nextra: 1\n"));
         assert!(e.iter().any(|m| m.starts_with("extra:")), "{e:?}");
     }
@@ -1036,10 +1197,15 @@ bronze:
     fn config_reports_every_error_at_once() {
         let y = SEED
             .replace("strategy: scd2", "strategy: scd2\n      schema_policy: loose")
-            .replace("delete_when: \"op = 'D'\"", "delete_when: \"op = \"\n        delete_mode: hard\n        track_columns: [city]")
+            .replace(
+                "delete_when: \"op = 'D'\"",
+                "delete_when: \"op = \"\n        delete_mode: hard\n        track_columns: [city]",
+            )
             .replace("system: crm", "system: nope");
         let e = errors(&y);
-        for needle in ["schema_policy", "delete_when", "delete_mode", "track_columns", "source.system"] {
+        for needle in
+            ["schema_policy", "delete_when", "delete_mode", "track_columns", "source.system"]
+        {
             assert!(e.iter().any(|m| m.contains(needle)), "missing {needle} in {e:?}");
         }
     }
@@ -1054,27 +1220,49 @@ bronze:
     fn config_rejects_reserved_business_key() {
         let e = errors(&SEED.replace("business_key: [id]", "business_key: [id, _is_current]"));
         assert!(e.iter().any(|m| m.contains("business_key") && m.contains("_is_current")), "{e:?}");
-        let renamed = SEED.replace("business_key: [id]", "business_key: [is_current]\n      columns: {_is_current: is_current}");
+        let renamed = SEED.replace(
+            "business_key: [id]",
+            "business_key: [is_current]\n      columns: {_is_current: is_current}",
+        );
         assert!(errors(&renamed).iter().any(|m| m.contains("is_current")));
     }
 
     #[test]
     fn config_rejects_hard_delete_with_scd2() {
-        let e = errors(&SEED.replace("ignore_columns", "delete_mode: hard\n        ignore_columns"));
-        assert!(e.iter().any(|m| m.starts_with("bronze.tables.customer.merge.delete_mode") && m.contains("scd2")), "{e:?}");
-        assert!(parse(&SEED.replace("scd2", "scd1").replace("ignore_columns", "delete_mode: hard\n        ignore_columns")).is_ok());
+        let e =
+            errors(&SEED.replace("ignore_columns", "delete_mode: hard\n        ignore_columns"));
+        assert!(
+            e.iter()
+                .any(|m| m.starts_with("bronze.tables.customer.merge.delete_mode")
+                    && m.contains("scd2")),
+            "{e:?}"
+        );
+        assert!(parse(
+            &SEED
+                .replace("scd2", "scd1")
+                .replace("ignore_columns", "delete_mode: hard\n        ignore_columns")
+        )
+        .is_ok());
     }
 
     #[test]
     fn config_rejects_track_columns_with_ignore_columns() {
-        let e = errors(&SEED.replace("ignore_columns", "track_columns: [city]\n        ignore_columns"));
-        assert!(e.iter().any(|m| m.contains("track_columns") && m.contains("ignore_columns")), "{e:?}");
+        let e = errors(
+            &SEED.replace("ignore_columns", "track_columns: [city]\n        ignore_columns"),
+        );
+        assert!(
+            e.iter().any(|m| m.contains("track_columns") && m.contains("ignore_columns")),
+            "{e:?}"
+        );
     }
 
     #[test]
     fn config_rejects_unparsable_delete_when() {
         let e = errors(&SEED.replace("op = 'D'", "op = = 'D'"));
-        assert!(e.iter().any(|m| m.starts_with("bronze.tables.customer.merge.delete_when")), "{e:?}");
+        assert!(
+            e.iter().any(|m| m.starts_with("bronze.tables.customer.merge.delete_when")),
+            "{e:?}"
+        );
     }
 
     #[test]
@@ -1087,17 +1275,29 @@ bronze:
 
     #[test]
     fn config_rejects_malformed_valid_time() {
-        for bad in ["valid_time: business", "valid_time: \"date:2024-13-01\"", "valid_time: \"column:\""] {
-            let e = errors(&SEED.replace("ignore_columns", &format!("{bad}\n        ignore_columns")));
-            assert!(e.iter().any(|m| m.starts_with("bronze.tables.customer.merge.valid_time")), "{bad}: {e:?}");
+        for bad in
+            ["valid_time: business", "valid_time: \"date:2024-13-01\"", "valid_time: \"column:\""]
+        {
+            let e =
+                errors(&SEED.replace("ignore_columns", &format!("{bad}\n        ignore_columns")));
+            assert!(
+                e.iter().any(|m| m.starts_with("bronze.tables.customer.merge.valid_time")),
+                "{bad}: {e:?}"
+            );
         }
-        let ok = parse(&SEED.replace("ignore_columns", "valid_time: \"date:2026-01-01\"\n        ignore_columns")).unwrap();
+        let ok =
+            parse(&SEED.replace(
+                "ignore_columns",
+                "valid_time: \"date:2026-01-01\"\n        ignore_columns",
+            ))
+            .unwrap();
         assert!(matches!(ok.tables[0].valid_time, ValidTime::Date(_)));
     }
 
     #[test]
     fn config_rejects_float_business_key_when_declared() {
-        let y = SEED.replace("path: data/customer.csv}", "path: data/customer.csv, columns: {id: float}}");
+        let y = SEED
+            .replace("path: data/customer.csv}", "path: data/customer.csv, columns: {id: float}}");
         let e = errors(&y);
         assert!(e.iter().any(|m| m.contains("business_key") && m.contains("float")), "{e:?}");
     }
@@ -1105,10 +1305,15 @@ bronze:
     #[test]
     fn config_substitutes_environment_variables() {
         std::env::set_var("CHANGELAKE_TEST_ROOT", "/data/lake");
-        let c = parse(&format!("storage: {{root: \"${{CHANGELAKE_TEST_ROOT}}\"}}\n{SEED}")).unwrap();
+        let c =
+            parse(&format!("storage: {{root: \"${{CHANGELAKE_TEST_ROOT}}\"}}\n{SEED}")).unwrap();
         assert_eq!(c.storage_root, "/data/lake");
         let e = errors(&format!("storage: {{root: \"${{CHANGELAKE_TEST_UNSET_VAR}}\"}}\n{SEED}"));
-        assert!(e.iter().any(|m| m.starts_with("storage.root") && m.contains("CHANGELAKE_TEST_UNSET_VAR")), "{e:?}");
+        assert!(
+            e.iter()
+                .any(|m| m.starts_with("storage.root") && m.contains("CHANGELAKE_TEST_UNSET_VAR")),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -156,7 +156,10 @@ fn forward(
                     // envelope columns are added by `route`.
                     let received = Instant::now();
                     let d = decode(format, m.key(), m.payload(), &[]);
-                    let raw = m.payload().map(|x| String::from_utf8_lossy(x).into_owned()).unwrap_or_default();
+                    let raw = m
+                        .payload()
+                        .map(|x| String::from_utf8_lossy(x).into_owned())
+                        .unwrap_or_default();
                     Ev::Msg(m.detach(), d, raw, received)
                 }
                 Err(RdError::PartitionEOF(_)) => Ev::Eof(topic.clone(), p),
@@ -186,7 +189,9 @@ fn start_offset(slots: &[Slot], topic: &str, p: i32) -> Offset {
 /// bound is an error: an unmonitored daemon looks healthy while it is not.
 pub async fn serve_metrics(config: &Config, once: bool) -> Result<()> {
     match (&config.metrics_listen, once) {
-        (Some(addr), _) => telemetry::serve(addr).await.map_err(|e| Error::Input(format!("metrics.listen {addr}: {e}"))),
+        (Some(addr), _) => telemetry::serve(addr)
+            .await
+            .map_err(|e| Error::Input(format!("metrics.listen {addr}: {e}"))),
         (None, false) => {
             if let Err(e) = telemetry::serve("127.0.0.1:9464").await {
                 tracing::warn!(error = %e, "cannot serve metrics on the default 127.0.0.1:9464 (set metrics.listen)");
@@ -209,7 +214,9 @@ pub async fn run(config: &Config, opts: RunOpts, shutdown: Shutdown) -> Result<V
             let tables: Vec<TableConfig> = config
                 .tables
                 .iter()
-                .filter(|t| &t.system == name && opts.only_table.as_ref().is_none_or(|o| *o == t.name))
+                .filter(|t| {
+                    &t.system == name && opts.only_table.as_ref().is_none_or(|o| *o == t.name)
+                })
                 .cloned()
                 .collect();
             if !tables.is_empty() {
@@ -231,11 +238,18 @@ async fn run_system(
     opts: RunOpts,
     mut shutdown: Shutdown,
 ) -> Result<Vec<RunReport>> {
-    let SystemKind::Kafka { brokers, group_id, topic: template, format, kafka } = &config.systems[system].kind else { unreachable!() };
+    let SystemKind::Kafka { brokers, group_id, topic: template, format, kafka } =
+        &config.systems[system].kind
+    else {
+        unreachable!()
+    };
     let cc = client_config(brokers, group_id, kafka);
     let consumer: Arc<StreamConsumer<Ctx>> =
-        Arc::new(cc.create_with_context(Ctx).map_err(|e| Error::Input(format!("systems.{system}: cannot create Kafka consumer: {e}")))?);
-    let meta: BaseConsumer<Ctx> = cc.create_with_context(Ctx).map_err(|e| Error::Input(format!("systems.{system}: {e}")))?;
+        Arc::new(cc.create_with_context(Ctx).map_err(|e| {
+            Error::Input(format!("systems.{system}: cannot create Kafka consumer: {e}"))
+        })?);
+    let meta: BaseConsumer<Ctx> =
+        cc.create_with_context(Ctx).map_err(|e| Error::Input(format!("systems.{system}: {e}")))?;
 
     let mut slots = vec![];
     let mut topic_parts: BTreeMap<String, Vec<i32>> = BTreeMap::new();
@@ -283,8 +297,13 @@ async fn run_system(
                     q.add_partition_offset(topic, p, Offset::Offset(*ms)).ok();
                 }
             }
-            let c2: BaseConsumer<Ctx> = cc.create_with_context(Ctx).map_err(|e| Error::Input(e.to_string()))?;
-            let r = tokio::task::spawn_blocking(move || c2.offsets_for_times(q, Duration::from_secs(10))).await.expect("join");
+            let c2: BaseConsumer<Ctx> =
+                cc.create_with_context(Ctx).map_err(|e| Error::Input(e.to_string()))?;
+            let r = tokio::task::spawn_blocking(move || {
+                c2.offsets_for_times(q, Duration::from_secs(10))
+            })
+            .await
+            .expect("join");
             r.map_err(|e| Error::Input(format!("offsets for timestamp: {e}")))?
                 .elements()
                 .iter()
@@ -295,14 +314,23 @@ async fn run_system(
     };
     for (topic, ps) in &topic_parts {
         for &p in ps {
-            let stored_min = slots.iter().filter(|s| &s.topic == topic).map(|s| s.stored.get(&p).copied()).min().flatten();
+            let stored_min = slots
+                .iter()
+                .filter(|s| &s.topic == topic)
+                .map(|s| s.stored.get(&p).copied())
+                .min()
+                .flatten();
             let start = match &opts.start {
                 None => stored_min.map(Offset::Offset).unwrap_or(Offset::Beginning),
                 Some(StartAt::Beginning) => Offset::Beginning,
-                Some(StartAt::Offsets(list)) => {
-                    list.iter().find(|(t, pp, _)| t == topic && *pp == p).map(|(_, _, o)| Offset::Offset(*o)).unwrap_or(Offset::Beginning)
+                Some(StartAt::Offsets(list)) => list
+                    .iter()
+                    .find(|(t, pp, _)| t == topic && *pp == p)
+                    .map(|(_, _, o)| Offset::Offset(*o))
+                    .unwrap_or(Offset::Beginning),
+                Some(StartAt::Timestamp(_)) => {
+                    ts_offsets.get(&(topic.clone(), p)).copied().unwrap_or(Offset::End)
                 }
-                Some(StartAt::Timestamp(_)) => ts_offsets.get(&(topic.clone(), p)).copied().unwrap_or(Offset::End),
             };
             tpl.add_partition_offset(topic, p, start).map_err(|e| Error::Input(e.to_string()))?;
             let (low, high) = meta_call(&meta, |m| watermarks(m, topic, p, brokers)).await?;
@@ -355,7 +383,10 @@ async fn run_system(
                     Ok(m) => {
                         let received = Instant::now();
                         let d = decode(format, m.key(), m.payload(), &[]);
-                        let raw = m.payload().map(|x| String::from_utf8_lossy(x).into_owned()).unwrap_or_default();
+                        let raw = m
+                            .payload()
+                            .map(|x| String::from_utf8_lossy(x).into_owned())
+                            .unwrap_or_default();
                         Ev::Msg(m.detach(), d, raw, received)
                     }
                     Err(e) => Ev::Err(e.to_string()),
@@ -371,11 +402,14 @@ async fn run_system(
     drop(tx);
     let mut last_refresh = Instant::now();
 
-    let mut done: HashMap<(String, i32), bool> = position.keys().map(|k| (k.clone(), false)).collect();
+    let mut done: HashMap<(String, i32), bool> =
+        position.keys().map(|k| (k.clone(), false)).collect();
     let batching = config.batching.clone();
     let mut reports = vec![];
     // max_age is honoured to a twentieth of itself (at most 100 ms late).
-    let mut tick = tokio::time::interval(Duration::from_millis(100).min(batching.max_age / 20).max(Duration::from_millis(5)));
+    let mut tick = tokio::time::interval(
+        Duration::from_millis(100).min(batching.max_age / 20).max(Duration::from_millis(5)),
+    );
     let finished = |done: &HashMap<(String, i32), bool>| done.values().all(|d| *d);
     let mut stopping = opts.once && finished(&done);
     while !stopping {
@@ -499,7 +533,10 @@ async fn run_system(
     };
     match tokio::time::timeout(config.shutdown_timeout, drain).await {
         Ok(r) => reports.extend(r?),
-        Err(_) => tracing::warn!(system, "shutdown_timeout reached: open batches abandoned (they will be re-read)"),
+        Err(_) => tracing::warn!(
+            system,
+            "shutdown_timeout reached: open batches abandoned (they will be re-read)"
+        ),
     }
     for s in &slots {
         if s.tombstones + s.truncates > 0 {
@@ -511,7 +548,12 @@ async fn run_system(
 
 /// Re-reads topic metadata off the hot path: topics created after start and
 /// partitions added later are picked up without a restart.
-fn spawn_partition_refresh(meta: Arc<BaseConsumer<Ctx>>, topics: Vec<String>, brokers: String, tx: mpsc::Sender<Ev>) {
+fn spawn_partition_refresh(
+    meta: Arc<BaseConsumer<Ctx>>,
+    topics: Vec<String>,
+    brokers: String,
+    tx: mpsc::Sender<Ev>,
+) {
     tokio::task::spawn_blocking(move || {
         for topic in topics {
             if let Ok(ps) = partitions(&meta, &topic, &brokers) {
@@ -529,7 +571,11 @@ fn spawn_partition_refresh(meta: Arc<BaseConsumer<Ctx>>, topics: Vec<String>, br
 fn spawn_lag_probe(meta: Arc<BaseConsumer<Ctx>>, slots: &[Slot], brokers: String) {
     let targets: Vec<(String, String, i32, Option<i64>)> = slots
         .iter()
-        .flat_map(|s| s.partitions.iter().map(|p| (s.runner.cfg.name.clone(), s.topic.clone(), *p, s.stored.get(p).copied())))
+        .flat_map(|s| {
+            s.partitions
+                .iter()
+                .map(|p| (s.runner.cfg.name.clone(), s.topic.clone(), *p, s.stored.get(p).copied()))
+        })
         .collect();
     tokio::task::spawn_blocking(move || {
         let mut seen: HashMap<(String, i32), (i64, i64)> = HashMap::new();
@@ -551,7 +597,11 @@ fn spawn_lag_probe(meta: Arc<BaseConsumer<Ctx>>, slots: &[Slot], brokers: String
 
 /// Asks the cluster for metadata (off the hot path): `/readyz` reports the
 /// broker unreachable when this fails, and reachable again when it answers.
-fn spawn_broker_probe(meta: Arc<BaseConsumer<Ctx>>, system: String, busy: Arc<std::sync::atomic::AtomicBool>) {
+fn spawn_broker_probe(
+    meta: Arc<BaseConsumer<Ctx>>,
+    system: String,
+    busy: Arc<std::sync::atomic::AtomicBool>,
+) {
     tokio::task::spawn_blocking(move || {
         // Only brokers answer a metadata request; a cached answer would hide an outage.
         let r = meta.fetch_metadata(None, Duration::from_secs(3));
@@ -584,7 +634,8 @@ fn route(
 ) -> Vec<usize> {
     let mut truncates = vec![];
     let (topic, p, off) = (m.topic(), m.partition(), m.offset());
-    let targets: Vec<usize> = slots.iter().enumerate().filter(|(_, s)| s.topic == topic).map(|(i, _)| i).collect();
+    let targets: Vec<usize> =
+        slots.iter().enumerate().filter(|(_, s)| s.topic == topic).map(|(i, _)| i).collect();
     // A message that does not decode is dead-lettered once, by the first table reading the topic.
     let owner = targets.first().copied();
     // The last table reading the topic takes the decoded row; the others get copies.
@@ -612,7 +663,9 @@ fn route(
         match d {
             Ok(Decoded::Row { .. }) => {
                 let (mut data, env, raw) = match (n + 1 == targets.len(), &owned) {
-                    (false, Some((Ok(Decoded::Row { data, env }), raw))) => (data.clone(), env.clone(), raw.clone()),
+                    (false, Some((Ok(Decoded::Row { data, env }), raw))) => {
+                        (data.clone(), env.clone(), raw.clone())
+                    }
                     (_, _) => match owned.take() {
                         Some((Ok(Decoded::Row { data, env }), raw)) => (data, env, raw),
                         _ => unreachable!("checked: a decoded row"),
@@ -628,7 +681,17 @@ fn route(
                         }
                     }
                 }
-                b.rows.push((data, RawRow { cells: vec![], pos: off as u64, partition: p, raw, extra: env, replayed }));
+                b.rows.push((
+                    data,
+                    RawRow {
+                        cells: vec![],
+                        pos: off as u64,
+                        partition: p,
+                        raw,
+                        extra: env,
+                        replayed,
+                    },
+                ));
             }
             Ok(Decoded::Tombstone) => {
                 s.tombstones += 1;
@@ -655,7 +718,12 @@ fn route(
 }
 
 /// Commits one table's buffer with its offsets, then the consumer-group offsets.
-async fn flush(slots: &mut [Slot], i: usize, consumer: &StreamConsumer<Ctx>, config: &Config) -> Result<RunReport> {
+async fn flush(
+    slots: &mut [Slot],
+    i: usize,
+    consumer: &StreamConsumer<Ctx>,
+    config: &Config,
+) -> Result<RunReport> {
     let buf = std::mem::take(&mut slots[i].buf);
     if buf.next.is_empty() {
         return Ok(RunReport { skipped: true, ..Default::default() });
@@ -690,12 +758,16 @@ async fn flush(slots: &mut [Slot], i: usize, consumer: &StreamConsumer<Ctx>, con
                 // Refresh every partition, not only this batch's: the route
                 // skip must know what the other writer committed everywhere.
                 for p in s.partitions.clone() {
-                    if let Some(stored) = s.runner.store.txn_version(&app_id(&s.runner.cfg.name, &s.topic, p)).await? {
+                    if let Some(stored) =
+                        s.runner.store.txn_version(&app_id(&s.runner.cfg.name, &s.topic, p)).await?
+                    {
                         s.stored.insert(p, stored.max(s.stored.get(&p).copied().unwrap_or(0)));
                     }
                 }
                 for m in marks.iter_mut() {
-                    m.version = m.version.max(s.stored.get(&m.partition.unwrap_or(0)).copied().unwrap_or(0));
+                    m.version = m
+                        .version
+                        .max(s.stored.get(&m.partition.unwrap_or(0)).copied().unwrap_or(0));
                 }
                 let stored = s.stored.clone();
                 let keep = |p: i32, pos: u64| stored.get(&p).is_none_or(|&next| pos as i64 >= next);
@@ -713,7 +785,8 @@ async fn flush(slots: &mut [Slot], i: usize, consumer: &StreamConsumer<Ctx>, con
     }
     span.in_scope(|| {
         telemetry::run_committed(&report);
-        let committed: Vec<(i32, i64)> = marks.iter().map(|m| (m.partition.unwrap_or(0), m.version)).collect();
+        let committed: Vec<(i32, i64)> =
+            marks.iter().map(|m| (m.partition.unwrap_or(0), m.version)).collect();
         telemetry::offsets_committed(&table, &s.topic, &committed);
         telemetry::pending(&table, None);
         telemetry::buffered(&table, 0);
@@ -723,7 +796,12 @@ async fn flush(slots: &mut [Slot], i: usize, consumer: &StreamConsumer<Ctx>, con
     let mut tpl = TopicPartitionList::new();
     for m in &marks {
         let p = m.partition.unwrap_or(0);
-        let min = slots.iter().filter(|o| o.topic == topic).map(|o| o.stored.get(&p).copied().unwrap_or(0)).min().unwrap_or(0);
+        let min = slots
+            .iter()
+            .filter(|o| o.topic == topic)
+            .map(|o| o.stored.get(&p).copied().unwrap_or(0))
+            .min()
+            .unwrap_or(0);
         if min > 0 {
             tpl.add_partition_offset(&topic, p, Offset::Offset(min)).ok();
         }

@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use base64::Engine;
-use deltalake::arrow::array::{ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
+use deltalake::arrow::array::{
+    ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
 use deltalake::arrow::datatypes::{DataType as ArrowType, Field, Schema, TimeUnit};
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
 use deltalake::kernel::{Action, Add, DataType, PrimitiveType, StructField, Transaction};
@@ -40,14 +42,20 @@ pub struct Group {
 
 /// Appends the groups' rows that are not yet recorded, in one commit.
 pub async fn append(uri: &str, groups: Vec<Group>) -> Result<usize, TableError> {
-    let derr = |e: deltalake::DeltaTableError| TableError::Delta { uri: uri.to_string(), source: e };
+    let derr =
+        |e: deltalake::DeltaTableError| TableError::Delta { uri: uri.to_string(), source: e };
     let data_err = |msg: String| TableError::Data { uri: uri.to_string(), msg };
     let existing = open_existing(uri).await?;
     let mut rows: Vec<DeadLetter> = vec![];
     let mut txns = vec![];
     for g in groups {
         let stored = match &existing {
-            Some(t) => t.snapshot().map_err(derr)?.transaction_version(t.log_store().as_ref(), &g.app).await.map_err(derr)?,
+            Some(t) => t
+                .snapshot()
+                .map_err(derr)?
+                .transaction_version(t.log_store().as_ref(), &g.app)
+                .await
+                .map_err(derr)?,
             None => None,
         };
         let fresh: Vec<DeadLetter> = match (stored, g.by_offset) {
@@ -82,19 +90,27 @@ pub async fn append(uri: &str, groups: Vec<Group>) -> Result<usize, TableError> 
         Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.offset))),
         Arc::new(StringArray::from_iter_values(rows.iter().map(|r| b64.encode(&r.raw)))),
         Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.error.as_str()))),
-        Arc::new(TimestampMicrosecondArray::from_iter_values(rows.iter().map(|_| now)).with_timezone("UTC")),
+        Arc::new(
+            TimestampMicrosecondArray::from_iter_values(rows.iter().map(|_| now))
+                .with_timezone("UTC"),
+        ),
     ];
     let batch = RecordBatch::try_new(schema.clone(), cols).map_err(|e| data_err(e.to_string()))?;
     let mut buf = vec![];
     {
-        let mut w = ArrowWriter::try_new(&mut buf, schema, None).map_err(|e| data_err(e.to_string()))?;
+        let mut w =
+            ArrowWriter::try_new(&mut buf, schema, None).map_err(|e| data_err(e.to_string()))?;
         w.write(&batch).map_err(|e| data_err(e.to_string()))?;
         w.close().map_err(|e| data_err(e.to_string()))?;
     }
     let name = format!("part-{}.parquet", uuid::Uuid::new_v4());
     let size = buf.len() as i64;
     let url = table_url(uri)?;
-    let store = DeltaTableBuilder::from_url(url.clone()).map_err(derr)?.build_storage().map_err(derr)?.object_store(None);
+    let store = DeltaTableBuilder::from_url(url.clone())
+        .map_err(derr)?
+        .build_storage()
+        .map_err(derr)?
+        .object_store(None);
     store.put(&Path::from(name.as_str()), buf.into()).await.map_err(|e| data_err(e.to_string()))?;
     let add = Action::Add(Add {
         path: name,
@@ -135,7 +151,15 @@ pub async fn append(uri: &str, groups: Vec<Group>) -> Result<usize, TableError> 
             let snap = t.snapshot().map_err(derr)?;
             CommitBuilder::from(props)
                 .with_actions(vec![add])
-                .build(Some(snap), t.log_store(), DeltaOperation::Write { mode: SaveMode::Append, partition_by: None, predicate: None })
+                .build(
+                    Some(snap),
+                    t.log_store(),
+                    DeltaOperation::Write {
+                        mode: SaveMode::Append,
+                        partition_by: None,
+                        predicate: None,
+                    },
+                )
                 .await
                 .map_err(derr)?;
         }
@@ -144,10 +168,13 @@ pub async fn append(uri: &str, groups: Vec<Group>) -> Result<usize, TableError> 
 }
 
 /// Reads every dead letter (for `demo` and tests): header and rows.
-pub async fn read_all(uri: &str) -> Result<(Vec<String>, Vec<Vec<crate::value::Value>>), TableError> {
+pub async fn read_all(
+    uri: &str,
+) -> Result<(Vec<String>, Vec<Vec<crate::value::Value>>), TableError> {
     use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     let Some(t) = open_existing(uri).await? else { return Ok((vec![], vec![])) };
-    let derr = |e: deltalake::DeltaTableError| TableError::Delta { uri: uri.to_string(), source: e };
+    let derr =
+        |e: deltalake::DeltaTableError| TableError::Delta { uri: uri.to_string(), source: e };
     let data_err = |msg: String| TableError::Data { uri: uri.to_string(), msg };
     let snap = t.snapshot().map_err(derr)?;
     let store = t.object_store();
@@ -161,14 +188,21 @@ pub async fn read_all(uri: &str) -> Result<(Vec<String>, Vec<Vec<crate::value::V
             .bytes()
             .await
             .map_err(|e| data_err(e.to_string()))?;
-        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).and_then(|b| b.build()).map_err(|e| data_err(e.to_string()))?;
+        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+            .and_then(|b| b.build())
+            .map_err(|e| data_err(e.to_string()))?;
         for batch in reader {
             let batch = batch.map_err(|e| data_err(e.to_string()))?;
             for i in 0..batch.num_rows() {
                 rows.push(
                     header
                         .iter()
-                        .map(|h| batch.column_by_name(h).map(|c| crate::table::cell(c, i)).unwrap_or(crate::value::Value::Null))
+                        .map(|h| {
+                            batch
+                                .column_by_name(h)
+                                .map(|c| crate::table::cell(c, i))
+                                .unwrap_or(crate::value::Value::Null)
+                        })
                         .collect(),
                 );
             }

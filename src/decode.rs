@@ -42,7 +42,8 @@ pub fn store_paths(t: &crate::config::TableConfig, format: Format) -> Vec<String
     if format != Format::Debezium {
         return vec![];
     }
-    let mut p: Vec<String> = t.sequence_by.iter().filter(|s| is_envelope_path(s)).cloned().collect();
+    let mut p: Vec<String> =
+        t.sequence_by.iter().filter(|s| is_envelope_path(s)).cloned().collect();
     if let crate::config::ValidTime::Column(c) = &t.valid_time {
         if is_envelope_path(c) {
             p.push(c.clone());
@@ -51,7 +52,12 @@ pub fn store_paths(t: &crate::config::TableConfig, format: Format) -> Vec<String
     p
 }
 
-pub fn decode(format: Format, key: Option<&[u8]>, value: Option<&[u8]>, store_paths: &[String]) -> Result<Decoded, String> {
+pub fn decode(
+    format: Format,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    store_paths: &[String],
+) -> Result<Decoded, String> {
     decode_keeping(format, key, value, store_paths, None)
 }
 
@@ -85,7 +91,10 @@ pub fn decode_keeping(
     let v: J = serde_json::from_slice(value).map_err(|e| format!("not JSON: {e}"))?;
     match format {
         Format::Json => match v {
-            J::Object(m) => Ok(Decoded::Row { data: m.iter().map(|(k, v)| (k.clone(), json_cell(v))).collect(), env: vec![] }),
+            J::Object(m) => Ok(Decoded::Row {
+                data: m.iter().map(|(k, v)| (k.clone(), json_cell(v))).collect(),
+                env: vec![],
+            }),
             _ => Err("not a JSON object".into()),
         },
         Format::Debezium => debezium(v, key, store_paths),
@@ -94,7 +103,9 @@ pub fn decode_keeping(
 
 fn unwrap_schema(v: &J) -> (Option<&J>, &J) {
     match v {
-        J::Object(m) if m.contains_key("payload") && m.contains_key("schema") => (m.get("schema"), &m["payload"]),
+        J::Object(m) if m.contains_key("payload") && m.contains_key("schema") => {
+            (m.get("schema"), &m["payload"])
+        }
         other => (None, other),
     }
 }
@@ -116,7 +127,10 @@ fn debezium(v: J, key: Option<&[u8]>, store_paths: &[String]) -> Result<Decoded,
     };
     let field_schemas = schema.and_then(|s| section_fields(s, section));
     let mut data: Vec<(String, Value)> = match p.get(section) {
-        Some(J::Object(row)) => row.iter().map(|(k, v)| (k.clone(), typed(v, field_schemas.and_then(|f| field_schema(f, k))))).collect(),
+        Some(J::Object(row)) => row
+            .iter()
+            .map(|(k, v)| (k.clone(), typed(v, field_schemas.and_then(|f| field_schema(f, k)))))
+            .collect(),
         Some(J::Null) | None if is_delete => vec![],
         _ => return Err(format!("Debezium `{op}` event without `{section}`")),
     };
@@ -209,11 +223,13 @@ mod fast {
             Cell::deserialize(d)
         }
         fn visit_map<A: MapAccess<'de>>(self, m: A) -> Result<Cell, A::Error> {
-            let v = serde_json::Value::deserialize(serde::de::value::MapAccessDeserializer::new(m))?;
+            let v =
+                serde_json::Value::deserialize(serde::de::value::MapAccessDeserializer::new(m))?;
             Ok(Cell(Value::Str(v.to_string())))
         }
         fn visit_seq<A: SeqAccess<'de>>(self, s: A) -> Result<Cell, A::Error> {
-            let v = serde_json::Value::deserialize(serde::de::value::SeqAccessDeserializer::new(s))?;
+            let v =
+                serde_json::Value::deserialize(serde::de::value::SeqAccessDeserializer::new(s))?;
             Ok(Cell(Value::Str(v.to_string())))
         }
     }
@@ -228,7 +244,10 @@ mod fast {
             if prefix.is_empty() {
                 p == k
             } else {
-                p.len() == prefix.len() + 1 + k.len() && p.starts_with(prefix) && p.as_bytes()[prefix.len()] == b'.' && p.ends_with(k)
+                p.len() == prefix.len() + 1 + k.len()
+                    && p.starts_with(prefix)
+                    && p.as_bytes()[prefix.len()] == b'.'
+                    && p.ends_with(k)
             }
         })
     }
@@ -372,7 +391,11 @@ mod fast {
                     }
                     _ if k != "op"
                         && self.0.is_some_and(|p| {
-                            !p.iter().any(|p| p == &k || (p.starts_with(k.as_str()) && p.as_bytes().get(k.len()) == Some(&b'.')))
+                            !p.iter().any(|p| {
+                                p == &k
+                                    || (p.starts_with(k.as_str())
+                                        && p.as_bytes().get(k.len()) == Some(&b'.'))
+                            })
                         }) =>
                     {
                         m.next_value::<IgnoredAny>()?;
@@ -466,7 +489,13 @@ fn flatten(m: &Map<String, J>, prefix: &str, out: &mut Vec<(String, Value)>) {
 }
 
 fn section_fields<'a>(schema: &'a J, section: &str) -> Option<&'a Vec<J>> {
-    schema.get("fields")?.as_array()?.iter().find(|f| f.get("field").and_then(J::as_str) == Some(section))?.get("fields")?.as_array()
+    schema
+        .get("fields")?
+        .as_array()?
+        .iter()
+        .find(|f| f.get("field").and_then(J::as_str) == Some(section))?
+        .get("fields")?
+        .as_array()
 }
 
 fn field_schema<'a>(fields: &'a [J], name: &str) -> Option<&'a J> {
@@ -487,23 +516,37 @@ fn typed(v: &J, schema: Option<&J>) -> Value {
             int.map(|ms| Value::Ts(ms * 1000)).unwrap_or_else(|| json_cell(v))
         }
         "io.debezium.time.MicroTimestamp" => int.map(Value::Ts).unwrap_or_else(|| json_cell(v)),
-        "io.debezium.time.NanoTimestamp" => int.map(|ns| Value::Ts(ns / 1000)).unwrap_or_else(|| json_cell(v)),
+        "io.debezium.time.NanoTimestamp" => {
+            int.map(|ns| Value::Ts(ns / 1000)).unwrap_or_else(|| json_cell(v))
+        }
         "io.debezium.time.Date" | "org.apache.kafka.connect.data.Date" => {
             int.map(|d| Value::Ts(d * 86_400_000_000)).unwrap_or_else(|| json_cell(v))
         }
-        "io.debezium.time.ZonedTimestamp" => v.as_str().and_then(parse_ts).map(Value::Ts).unwrap_or_else(|| json_cell(v)),
+        "io.debezium.time.ZonedTimestamp" => {
+            v.as_str().and_then(parse_ts).map(Value::Ts).unwrap_or_else(|| json_cell(v))
+        }
         "org.apache.kafka.connect.data.Decimal" => {
             let scale = s
                 .get("parameters")
                 .and_then(|p| p.get("scale"))
-                .and_then(|x| x.as_str().and_then(|x| x.parse().ok()).or(x.as_i64().map(|i| i as i32)))
+                .and_then(|x| {
+                    x.as_str().and_then(|x| x.parse().ok()).or(x.as_i64().map(|i| i as i32))
+                })
                 .unwrap_or(0);
-            v.as_str().and_then(|b| decode_decimal(b, scale)).map(Value::Float).unwrap_or_else(|| json_cell(v))
+            v.as_str()
+                .and_then(|b| decode_decimal(b, scale))
+                .map(Value::Float)
+                .unwrap_or_else(|| json_cell(v))
         }
         _ => match ty {
-            "float" | "float32" | "float64" | "double" => v.as_f64().map(Value::Float).unwrap_or_else(|| json_cell(v)),
+            "float" | "float32" | "float64" | "double" => {
+                v.as_f64().map(Value::Float).unwrap_or_else(|| json_cell(v))
+            }
             "boolean" => v.as_bool().map(Value::Bool).unwrap_or_else(|| json_cell(v)),
-            "string" => v.as_str().map(|x| Value::Str(x.to_string())).unwrap_or_else(|| Value::Str(v.to_string())),
+            "string" => v
+                .as_str()
+                .map(|x| Value::Str(x.to_string()))
+                .unwrap_or_else(|| Value::Str(v.to_string())),
             _ => json_cell(v),
         },
     }
@@ -544,23 +587,42 @@ mod tests {
 
     #[test]
     fn debezium_update_without_schema_wrapper() {
-        let d = decode(Format::Debezium, None, Some(PG_UPDATE_NO_SCHEMA.as_bytes()), &["source.lsn".into()]).unwrap();
+        let d = decode(
+            Format::Debezium,
+            None,
+            Some(PG_UPDATE_NO_SCHEMA.as_bytes()),
+            &["source.lsn".into()],
+        )
+        .unwrap();
         let Decoded::Row { data, env } = d else { panic!() };
         assert_eq!(get(&data, "first_name"), &Value::Str("Anne Marie".into()));
-        assert_eq!(get(&data, "source_lsn"), &Value::Int(24023128), "sequence path stored as a column");
+        assert_eq!(
+            get(&data, "source_lsn"),
+            &Value::Int(24023128),
+            "sequence path stored as a column"
+        );
         assert_eq!(get(&env, "op"), &Value::Str("u".into()));
         assert_eq!(get(&env, "source.table"), &Value::Str("customers".into()));
     }
 
     #[test]
     fn debezium_delete_uses_before_and_message_key_fallback() {
-        let d = decode(Format::Debezium, Some(br#"{"id":1}"#), Some(PG_DELETE_KEY_ONLY.as_bytes()), &[]).unwrap();
+        let d = decode(
+            Format::Debezium,
+            Some(br#"{"id":1}"#),
+            Some(PG_DELETE_KEY_ONLY.as_bytes()),
+            &[],
+        )
+        .unwrap();
         let Decoded::Row { data, env } = d else { panic!() };
         assert_eq!(get(&data, "id"), &Value::Int(1));
         assert_eq!(get(&env, "op"), &Value::Str("d".into()));
         let no_before = r#"{"before":null,"after":null,"source":{"lsn":5},"op":"d"}"#;
         let key = r#"{"schema":{"type":"struct","fields":[{"type":"int32","field":"id"}]},"payload":{"id":7}}"#;
-        let Decoded::Row { data, .. } = decode(Format::Debezium, Some(key.as_bytes()), Some(no_before.as_bytes()), &[]).unwrap() else {
+        let Decoded::Row { data, .. } =
+            decode(Format::Debezium, Some(key.as_bytes()), Some(no_before.as_bytes()), &[])
+                .unwrap()
+        else {
             panic!()
         };
         assert_eq!(get(&data, "id"), &Value::Int(7));
@@ -568,11 +630,18 @@ mod tests {
 
     #[test]
     fn debezium_schema_wrapper_maps_logical_types() {
-        let Decoded::Row { data, env } = decode(Format::Debezium, None, Some(SQLSERVER_CREATE_WITH_SCHEMA.as_bytes()), &[]).unwrap() else {
+        let Decoded::Row { data, env } =
+            decode(Format::Debezium, None, Some(SQLSERVER_CREATE_WITH_SCHEMA.as_bytes()), &[])
+                .unwrap()
+        else {
             panic!()
         };
         assert_eq!(get(&data, "created"), &Value::Ts(1_559_729_468_470_000));
-        assert_eq!(get(&data, "balance"), &Value::Float(1986.08), "AwfQ = 0x0307d0 = 198608, scale 2");
+        assert_eq!(
+            get(&data, "balance"),
+            &Value::Float(1986.08),
+            "AwfQ = 0x0307d0 = 198608, scale 2"
+        );
         assert_eq!(get(&data, "birthday"), &Value::Ts(18000 * 86_400_000_000));
         assert_eq!(get(&env, "source.change_lsn"), &Value::Str("00000027:00000758:0003".into()));
     }
@@ -580,7 +649,10 @@ mod tests {
     #[test]
     fn debezium_tombstone_truncate_and_garbage() {
         assert_eq!(decode(Format::Debezium, None, None, &[]).unwrap(), Decoded::Tombstone);
-        assert_eq!(decode(Format::Debezium, None, Some(br#"{"op":"t","source":{}}"#), &[]).unwrap(), Decoded::Truncate);
+        assert_eq!(
+            decode(Format::Debezium, None, Some(br#"{"op":"t","source":{}}"#), &[]).unwrap(),
+            Decoded::Truncate
+        );
         assert!(decode(Format::Debezium, None, Some(b"\x00garbage"), &[]).is_err());
         assert!(decode(Format::Debezium, None, Some(br#"{"id":1}"#), &[]).is_err());
     }
@@ -591,12 +663,23 @@ mod tests {
         use crate::bench::{Distribution, Mix, Shape, Workload};
         let paths = vec!["source.lsn".to_string()];
         for shape in [Shape::Crm, Shape::Narrow, Shape::Wide] {
-            let text = Workload::new(11, 500, Mix::parse("insert=10,delete=10,late=5,duplicate=5").unwrap(), Distribution::Uniform)
-                .with_shape(shape)
-                .batch(300);
+            let text = Workload::new(
+                11,
+                500,
+                Mix::parse("insert=10,delete=10,late=5,duplicate=5").unwrap(),
+                Distribution::Uniform,
+            )
+            .with_shape(shape)
+            .batch(300);
             for line in text.lines() {
-                let fast = fast::decode(Format::Debezium, None, line.as_bytes(), &paths, None).expect("fast path taken").unwrap();
-                assert_eq!(fast, debezium(serde_json::from_str(line).unwrap(), None, &paths).unwrap(), "{line}");
+                let fast = fast::decode(Format::Debezium, None, line.as_bytes(), &paths, None)
+                    .expect("fast path taken")
+                    .unwrap();
+                assert_eq!(
+                    fast,
+                    debezium(serde_json::from_str(line).unwrap(), None, &paths).unwrap(),
+                    "{line}"
+                );
             }
         }
     }
@@ -605,9 +688,20 @@ mod tests {
     fn decode_keeping_drops_only_unread_envelope_fields() {
         let paths = vec!["source.lsn".to_string()];
         let keep = vec!["source.lsn".to_string(), "ts_ms".to_string()];
-        let all = decode(Format::Debezium, None, Some(PG_UPDATE_NO_SCHEMA.as_bytes()), &paths).unwrap();
-        let some = decode_keeping(Format::Debezium, None, Some(PG_UPDATE_NO_SCHEMA.as_bytes()), &paths, Some(&keep)).unwrap();
-        let (Decoded::Row { data: d1, env: e1 }, Decoded::Row { data: d2, env: e2 }) = (all, some) else { panic!("rows") };
+        let all =
+            decode(Format::Debezium, None, Some(PG_UPDATE_NO_SCHEMA.as_bytes()), &paths).unwrap();
+        let some = decode_keeping(
+            Format::Debezium,
+            None,
+            Some(PG_UPDATE_NO_SCHEMA.as_bytes()),
+            &paths,
+            Some(&keep),
+        )
+        .unwrap();
+        let (Decoded::Row { data: d1, env: e1 }, Decoded::Row { data: d2, env: e2 }) = (all, some)
+        else {
+            panic!("rows")
+        };
         assert_eq!(d1, d2);
         let names: Vec<&str> = e2.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, vec!["source.lsn", "op", "ts_ms"]);
@@ -623,7 +717,10 @@ mod tests {
             match format {
                 Format::Debezium => debezium(j, key, paths).unwrap(),
                 Format::Json => match j {
-                    J::Object(m) => Decoded::Row { data: m.iter().map(|(k, v)| (k.clone(), json_cell(v))).collect(), env: vec![] },
+                    J::Object(m) => Decoded::Row {
+                        data: m.iter().map(|(k, v)| (k.clone(), json_cell(v))).collect(),
+                        env: vec![],
+                    },
                     _ => unreachable!(),
                 },
             }
@@ -641,18 +738,29 @@ mod tests {
                 r#"{"after":{"id":-9223372036854775808,"a":0.1,"b":1e308,"c":5e-324,"d":123456789.123456789,"e":-0.0,"f":2.2250738585072014e-308,"g":9007199254740993,"h":"\ud83d\ude00 \\ \/"},"op":"r","source":{"lsn":1}}"#,
             ),
         ] {
-            let fast = fast::decode(format, key, v.as_bytes(), &paths, None).unwrap_or_else(|| panic!("fast path not taken: {v}")).unwrap();
+            let fast = fast::decode(format, key, v.as_bytes(), &paths, None)
+                .unwrap_or_else(|| panic!("fast path not taken: {v}"))
+                .unwrap();
             assert_eq!(fast, general(format, key, v, &paths), "{v}");
         }
         // The schema wrapper and bad input take the general path.
-        assert!(fast::decode(Format::Debezium, None, SQLSERVER_CREATE_WITH_SCHEMA.as_bytes(), &paths, None).is_none());
+        assert!(fast::decode(
+            Format::Debezium,
+            None,
+            SQLSERVER_CREATE_WITH_SCHEMA.as_bytes(),
+            &paths,
+            None
+        )
+        .is_none());
         assert!(fast::decode(Format::Debezium, None, b"{not json", &paths, None).is_none());
         assert!(fast::decode(Format::Debezium, None, br#"{"op":"x"}"#, &paths, None).is_none());
     }
 
     #[test]
     fn flat_json_rows_keep_their_types() {
-        let Decoded::Row { data, env } = decode(Format::Json, None, Some(br#"{"id":1,"op":"U","amount":2.5}"#), &[]).unwrap() else {
+        let Decoded::Row { data, env } =
+            decode(Format::Json, None, Some(br#"{"id":1,"op":"U","amount":2.5}"#), &[]).unwrap()
+        else {
             panic!()
         };
         assert_eq!(get(&data, "op"), &Value::Str("U".into()));

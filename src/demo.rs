@@ -25,7 +25,13 @@ fn lsn(n: u32) -> String {
 }
 
 /// A Debezium SQL Server change event (the shape of the connector's docs).
-fn event(table: &str, op: &str, before: serde_json::Value, after: serde_json::Value, n: u32) -> String {
+fn event(
+    table: &str,
+    op: &str,
+    before: serde_json::Value,
+    after: serde_json::Value,
+    n: u32,
+) -> String {
     json!({
         "before": before,
         "after": after,
@@ -58,35 +64,141 @@ fn stream() -> Vec<Vec<Event>> {
     vec![
         vec![
             ("account", k(1), Some(event("account", "r", n.clone(), acme("Berlin"), 10))),
-            ("account", k(2), Some(event("account", "r", n.clone(), account(2, "Bolt AG", "Bonn", "silver", "ben"), 11))),
-            ("account", k(3), Some(event("account", "c", n.clone(), account(3, "Corvid Ltd", "Köln", "bronze", "anna"), 12))),
-            ("contact", kc(100), Some(event("contact", "c", n.clone(), contact(100, 1, "jane@acme.example", Some("+49 30 1234")), 13))),
-            ("contact", kc(101), Some(event("contact", "c", n.clone(), contact(101, 2, "max@bolt.example", None), 14))),
+            (
+                "account",
+                k(2),
+                Some(event(
+                    "account",
+                    "r",
+                    n.clone(),
+                    account(2, "Bolt AG", "Bonn", "silver", "ben"),
+                    11,
+                )),
+            ),
+            (
+                "account",
+                k(3),
+                Some(event(
+                    "account",
+                    "c",
+                    n.clone(),
+                    account(3, "Corvid Ltd", "Köln", "bronze", "anna"),
+                    12,
+                )),
+            ),
+            (
+                "contact",
+                kc(100),
+                Some(event(
+                    "contact",
+                    "c",
+                    n.clone(),
+                    contact(100, 1, "jane@acme.example", Some("+49 30 1234")),
+                    13,
+                )),
+            ),
+            (
+                "contact",
+                kc(101),
+                Some(event(
+                    "contact",
+                    "c",
+                    n.clone(),
+                    contact(101, 2, "max@bolt.example", None),
+                    14,
+                )),
+            ),
         ],
         vec![
             ("account", k(1), Some(event("account", "u", acme("Berlin"), acme("Hamburg"), 20))),
             // Redelivered duplicate of the same change.
             ("account", k(1), Some(event("account", "u", acme("Berlin"), acme("Hamburg"), 20))),
-            ("account", k(2), Some(event("account", "u", n.clone(), account(2, "Bolt AG", "Bonn", "gold", "ben"), 21))),
-            ("contact", kc(101), Some(event("contact", "u", n.clone(), contact(101, 2, "max@bolt.example", Some("+49 228 555")), 23))),
+            (
+                "account",
+                k(2),
+                Some(event(
+                    "account",
+                    "u",
+                    n.clone(),
+                    account(2, "Bolt AG", "Bonn", "gold", "ben"),
+                    21,
+                )),
+            ),
+            (
+                "contact",
+                kc(101),
+                Some(event(
+                    "contact",
+                    "u",
+                    n.clone(),
+                    contact(101, 2, "max@bolt.example", Some("+49 228 555")),
+                    23,
+                )),
+            ),
         ],
         vec![
             // Owner-only change: an ignored column, updated in place.
-            ("account", k(2), Some(event("account", "u", n.clone(), account(2, "Bolt AG", "Bonn", "gold", "carla"), 22))),
+            (
+                "account",
+                k(2),
+                Some(event(
+                    "account",
+                    "u",
+                    n.clone(),
+                    account(2, "Bolt AG", "Bonn", "gold", "carla"),
+                    22,
+                )),
+            ),
             // A late event: older LSN than the Hamburg change, arriving after it.
             ("account", k(1), Some(event("account", "u", acme("Berlin"), acme("Potsdam"), 15))),
             // Delete of account 3, then its tombstone.
-            ("account", k(3), Some(event("account", "d", account(3, "Corvid Ltd", "Köln", "bronze", "anna"), n.clone(), 24))),
+            (
+                "account",
+                k(3),
+                Some(event(
+                    "account",
+                    "d",
+                    account(3, "Corvid Ltd", "Köln", "bronze", "anna"),
+                    n.clone(),
+                    24,
+                )),
+            ),
             ("account", k(3), None),
             // A row without a business key, and a poison message.
             (
                 "account",
                 json!({"accountid": null}),
-                Some(event("account", "c", n.clone(), json!({"accountid": null, "name": "Nameless"}), 25)),
+                Some(event(
+                    "account",
+                    "c",
+                    n.clone(),
+                    json!({"accountid": null, "name": "Nameless"}),
+                    25,
+                )),
             ),
             ("account", k(4), Some("{\"op\":\"c\",\"after\":{\"accountid\":4,".to_string())),
-            ("account", k(4), Some(event("account", "c", n.clone(), account(4, "Delta Corp", "München", "gold", "ben"), 26))),
-            ("contact", kc(102), Some(event("contact", "c", n.clone(), contact(102, 4, "li@delta.example", Some("+49 89 777")), 27))),
+            (
+                "account",
+                k(4),
+                Some(event(
+                    "account",
+                    "c",
+                    n.clone(),
+                    account(4, "Delta Corp", "München", "gold", "ben"),
+                    26,
+                )),
+            ),
+            (
+                "contact",
+                kc(102),
+                Some(event(
+                    "contact",
+                    "c",
+                    n.clone(),
+                    contact(102, 4, "li@delta.example", Some("+49 89 777")),
+                    27,
+                )),
+            ),
         ],
     ]
 }
@@ -128,15 +240,21 @@ pub async fn run(dir: &Path) -> Result<()> {
         cluster.create_topic(t, 2, 1).map_err(kerr)?;
     }
     let brokers = cluster.bootstrap_servers();
-    let producer: FutureProducer = ClientConfig::new().set("bootstrap.servers", &brokers).set("linger.ms", "0").create().map_err(kerr)?;
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .set("linger.ms", "0")
+        .create()
+        .map_err(kerr)?;
     // Each demo starts a fresh cluster whose offsets start at 0 again: start a fresh lake too.
     let lake = dir.join("lake");
     if lake.join("bronze").exists() {
-        std::fs::remove_dir_all(&lake).map_err(|e| Error::Input(format!("{}: {e}", lake.display())))?;
+        std::fs::remove_dir_all(&lake)
+            .map_err(|e| Error::Input(format!("{}: {e}", lake.display())))?;
     }
     std::fs::create_dir_all(dir).map_err(|e| Error::Input(format!("{}: {e}", dir.display())))?;
     let cfg_path = dir.join("changelake.yaml");
-    std::fs::write(&cfg_path, DEMO_CONFIG).map_err(|e| Error::Input(format!("{}: {e}", cfg_path.display())))?;
+    std::fs::write(&cfg_path, DEMO_CONFIG)
+        .map_err(|e| Error::Input(format!("{}: {e}", cfg_path.display())))?;
     std::env::set_var("CHANGELAKE_DEMO_BROKERS", &brokers);
     let config = Config::load(&cfg_path)?;
     let events = stream();
@@ -153,7 +271,12 @@ pub async fn run(dir: &Path) -> Result<()> {
             }
             producer.send(rec, Duration::from_secs(10)).await.map_err(|(e, _)| kerr(e))?;
         }
-        let reports = daemon::run(&config, RunOpts { once: true, ..Default::default() }, Box::pin(std::future::pending())).await?;
+        let reports = daemon::run(
+            &config,
+            RunOpts { once: true, ..Default::default() },
+            Box::pin(std::future::pending()),
+        )
+        .await?;
         commits += reports.iter().filter(|r| r.version.is_some()).count();
     }
     drop(producer);
@@ -162,7 +285,9 @@ pub async fn run(dir: &Path) -> Result<()> {
         events.iter().map(Vec::len).sum::<usize>()
     );
 
-    for (table, title) in [("account", "scd1"), ("account_history", "scd2, full history"), ("contact", "scd2")] {
+    for (table, title) in
+        [("account", "scd1"), ("account_history", "scd2, full history"), ("contact", "scd2")]
+    {
         println!("== {table} ({title})");
         show(&config, table, "all", OutFormat::Table).await?;
         println!();

@@ -25,10 +25,16 @@ pub fn build_spec(t: &TableConfig, columns: &[(String, DType)]) -> Result<Spec> 
             .iter()
             .position(|n| n == c)
             .or_else(|| names.iter().position(|n| *n == crate::decode::stored_name(c)))
-            .ok_or_else(|| Error::ConfigData(format!("{path}.{what}: column `{c}` is not in the data (columns: {})", names.join(", "))))
+            .ok_or_else(|| {
+                Error::ConfigData(format!(
+                    "{path}.{what}: column `{c}` is not in the data (columns: {})",
+                    names.join(", ")
+                ))
+            })
     };
     let key = t.business_key.iter().map(|c| find(c, "business_key")).collect::<Result<Vec<_>>>()?;
-    let seq = t.sequence_by.iter().map(|c| find(c, "merge.sequence_by")).collect::<Result<Vec<_>>>()?;
+    let seq =
+        t.sequence_by.iter().map(|c| find(c, "merge.sequence_by")).collect::<Result<Vec<_>>>()?;
     let tracked = names
         .iter()
         .enumerate()
@@ -127,7 +133,14 @@ impl TableRunner {
         }
         let declared = config.systems.get(&t.system).map(|s| s.columns.clone()).unwrap_or_default();
         let last_checkpoint = store.version().unwrap_or(0);
-        Ok(TableRunner { cfg: t.clone(), lock: None, store, declared, dead_letter_uri: config.dead_letter_uri(), last_checkpoint })
+        Ok(TableRunner {
+            cfg: t.clone(),
+            lock: None,
+            store,
+            declared,
+            dead_letter_uri: config.dead_letter_uri(),
+            last_checkpoint,
+        })
     }
 
     /// Claims the table for writing. On a local lake an exclusive file lock
@@ -137,11 +150,15 @@ impl TableRunner {
     pub fn lock(&mut self, config: &Config) -> Result<()> {
         // CHANGELAKE_NO_WRITER_LOCK (tests): exercise the object-store path, where
         // only Delta's conflict check separates two writers.
-        if self.lock.is_some() || config.storage_root.contains("://") || std::env::var_os("CHANGELAKE_NO_WRITER_LOCK").is_some() {
+        if self.lock.is_some()
+            || config.storage_root.contains("://")
+            || std::env::var_os("CHANGELAKE_NO_WRITER_LOCK").is_some()
+        {
             return Ok(());
         }
         let dir = std::path::Path::new(&config.storage_root).join(".changelake/locks");
-        std::fs::create_dir_all(&dir).map_err(|e| Error::Input(format!("{}: {e}", dir.display())))?;
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::Input(format!("{}: {e}", dir.display())))?;
         let path = dir.join(format!("{}.lock", self.cfg.name));
         let f = std::fs::OpenOptions::new()
             .create(true)
@@ -159,7 +176,9 @@ impl TableRunner {
                 self.cfg.name,
                 path.display()
             ))),
-            Err(std::fs::TryLockError::Error(e)) => Err(Error::Input(format!("{}: {e}", path.display()))),
+            Err(std::fs::TryLockError::Error(e)) => {
+                Err(Error::Input(format!("{}: {e}", path.display())))
+            }
         }
     }
 
@@ -193,7 +212,11 @@ impl TableRunner {
                 app: format!("{}/dead_letters", m.app),
                 version: m.version,
                 by_offset: m.partition.is_some(),
-                rows: dead.iter().filter(|d| m.partition.is_none_or(|p| p == d.partition)).cloned().collect(),
+                rows: dead
+                    .iter()
+                    .filter(|d| m.partition.is_none_or(|p| p == d.partition))
+                    .cloned()
+                    .collect(),
             })
             .collect();
         // Logged and counted by `telemetry::run_committed` (the report carries them).
@@ -207,8 +230,12 @@ impl TableRunner {
     pub async fn truncate(&mut self, progress: Vec<Mark>) -> Result<RunReport> {
         let started = std::time::Instant::now();
         let t = self.cfg.clone();
-        let mut report =
-            RunReport { table: t.name.clone(), strategy: t.strategy.as_str().into(), source: "truncate".into(), ..Default::default() };
+        let mut report = RunReport {
+            table: t.name.clone(),
+            strategy: t.strategy.as_str().into(),
+            source: "truncate".into(),
+            ..Default::default()
+        };
         if !self.store.exists() {
             return Ok(report);
         }
@@ -218,7 +245,13 @@ impl TableRunner {
         let needs: KeyMap<Need> = absent.iter().map(|k| (k.clone(), Need::Current)).collect();
         let states = self.store.load_states(&spec, &needs, &[]).await?;
         let exec = self.store.last_exec + 1;
-        let mut out = merge::apply(&spec, RunCtx { exec, now: chrono::Utc::now().timestamp_micros() }, vec![], states, absent);
+        let mut out = merge::apply(
+            &spec,
+            RunCtx { exec, now: chrono::Utc::now().timestamp_micros() },
+            vec![],
+            states,
+            absent,
+        );
         let changes = out.has_changes();
         let pc = self.store.stage(&spec, &mut out, exec).await?;
         report.files_added = pc.files_added;
@@ -226,7 +259,9 @@ impl TableRunner {
         report.merge_secs = started.elapsed().as_secs_f64();
         let info = serde_json::json!({ "source": "truncate" });
         let committing = std::time::Instant::now();
-        report.version = Some(self.store.commit(pc, txns(&progress), changes.then_some(exec), false, info).await?);
+        report.version = Some(
+            self.store.commit(pc, txns(&progress), changes.then_some(exec), false, info).await?,
+        );
         report.commit_secs = committing.elapsed().as_secs_f64();
         report.exec = changes.then_some(exec);
         report.stats = out.stats;
@@ -244,8 +279,18 @@ impl TableRunner {
             Ok(Some(pc)) => {
                 let (removed, added) = (pc.files_removed, pc.files_added);
                 let started = std::time::Instant::now();
-                match self.store.commit(pc, vec![], None, false, serde_json::json!({ "source": "compaction" })).await {
-                    Ok(v) => crate::telemetry::compacted(&table, removed, added, v, started.elapsed().as_secs_f64()),
+                match self
+                    .store
+                    .commit(pc, vec![], None, false, serde_json::json!({ "source": "compaction" }))
+                    .await
+                {
+                    Ok(v) => crate::telemetry::compacted(
+                        &table,
+                        removed,
+                        added,
+                        v,
+                        started.elapsed().as_secs_f64(),
+                    ),
                     Err(e) => {
                         // The commit may be in the log even though it reported an
                         // error: never stage on top of a layout that may be stale.
@@ -284,8 +329,12 @@ impl TableRunner {
     pub async fn run_batch(&mut self, raw: RawBatch, progress: Vec<Mark>) -> Result<RunReport> {
         let t = self.cfg.clone();
         let started = std::time::Instant::now();
-        let mut report =
-            RunReport { table: t.name.clone(), strategy: t.strategy.as_str().into(), source: raw.source.clone(), ..Default::default() };
+        let mut report = RunReport {
+            table: t.name.clone(),
+            strategy: t.strategy.as_str().into(),
+            source: raw.source.clone(),
+            ..Default::default()
+        };
         let text = raw.text;
         let source = raw.source.clone();
         let to_dead = |u: &Unparsable| DeadLetter {
@@ -297,7 +346,12 @@ impl TableRunner {
             error: u.error.clone(),
         };
         let mut dead: Vec<DeadLetter> = raw.unparsable.iter().map(to_dead).collect();
-        report.bytes = raw.rows.iter().map(|r| r.raw.len() as u64).chain(raw.unparsable.iter().map(|u| u.raw.len() as u64)).sum();
+        report.bytes = raw
+            .rows
+            .iter()
+            .map(|r| r.raw.len() as u64)
+            .chain(raw.unparsable.iter().map(|u| u.raw.len() as u64))
+            .sum();
         for u in &raw.unparsable {
             *report.dead_by_reason.entry(u.reason).or_default() += 1;
         }
@@ -307,13 +361,15 @@ impl TableRunner {
             phases.push((name, lap.elapsed().as_secs_f64() * 1e3));
             lap = std::time::Instant::now();
         };
-        let conformed = conform(raw, &self.store.columns, &self.declared, t.schema_policy, &t.business_key).map_err(|e| {
-            if e.contains("float") {
-                Error::ConfigData(format!("bronze.tables.{}.business_key: {e}", t.name))
-            } else {
-                Error::Input(e)
-            }
-        })?;
+        let conformed =
+            conform(raw, &self.store.columns, &self.declared, t.schema_policy, &t.business_key)
+                .map_err(|e| {
+                    if e.contains("float") {
+                        Error::ConfigData(format!("bronze.tables.{}.business_key: {e}", t.name))
+                    } else {
+                        Error::Input(e)
+                    }
+                })?;
         dead.extend(conformed.dead.iter().map(to_dead));
         for u in &conformed.dead {
             *report.dead_by_reason.entry(u.reason).or_default() += 1;
@@ -340,7 +396,8 @@ impl TableRunner {
         let guarded = t.guardrails.reject_duplicates || t.guardrails.reject_late;
         // Predicates are per row: on all cores, order kept.
         let parts = crate::par::par_map(crate::par::split(conformed.rows, 8), |chunk| {
-            let (mut rows, mut raw_by_pos, mut filtered) = (Vec::with_capacity(chunk.len()), vec![], 0u64);
+            let (mut rows, mut raw_by_pos, mut filtered) =
+                (Vec::with_capacity(chunk.len()), vec![], 0u64);
             for r in chunk {
                 let get = |p: &[String]| lookup(&cols, &r, text, p);
                 if t.filter.as_ref().is_some_and(|f| !f.matches(&get)) {
@@ -357,7 +414,13 @@ impl TableRunner {
                         reason: "guardrail",
                     });
                 }
-                rows.push(InRow { data: r.data, delete, order: r.pos, replayed: r.replayed, hashes: None });
+                rows.push(InRow {
+                    data: r.data,
+                    delete,
+                    order: r.pos,
+                    replayed: r.replayed,
+                    hashes: None,
+                });
             }
             (rows, raw_by_pos, filtered)
         });
@@ -385,7 +448,8 @@ impl TableRunner {
             report.rejected = Some(reason);
         } else {
             let absent: Vec<Key> = if t.snapshot {
-                let batch_keys: HashSet<&[u8]> = prepared.keys.iter().map(|(k, _)| &k[..]).collect();
+                let batch_keys: HashSet<&[u8]> =
+                    prepared.keys.iter().map(|(k, _)| &k[..]).collect();
                 self.store.live_keys().filter(|k| !batch_keys.contains(k)).map(Key::from).collect()
             } else {
                 vec![]
@@ -467,7 +531,11 @@ impl TableRunner {
             report.files_removed = pc.files_removed;
             report.files_masked = pc.files_masked;
             let committing = std::time::Instant::now();
-            report.version = Some(self.store.commit(pc, txns(&progress), changes.then_some(exec), schema_changed, info).await?);
+            report.version = Some(
+                self.store
+                    .commit(pc, txns(&progress), changes.then_some(exec), schema_changed, info)
+                    .await?,
+            );
             mark("commit", &mut phases);
             tracing::debug!(table = %t.name, phases_ms = ?phases, "batch phases");
             report.commit_secs = committing.elapsed().as_secs_f64();
@@ -479,7 +547,11 @@ impl TableRunner {
             // no row carries it, so nothing is bumped.
             report.merge_secs = started.elapsed().as_secs_f64();
             let committing = std::time::Instant::now();
-            report.version = Some(self.store.commit(Default::default(), txns(&progress), Some(exec), false, info).await?);
+            report.version = Some(
+                self.store
+                    .commit(Default::default(), txns(&progress), Some(exec), false, info)
+                    .await?,
+            );
             report.commit_secs = committing.elapsed().as_secs_f64();
         } else {
             report.merge_secs = started.elapsed().as_secs_f64();

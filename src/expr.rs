@@ -49,7 +49,8 @@ pub enum CmpOp {
 
 /// Parses a SQL predicate; the error says what was not understood.
 pub fn parse(sql: &str) -> Result<Expr, String> {
-    let mut parser = Parser::new(&GenericDialect {}).try_with_sql(sql).map_err(|e| e.to_string())?;
+    let mut parser =
+        Parser::new(&GenericDialect {}).try_with_sql(sql).map_err(|e| e.to_string())?;
     let e = parser.parse_expr().map_err(|e| e.to_string())?;
     let rest = parser.peek_token();
     if rest.token != sqlparser::tokenizer::Token::EOF {
@@ -105,7 +106,9 @@ fn lit(v: &ast::Value) -> Result<Lit, String> {
             Err(_) => Lit::Float(n.parse().map_err(|_| format!("bad number {n}"))?),
         },
         ast::Value::SingleQuotedString(s) => Lit::Str(s.clone()),
-        other => return Err(format!("literal `{other}` is not supported; strings use single quotes")),
+        other => {
+            return Err(format!("literal `{other}` is not supported; strings use single quotes"))
+        }
     })
 }
 

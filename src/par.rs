@@ -49,6 +49,9 @@ mod tests {
 
     #[test]
     fn par_map_returns_results_in_input_order() {
-        assert_eq!(par_map((0..1000).collect(), |i: u64| i * 2), (0..1000).map(|i| i * 2).collect::<Vec<_>>());
+        assert_eq!(
+            par_map((0..1000).collect(), |i: u64| i * 2),
+            (0..1000).map(|i| i * 2).collect::<Vec<_>>()
+        );
     }
 }

@@ -24,21 +24,32 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use prometheus::{
-    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::engine::RunReport;
 
 /// Why a row was dropped (`changelake_rows_dropped_total{reason}`).
-pub const DROP_REASONS: &[&str] = &["null_key", "duplicate", "late", "ignored_delete", "tombstone", "filtered", "unchanged", "truncate"];
+pub const DROP_REASONS: &[&str] = &[
+    "null_key",
+    "duplicate",
+    "late",
+    "ignored_delete",
+    "tombstone",
+    "filtered",
+    "unchanged",
+    "truncate",
+];
 /// Why a row went to the dead-letter table (`changelake_dead_letters_total{reason}`).
 pub const DEAD_REASONS: &[&str] = &["malformed", "schema", "type", "guardrail"];
 const OUTCOMES: &[&str] = &["ok", "retried", "failed"];
 
 const ROW_BUCKETS: &[f64] = &[1.0, 10.0, 100.0, 1_000.0, 10_000.0, 100_000.0, 1_000_000.0];
 const BYTE_BUCKETS: &[f64] = &[1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9];
-const SECONDS_BUCKETS: &[f64] = &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+const SECONDS_BUCKETS: &[f64] =
+    &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
 
 /// Every metric the daemon exports.
 pub struct Metrics {
@@ -99,7 +110,11 @@ fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
 }
 
 fn histogram(r: &Registry, name: &str, help: &str, buckets: &[f64]) -> HistogramVec {
-    reg(r, HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets.to_vec()), &["table"]).expect("valid metric"))
+    reg(
+        r,
+        HistogramVec::new(HistogramOpts::new(name, help).buckets(buckets.to_vec()), &["table"])
+            .expect("valid metric"),
+    )
 }
 
 impl Metrics {
@@ -111,8 +126,14 @@ impl Metrics {
         let tp = &["table", "topic", "partition"];
         let last_commit = reg(
             &r,
-            GaugeVec::new(Opts::new("changelake_last_commit_timestamp_seconds", "Unix time of the table's latest Delta commit."), t)
-                .expect("valid metric"),
+            GaugeVec::new(
+                Opts::new(
+                    "changelake_last_commit_timestamp_seconds",
+                    "Unix time of the table's latest Delta commit.",
+                ),
+                t,
+            )
+            .expect("valid metric"),
         );
         let m = Metrics {
             rows_read: counter(&r, "changelake_rows_read_total", "Events read from the source for a table (rows, unparsable events, tombstones).", t),
@@ -203,7 +224,13 @@ pub fn register_table(table: &str, strategy: &str) {
     ] {
         c.with_label_values(&[table]);
     }
-    for c in [&m.rows_upserted, &m.rows_deleted, &m.versions_inserted, &m.versions_closed, &m.versions_updated_in_place] {
+    for c in [
+        &m.rows_upserted,
+        &m.rows_deleted,
+        &m.versions_inserted,
+        &m.versions_closed,
+        &m.versions_updated_in_place,
+    ] {
         c.with_label_values(&[table, strategy]);
     }
     for r in DROP_REASONS {
@@ -252,7 +279,10 @@ pub fn high_watermark(topic: &str, partition: i32, high: i64) {
 /// Lag of one table on one partition, from the latest watermark and its committed offset.
 pub fn lag(table: &str, topic: &str, partition: i32, committed: i64) {
     let high = highs().get(&(topic.to_string(), partition)).copied().unwrap_or(committed);
-    metrics().consumer_lag.with_label_values(&[table, topic, &partition.to_string()]).set((high - committed).max(0));
+    metrics()
+        .consumer_lag
+        .with_label_values(&[table, topic, &partition.to_string()])
+        .set((high - committed).max(0));
 }
 
 /// Offsets committed together with a table version.
@@ -271,7 +301,13 @@ pub fn dropped(table: &str, reason: &'static str, topic: &str, partition: i32, o
     m.rows_read.with_label_values(&[table]).inc();
     m.rows_dropped.with_label_values(&[table, reason]).inc();
     if reason == "truncate" {
-        tracing::warn!(table, topic, partition, offset, "truncate event: counted, not applied (apply_truncates is off)");
+        tracing::warn!(
+            table,
+            topic,
+            partition,
+            offset,
+            "truncate event: counted, not applied (apply_truncates is off)"
+        );
     } else {
         tracing::debug!(table, topic, partition, offset, reason, "event dropped");
     }
@@ -324,7 +360,12 @@ pub fn buffered(table: &str, bytes: usize) {
 pub fn paused(partitions: usize, buffered: usize, limit: usize) {
     metrics().paused_partitions.set(partitions as i64);
     if partitions > 0 {
-        tracing::info!(partitions, buffered, limit, "buffer limit reached: fetching paused until the largest batch commits");
+        tracing::info!(
+            partitions,
+            buffered,
+            limit,
+            "buffer limit reached: fetching paused until the largest batch commits"
+        );
     }
 }
 
@@ -358,7 +399,9 @@ pub fn run_committed(r: &RunReport) {
     }
     let m = metrics();
     let dead: u64 = r.dead_by_reason.values().sum();
-    m.rows_read.with_label_values(&[t]).inc_by(s.rows_in + r.filtered + dead - r.dead_by_reason.get("guardrail").copied().unwrap_or(0));
+    m.rows_read.with_label_values(&[t]).inc_by(
+        s.rows_in + r.filtered + dead - r.dead_by_reason.get("guardrail").copied().unwrap_or(0),
+    );
     m.rows_decoded.with_label_values(&[t]).inc_by(s.rows_in + r.filtered);
     for (reason, v) in r.dead_by_reason.iter() {
         m.dead_letters.with_label_values(&[t, reason]).inc_by(*v);
@@ -374,14 +417,19 @@ pub fn run_committed(r: &RunReport) {
         m.rows_dropped.with_label_values(&[t, reason]).inc_by(v);
     }
     let scd2 = st == "scd2";
-    let (new_versions, in_place) =
-        if scd2 { (s.updated, s.updated_in_place + s.restated) } else { (0, s.updated + s.updated_in_place + s.restated) };
-    m.versions_inserted.with_label_values(&[t, st]).inc_by(s.inserted + s.revived + s.late_inserted + new_versions);
+    let (new_versions, in_place) = if scd2 {
+        (s.updated, s.updated_in_place + s.restated)
+    } else {
+        (0, s.updated + s.updated_in_place + s.restated)
+    };
+    m.versions_inserted
+        .with_label_values(&[t, st])
+        .inc_by(s.inserted + s.revived + s.late_inserted + new_versions);
     m.versions_closed.with_label_values(&[t, st]).inc_by(s.versions_closed);
     m.versions_updated_in_place.with_label_values(&[t, st]).inc_by(in_place);
-    m.rows_upserted
-        .with_label_values(&[t, st])
-        .inc_by(s.inserted + s.updated + s.updated_in_place + s.restated + s.revived + s.late_inserted);
+    m.rows_upserted.with_label_values(&[t, st]).inc_by(
+        s.inserted + s.updated + s.updated_in_place + s.restated + s.revived + s.late_inserted,
+    );
     m.rows_deleted.with_label_values(&[t, st]).inc_by(s.deleted + s.snapshot_deleted);
     m.batches.with_label_values(&[t]).inc();
     m.files_written.with_label_values(&[t]).inc_by(r.files_added as u64);
@@ -392,7 +440,9 @@ pub fn run_committed(r: &RunReport) {
     if let Some(v) = r.version {
         m.commits.with_label_values(&[t, "ok"]).inc();
         m.table_version.with_label_values(&[t]).set(v);
-        m.last_commit.with_label_values(&[t]).set(chrono::Utc::now().timestamp_millis() as f64 / 1000.0);
+        m.last_commit
+            .with_label_values(&[t])
+            .set(chrono::Utc::now().timestamp_millis() as f64 / 1000.0);
         m.commit_seconds.with_label_values(&[t]).observe(r.commit_secs);
     }
 }
@@ -470,7 +520,11 @@ pub fn readiness() -> std::result::Result<(), Vec<String>> {
     if let Some(d) = h.deadline {
         for (t, since) in &h.pending {
             if since.elapsed() > d {
-                why.push(format!("table {t}: events uncommitted for {}s (deadline {}s)", since.elapsed().as_secs(), d.as_secs()));
+                why.push(format!(
+                    "table {t}: events uncommitted for {}s (deadline {}s)",
+                    since.elapsed().as_secs(),
+                    d.as_secs()
+                ));
             }
         }
     }
@@ -507,7 +561,8 @@ pub async fn serve(addr: &str) -> std::io::Result<()> {
                 let mut buf = Vec::with_capacity(1024);
                 let mut chunk = [0u8; 1024];
                 while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < 16 * 1024 {
-                    match tokio::time::timeout(Duration::from_secs(5), sock.read(&mut chunk)).await {
+                    match tokio::time::timeout(Duration::from_secs(5), sock.read(&mut chunk)).await
+                    {
                         Ok(Ok(n)) if n > 0 => buf.extend_from_slice(&chunk[..n]),
                         _ => break,
                     }
@@ -519,7 +574,11 @@ pub async fn serve(addr: &str) -> std::io::Result<()> {
                     "/healthz" => ("200 OK", "text/plain", "ok\n".to_string()),
                     "/readyz" => match readiness() {
                         Ok(()) => ("200 OK", "text/plain", "ready\n".to_string()),
-                        Err(why) => ("503 Service Unavailable", "text/plain", format!("not ready: {}\n", why.join("; "))),
+                        Err(why) => (
+                            "503 Service Unavailable",
+                            "text/plain",
+                            format!("not ready: {}\n", why.join("; ")),
+                        ),
                     },
                     _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
                 };
@@ -548,17 +607,38 @@ mod tests {
         register_table("zero_t", "scd1");
         let out = render();
         for r in DROP_REASONS {
-            assert!(line(&out, &format!("changelake_rows_dropped_total{{reason=\"{r}\",table=\"zero_t\"}} 0")).is_some(), "{r}\n{out}");
+            assert!(
+                line(
+                    &out,
+                    &format!("changelake_rows_dropped_total{{reason=\"{r}\",table=\"zero_t\"}} 0")
+                )
+                .is_some(),
+                "{r}\n{out}"
+            );
         }
         for r in DEAD_REASONS {
-            assert!(line(&out, &format!("changelake_dead_letters_total{{reason=\"{r}\",table=\"zero_t\"}} 0")).is_some(), "{r}");
+            assert!(
+                line(
+                    &out,
+                    &format!("changelake_dead_letters_total{{reason=\"{r}\",table=\"zero_t\"}} 0")
+                )
+                .is_some(),
+                "{r}"
+            );
         }
         // Every family has HELP and TYPE, and every name is changelake_*.
         for l in out.lines().filter(|l| !l.starts_with('#')) {
             let name = l.split(['{', ' ']).next().unwrap();
             assert!(name.starts_with("changelake_"), "{name}");
-            let family = name.trim_end_matches("_bucket").trim_end_matches("_sum").trim_end_matches("_count");
-            assert!(out.contains(&format!("# HELP {family} ")) || out.contains(&format!("# HELP {name} ")), "no HELP for {name}");
+            let family = name
+                .trim_end_matches("_bucket")
+                .trim_end_matches("_sum")
+                .trim_end_matches("_count");
+            assert!(
+                out.contains(&format!("# HELP {family} "))
+                    || out.contains(&format!("# HELP {name} ")),
+                "no HELP for {name}"
+            );
         }
         assert!(line(&out, "changelake_build_info{version=").is_some());
     }

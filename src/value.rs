@@ -152,7 +152,8 @@ impl Value {
                 2 => Value::Int(i64::from_be_bytes(be8(take(&mut bytes, 8)?))),
                 3 => Value::Float(f64::from_bits(u64::from_be_bytes(be8(take(&mut bytes, 8)?)))),
                 4 => {
-                    let n = u32::from_be_bytes(take(&mut bytes, 4)?.try_into().expect("4 bytes")) as usize;
+                    let n = u32::from_be_bytes(take(&mut bytes, 4)?.try_into().expect("4 bytes"))
+                        as usize;
                     Value::Str(String::from_utf8(take(&mut bytes, n)?).ok()?)
                 }
                 5 => Value::Ts(i64::from_be_bytes(be8(take(&mut bytes, 8)?))),
@@ -185,7 +186,9 @@ impl Value {
             (Int(i), DType::Str) => Str(i.to_string()),
             (Float(f), DType::Str) => Str(f.to_string()),
             (Ts(t), DType::Str) => Str(format_ts(t)),
-            (Str(s), t) => return parse_as(&s, t).ok_or_else(|| format!("{s:?} is not a valid {}", t.name())),
+            (Str(s), t) => {
+                return parse_as(&s, t).ok_or_else(|| format!("{s:?} is not a valid {}", t.name()))
+            }
             (Int(i), DType::Ts) => Ts(i),
             (v, t) => return Err(format!("{v} cannot be converted to {}", t.name())),
         };
@@ -243,7 +246,9 @@ pub fn parse_int(s: &str) -> Option<i64> {
 
 pub fn parse_float(s: &str) -> Option<f64> {
     // Only decimal notation: "nan", "inf" and friends stay strings.
-    if !s.bytes().any(|b| b.is_ascii_digit()) || !s.bytes().all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b)) {
+    if !s.bytes().any(|b| b.is_ascii_digit())
+        || !s.bytes().all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b))
+    {
         return None;
     }
     s.parse().ok()
@@ -298,7 +303,9 @@ pub fn unify(a: Option<DType>, b: Option<DType>) -> Option<DType> {
     match (a, b) {
         (None, x) | (x, None) => x,
         (Some(x), Some(y)) if x == y => Some(x),
-        (Some(DType::Int), Some(DType::Float)) | (Some(DType::Float), Some(DType::Int)) => Some(DType::Float),
+        (Some(DType::Int), Some(DType::Float)) | (Some(DType::Float), Some(DType::Int)) => {
+            Some(DType::Float)
+        }
         _ => Some(DType::Str),
     }
 }
@@ -334,7 +341,10 @@ mod tests {
         let back = Value::decode_all(&bytes).unwrap();
         assert_eq!(back.len(), vals.len());
         assert!(back.iter().zip(&vals).all(|(a, b)| a.same(b)), "{back:?}");
-        assert!(Value::decode_all(&bytes[..bytes.len() - 1]).is_none(), "a truncated key is not a key");
+        assert!(
+            Value::decode_all(&bytes[..bytes.len() - 1]).is_none(),
+            "a truncated key is not a key"
+        );
         assert!(Value::decode_all(&[9]).is_none());
     }
 

@@ -14,29 +14,55 @@ fn bench(dir: &std::path::Path, args: &[&str]) -> serde_json::Value {
         .output()
         .expect("run changelake bench");
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "bench {args:?} failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&std::fs::read(dir.join("bench.json")).expect("bench.json")).expect("bench.json is JSON")
+    assert!(
+        out.status.success(),
+        "bench {args:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&std::fs::read(dir.join("bench.json")).expect("bench.json"))
+        .expect("bench.json is JSON")
 }
 
 #[test]
 fn bench_runs_both_engines_on_every_shape_and_they_agree() {
-    for (cols, dist, layout) in
-        [("crm", "uniform", "deletion_vectors: true"), ("wide", "skewed", "file_rows: 500"), ("narrow", "recent", "deletion_vectors: true")]
-    {
+    for (cols, dist, layout) in [
+        ("crm", "uniform", "deletion_vectors: true"),
+        ("wide", "skewed", "file_rows: 500"),
+        ("narrow", "recent", "deletion_vectors: true"),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let j = bench(
             dir.path(),
-            &["--keys", "3000", "--batch", "1000", "--runs", "2", "--columns", cols, "--distribution", dist, "--layout", layout],
+            &[
+                "--keys",
+                "3000",
+                "--batch",
+                "1000",
+                "--runs",
+                "2",
+                "--columns",
+                cols,
+                "--distribution",
+                dist,
+                "--layout",
+                layout,
+            ],
         );
         let text = std::fs::read_to_string(dir.path().join("bench.md")).unwrap();
-        assert!(text.contains("Same (key, sequence) pairs in both tables: yes"), "{cols}/{dist}: {text}");
+        assert!(
+            text.contains("Same (key, sequence) pairs in both tables: yes"),
+            "{cols}/{dist}: {text}"
+        );
         for strategy in ["account_scd1", "account_scd2"] {
             let t = &j[strategy];
             assert_eq!(t["runs"].as_array().map(|r| r.len()), Some(2), "{strategy}: {t}");
             assert!(t["events_per_second"].as_f64().unwrap() > 0.0);
             assert!(t["resident_bytes_per_key"].as_f64().is_some());
         }
-        assert!(j["account_scd1"]["deltars"]["runs"].as_array().is_some_and(|r| r.len() == 2), "{j}");
+        assert!(
+            j["account_scd1"]["deltars"]["runs"].as_array().is_some_and(|r| r.len() == 2),
+            "{j}"
+        );
         assert_eq!(j["account_scd1"]["deltars"]["same_result"], serde_json::json!(true), "{j}");
     }
 }
@@ -46,7 +72,19 @@ fn bench_streams_through_the_in_process_broker() {
     let dir = tempfile::tempdir().unwrap();
     let j = bench(
         dir.path(),
-        &["--keys", "1000", "--runs", "0", "--strategies", "", "--no-deltars", "--broker-rate", "2000", "--broker-secs", "2"],
+        &[
+            "--keys",
+            "1000",
+            "--runs",
+            "0",
+            "--strategies",
+            "",
+            "--no-deltars",
+            "--broker-rate",
+            "2000",
+            "--broker-secs",
+            "2",
+        ],
     );
     let b = &j["broker"];
     assert_eq!(b["events"].as_u64(), Some(4000), "{j}");

@@ -17,11 +17,20 @@ fn manifest() -> PathBuf {
 #[test]
 fn acceptance_scenarios_read_back_with_python_deltalake() {
     let dir = manifest().join("tests/scenarios");
-    let mut files: Vec<PathBuf> =
-        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|e| e == "yaml")).collect();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .collect();
     files.sort();
-    let out = Command::new("python3").arg(dir.join("run.py")).args(&files).env("CHANGELAKE_BIN", BIN).output().expect("python3 runs");
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("python3")
+        .arg(dir.join("run.py"))
+        .args(&files)
+        .env("CHANGELAKE_BIN", BIN)
+        .output()
+        .expect("python3 runs");
+    let text =
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "scenarios failed:\n{text}");
     assert!(text.contains(&format!("{} passed, 0 failed", files.len())), "{text}");
 }
@@ -43,7 +52,11 @@ fn run(cfg: &Path, env: &[(&str, &str)]) -> std::process::Output {
 }
 
 fn show(cfg: &Path, table: &str) -> String {
-    let out = Command::new(BIN).args(["show", table, "--format", "jsonl", "--config"]).arg(cfg).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["show", table, "--format", "jsonl", "--config"])
+        .arg(cfg)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     String::from_utf8(out.stdout).unwrap()
 }
@@ -72,12 +85,21 @@ fn glob_runs_files_in_lexical_order_and_skips_unchanged_files() {
     write(tmp.path(), "data/1.csv", "id,op,city,seq\n1,U,Berlin,2\n");
     assert!(run(&cfg, &[]).status.success());
     let rows = stable(&show(&cfg, "customer"));
-    let cities: Vec<_> = rows.iter().map(|r| (r["city"].as_str().unwrap().to_string(), r["_is_current"].as_bool().unwrap())).collect();
+    let cities: Vec<_> = rows
+        .iter()
+        .map(|r| (r["city"].as_str().unwrap().to_string(), r["_is_current"].as_bool().unwrap()))
+        .collect();
     assert_eq!(cities, vec![("Berlin".into(), false), ("Hamburg".into(), true)]);
     let log = tmp.path().join("lake/bronze/customer/_delta_log");
-    let commits = std::fs::read_dir(&log).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "json")).count();
+    let commits = std::fs::read_dir(&log)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "json"))
+        .count();
     assert!(run(&cfg, &[]).status.success());
-    let after = std::fs::read_dir(&log).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "json")).count();
+    let after = std::fs::read_dir(&log)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "json"))
+        .count();
     assert_eq!(commits, after, "re-running unchanged files commits nothing");
 }
 
@@ -96,7 +118,12 @@ fn crash_between_parquet_write_and_commit_loses_and_repeats_nothing() {
     assert!(run(&cfg, &[]).status.success());
     let want = stable(&show(&cfg, "customer"));
 
-    for fault in ["after_parquet_write:1", "after_parquet_write:2", "after_delta_commit:1", "after_delta_commit:2"] {
+    for fault in [
+        "after_parquet_write:1",
+        "after_parquet_write:2",
+        "after_delta_commit:1",
+        "after_delta_commit:2",
+    ] {
         let tmp = tempfile::tempdir().unwrap();
         let cfg = write(tmp.path(), "c.yaml", SCD2_CFG);
         for (n, t) in files {
@@ -105,7 +132,11 @@ fn crash_between_parquet_write_and_commit_loses_and_repeats_nothing() {
         let crashed = run(&cfg, &[("CHANGELAKE_FAULT", fault)]);
         assert!(!crashed.status.success(), "{fault}: the fault point must abort");
         assert!(run(&cfg, &[]).status.success(), "{fault}: restart");
-        assert_eq!(stable(&show(&cfg, "customer")), want, "{fault}: restart must equal an uninterrupted run");
+        assert_eq!(
+            stable(&show(&cfg, "customer")),
+            want,
+            "{fault}: restart must equal an uninterrupted run"
+        );
     }
 }
 
@@ -119,7 +150,11 @@ fn refuses_a_table_with_another_strategy_or_not_created_by_changelake() {
     write(tmp.path(), "data/2.csv", "id,op,city,seq\n1,U,Hamburg,3\n");
     let out = run(&cfg1, &[]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("strategy scd2"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("strategy scd2"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // A Delta table written by someone else.
     let py = "import sys, pyarrow as pa; from deltalake import write_deltalake; write_deltalake(sys.argv[1], pa.table({'id': [1]}))";
     let foreign = tmp.path().join("lake/bronze/customer2");
@@ -134,13 +169,28 @@ fn refuses_a_table_with_another_strategy_or_not_created_by_changelake() {
 fn check_exit_codes_and_error_paths() {
     let tmp = tempfile::tempdir().unwrap();
     let good = write(tmp.path(), "good.yaml", SCD2_CFG);
-    assert_eq!(Command::new(BIN).args(["check", "--config"]).arg(&good).status().unwrap().code(), Some(0));
-    let bad = write(tmp.path(), "bad.yaml", &SCD2_CFG.replace("strategy: scd2", "strategy: scd3\n      extra: 1"));
+    assert_eq!(
+        Command::new(BIN).args(["check", "--config"]).arg(&good).status().unwrap().code(),
+        Some(0)
+    );
+    let bad = write(
+        tmp.path(),
+        "bad.yaml",
+        &SCD2_CFG.replace("strategy: scd2", "strategy: scd3\n      extra: 1"),
+    );
     let out = Command::new(BIN).args(["check", "--config"]).arg(&bad).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("bronze.tables.customer.strategy") && err.contains("bronze.tables.customer.extra"), "{err}");
-    assert_eq!(Command::new(BIN).arg("frobnicate").status().unwrap().code(), Some(2), "usage errors exit 2");
+    assert!(
+        err.contains("bronze.tables.customer.strategy")
+            && err.contains("bronze.tables.customer.extra"),
+        "{err}"
+    );
+    assert_eq!(
+        Command::new(BIN).arg("frobnicate").status().unwrap().code(),
+        Some(2),
+        "usage errors exit 2"
+    );
 }
 
 #[test]
@@ -152,8 +202,13 @@ fn unconvertible_values_go_to_the_dead_letter_table_and_the_batch_commits() {
     assert!(run(&cfg, &[]).status.success());
     assert_eq!(show(&cfg, "customer").lines().count(), 2);
     let py = "import sys, json; from deltalake import DeltaTable; print(json.dumps([r['error'] for r in DeltaTable(sys.argv[1]).to_pyarrow_table().to_pylist()]))";
-    let out = Command::new("python3").args(["-c", py]).arg(tmp.path().join("lake/_dead_letters")).output().unwrap();
-    let errors: Vec<String> = serde_json::from_slice(&out.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    let out = Command::new("python3")
+        .args(["-c", py])
+        .arg(tmp.path().join("lake/_dead_letters"))
+        .output()
+        .unwrap();
+    let errors: Vec<String> = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
     assert_eq!(errors.len(), 1);
     assert!(errors[0].contains("seq"), "{errors:?}");
 }
@@ -191,7 +246,11 @@ async fn layout_one_percent_update_rewrites_only_files_holding_touched_keys() {
             .await
             .unwrap();
         assert_eq!(r.stats.updated, 100);
-        assert!(r.files_removed >= 1 && r.files_removed <= 2, "{strategy}: 1% of keys rewrote {} of {total} files", r.files_removed);
+        assert!(
+            r.files_removed >= 1 && r.files_removed <= 2,
+            "{strategy}: 1% of keys rewrote {} of {total} files",
+            r.files_removed
+        );
         // The key index survives a reopen: a replay reads no data and commits nothing.
         let mut reopened = TableRunner::open(&cfg, &cfg.tables[0]).await.unwrap();
         assert_eq!(reopened.store.key_count(), 10_000);
@@ -220,20 +279,30 @@ fn renamed_reserved_columns_are_what_readers_see() {
     write(tmp.path(), "data/2.csv", "id,op,city,seq\n1,U,Hamburg,2\n");
     assert!(run(&cfg, &[]).status.success());
     let py = "import sys; from deltalake import DeltaTable; t = DeltaTable(sys.argv[1]); print(sorted(t.schema().to_arrow().names)); print(t.metadata().partition_columns)";
-    let out = Command::new("python3").args(["-c", py]).arg(tmp.path().join("lake/bronze/customer")).output().unwrap();
+    let out = Command::new("python3")
+        .args(["-c", py])
+        .arg(tmp.path().join("lake/bronze/customer"))
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
-        text.contains("'is_current'") && text.contains("'valid_from'") && !text.contains("'_is_current'"),
+        text.contains("'is_current'")
+            && text.contains("'valid_from'")
+            && !text.contains("'_is_current'"),
         "{text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(text.contains("['is_current']"), "scd2 is partitioned by the (renamed) current flag: {text}");
+    assert!(
+        text.contains("['is_current']"),
+        "scd2 is partitioned by the (renamed) current flag: {text}"
+    );
 }
 
 #[test]
 fn jsonl_source_and_show_views() {
     let tmp = tempfile::tempdir().unwrap();
-    let yaml = SCD2_CFG.replace("type: csv, path: 'data/*.csv'", "type: jsonl, path: 'data/*.jsonl'");
+    let yaml =
+        SCD2_CFG.replace("type: csv, path: 'data/*.csv'", "type: jsonl, path: 'data/*.jsonl'");
     let cfg = write(tmp.path(), "c.yaml", &yaml);
     write(
         tmp.path(),
@@ -247,14 +316,24 @@ fn jsonl_source_and_show_views() {
     write(tmp.path(), "data/2.jsonl", "{\"id\":1,\"op\":\"U\",\"city\":\"Hamburg\",\"seq\":2}\n{\"id\":2,\"op\":\"D\",\"seq\":2}\n");
     assert!(run(&cfg, &[]).status.success());
     let view = |v: &str| {
-        let out = Command::new(BIN).args(["show", "customer", "--format", "csv", "--view", v, "--config"]).arg(&cfg).output().unwrap();
+        let out = Command::new(BIN)
+            .args(["show", "customer", "--format", "csv", "--view", v, "--config"])
+            .arg(&cfg)
+            .output()
+            .unwrap();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap()
     };
     let active = view("active");
-    assert!(active.contains("Hamburg") && !active.contains("Berlin") && !active.contains("Bonn"), "{active}");
+    assert!(
+        active.contains("Hamburg") && !active.contains("Berlin") && !active.contains("Bonn"),
+        "{active}"
+    );
     let past = view(&format!("as-of={between}"));
-    assert!(past.contains("Berlin") && past.contains("Bonn") && !past.contains("Hamburg"), "{past}");
+    assert!(
+        past.contains("Berlin") && past.contains("Bonn") && !past.contains("Hamburg"),
+        "{past}"
+    );
     assert_eq!(view("all").lines().count(), 1 + 3);
 }
 
@@ -266,20 +345,39 @@ fn dashboard_queries_only_use_exported_metrics_and_cover_them_all() {
     // is checked the same way in tests/operations.rs).
     changelake::telemetry::register_table("t", "scd2");
     changelake::telemetry::register_partition("t", "topic", 0, Some(1));
-    let committed = changelake::engine::RunReport { table: "t".into(), strategy: "scd2".into(), version: Some(1), ..Default::default() };
+    let committed = changelake::engine::RunReport {
+        table: "t".into(),
+        strategy: "scd2".into(),
+        version: Some(1),
+        ..Default::default()
+    };
     changelake::telemetry::run_committed(&committed);
     let scrape = changelake::telemetry::render();
-    let exported: Vec<&str> = scrape.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.split_whitespace().next()).collect();
+    let exported: Vec<&str> = scrape
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.split_whitespace().next())
+        .collect();
     let mut used = std::collections::HashSet::new();
     for p in dash["panels"].as_array().unwrap() {
         for t in p["targets"].as_array().into_iter().flatten() {
             let expr = t["expr"].as_str().unwrap();
             let mut rest = expr;
             while let Some(i) = rest.find("changelake_") {
-                let name: String = rest[i..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                let name: String = rest[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
                 rest = &rest[i + name.len()..];
-                let base = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(&name).to_string();
-                assert!(exported.contains(&base.as_str()), "panel {} queries {name}, which the daemon does not export", p["title"]);
+                let base = ["_bucket", "_sum", "_count"]
+                    .iter()
+                    .find_map(|s| name.strip_suffix(s))
+                    .unwrap_or(&name)
+                    .to_string();
+                assert!(
+                    exported.contains(&base.as_str()),
+                    "panel {} queries {name}, which the daemon does not export",
+                    p["title"]
+                );
                 used.insert(base);
             }
         }
@@ -316,10 +414,20 @@ async fn layout_small_table_one_key_update_rewrites_one_file() {
     for id in 0..100 {
         load.push_str(&format!("{id},U,c{id},1\n"));
     }
-    let r = runner.run_batch(read_csv(Path::new("load.csv"), load.as_bytes(), b',').unwrap(), vec![]).await.unwrap();
-    assert!(r.files_added > 2, "a 100-key load still spreads over several files: {}", r.files_added);
+    let r = runner
+        .run_batch(read_csv(Path::new("load.csv"), load.as_bytes(), b',').unwrap(), vec![])
+        .await
+        .unwrap();
+    assert!(
+        r.files_added > 2,
+        "a 100-key load still spreads over several files: {}",
+        r.files_added
+    );
     let upd = "id,op,city,seq\n42,U,changed,2\n";
-    let r2 = runner.run_batch(read_csv(Path::new("upd.csv"), upd.as_bytes(), b',').unwrap(), vec![]).await.unwrap();
+    let r2 = runner
+        .run_batch(read_csv(Path::new("upd.csv"), upd.as_bytes(), b',').unwrap(), vec![])
+        .await
+        .unwrap();
     assert_eq!((r2.stats.updated, r2.files_removed, r2.files_added), (1, 1, 1));
 }
 
@@ -328,7 +436,8 @@ fn jsonl_debezium_dump_decodes_like_the_kafka_source() {
     let tmp = tempfile::tempdir().unwrap();
     let ev = |op: &str, id: i64, city: &str, lsn: i64| {
         let row = format!("{{\"id\":{id},\"city\":\"{city}\"}}");
-        let (before, after) = if op == "d" { (row.as_str(), "null") } else { ("null", row.as_str()) };
+        let (before, after) =
+            if op == "d" { (row.as_str(), "null") } else { ("null", row.as_str()) };
         format!("{{\"before\":{before},\"after\":{after},\"source\":{{\"lsn\":{lsn}}},\"op\":\"{op}\",\"ts_ms\":1}}\n")
     };
     let mut dump = String::new();
@@ -347,12 +456,23 @@ fn jsonl_debezium_dump_decodes_like_the_kafka_source() {
     let out = run(&cfg, &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let rows = show(&cfg, "account");
-    assert!(rows.contains("Hamburg") && !rows.contains("Berlin") && !rows.contains("stale") && !rows.contains("Bonn"), "{rows}");
+    assert!(
+        rows.contains("Hamburg")
+            && !rows.contains("Berlin")
+            && !rows.contains("stale")
+            && !rows.contains("Bonn"),
+        "{rows}"
+    );
     assert!(rows.contains("13"), "the sequence is stored as source_lsn: {rows}");
     let dead = Command::new("python3")
         .args(["-c", "import sys; from deltalake import DeltaTable; t = DeltaTable(sys.argv[1]).to_pyarrow_table(); print(t.num_rows, t.column('offset')[0])"])
         .arg(tmp.path().join("lake/_dead_letters"))
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&dead.stdout).trim(), "1 3", "{}", String::from_utf8_lossy(&dead.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&dead.stdout).trim(),
+        "1 3",
+        "{}",
+        String::from_utf8_lossy(&dead.stderr)
+    );
 }

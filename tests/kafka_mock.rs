@@ -13,9 +13,14 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
 
 async fn produce(brokers: &str, topic: &str, records: &[(i32, String, Option<String>)]) {
-    let p: FutureProducer = ClientConfig::new().set("bootstrap.servers", brokers).set("message.timeout.ms", "60000").create().unwrap();
+    let p: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("message.timeout.ms", "60000")
+        .create()
+        .unwrap();
     for (part, key, value) in records {
-        let mut r: FutureRecord<'_, String, String> = FutureRecord::to(topic).partition(*part).key(key);
+        let mut r: FutureRecord<'_, String, String> =
+            FutureRecord::to(topic).partition(*part).key(key);
         if let Some(v) = value {
             r = r.payload(v);
         }
@@ -23,7 +28,8 @@ async fn produce(brokers: &str, topic: &str, records: &[(i32, String, Option<Str
     }
 }
 
-type Daemon = tokio::task::JoinHandle<changelake::error::Result<Vec<changelake::engine::RunReport>>>;
+type Daemon =
+    tokio::task::JoinHandle<changelake::error::Result<Vec<changelake::engine::RunReport>>>;
 
 /// Runs the daemon in the background; sending on the returned channel is SIGTERM.
 fn spawn_daemon(cfg: Config) -> (tokio::sync::oneshot::Sender<()>, Daemon) {
@@ -70,7 +76,8 @@ async fn broker_stopped_mid_stream_and_restarted_loses_nothing() {
     // Wait until the daemon has committed every event of both halves.
     let app = |p: i32| changelake::source::kafka::app_id("account", "crm.public.account", p);
     let cfg = Config::load(&cfg_path).unwrap();
-    let counts: Vec<i64> = (0..2).map(|p| events.iter().filter(|e| e.0 == p).count() as i64).collect();
+    let counts: Vec<i64> =
+        (0..2).map(|p| events.iter().filter(|e| e.0 == p).count() as i64).collect();
     let t0 = Instant::now();
     loop {
         let r = changelake::engine::TableRunner::open(&cfg, &cfg.tables[0]).await.unwrap();
@@ -81,7 +88,10 @@ async fn broker_stopped_mid_stream_and_restarted_loses_nothing() {
         if done {
             break;
         }
-        assert!(t0.elapsed() < Duration::from_secs(60), "daemon did not resume after the broker came back");
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "daemon did not resume after the broker came back"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     stop_tx.send(()).unwrap();
@@ -89,11 +99,22 @@ async fn broker_stopped_mid_stream_and_restarted_loses_nothing() {
 
     // Same events, one uninterrupted --once run into a fresh lake.
     let fresh = tempfile::tempdir().unwrap();
-    let fresh_cfg =
-        write(fresh.path(), "c.yaml", &config(&brokers).replace("max_rows: 50, max_age: 200ms", "max_rows: 100000, max_age: 60s"));
+    let fresh_cfg = write(
+        fresh.path(),
+        "c.yaml",
+        &config(&brokers).replace("max_rows: 50, max_age: 200ms", "max_rows: 100000, max_age: 60s"),
+    );
     let once = Config::load(&fresh_cfg).unwrap();
-    daemon::run(&once, RunOpts { once: true, ..Default::default() }, Box::pin(std::future::pending())).await.unwrap();
-    let live = |v: Vec<serde_json::Value>| v.into_iter().filter(|r| r["_is_deleted"] == false).collect::<Vec<_>>();
+    daemon::run(
+        &once,
+        RunOpts { once: true, ..Default::default() },
+        Box::pin(std::future::pending()),
+    )
+    .await
+    .unwrap();
+    let live = |v: Vec<serde_json::Value>| {
+        v.into_iter().filter(|r| r["_is_deleted"] == false).collect::<Vec<_>>()
+    };
     let (a, b) = (
         tokio::task::spawn_blocking(move || show(&cfg_path, "account", &["_execution_id"])),
         tokio::task::spawn_blocking(move || show(&fresh_cfg, "account", &["_execution_id"])),
@@ -107,18 +128,33 @@ async fn broker_stopped_mid_stream_and_restarted_loses_nothing() {
 fn demo_runs_in_one_command_under_a_minute() {
     let tmp = tempfile::tempdir().unwrap();
     let t0 = Instant::now();
-    let out = std::process::Command::new(BIN).args(["demo", "--dir"]).arg(tmp.path().join("demo")).output().unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["demo", "--dir"])
+        .arg(tmp.path().join("demo"))
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(t0.elapsed() < Duration::from_secs(60));
-    for needle in ["== account (scd1)", "== account_history", "== contact", "== _dead_letters", "Potsdam", "not JSON", "(1 row)"] {
+    for needle in [
+        "== account (scd1)",
+        "== account_history",
+        "== contact",
+        "== _dead_letters",
+        "Potsdam",
+        "not JSON",
+        "(1 row)",
+    ] {
         assert!(text.contains(needle), "demo output lacks {needle:?}:\n{text}");
     }
     // The lake stays on disk and is a Delta table any reader opens.
     let cfg = tmp.path().join("demo/changelake.yaml");
     assert!(cfg.exists());
     let hist = show_env(&cfg, "account_history");
-    assert!(hist.iter().any(|r| r["city"] == "Potsdam" && r["_is_current"] == false), "the late event is a closed version");
+    assert!(
+        hist.iter().any(|r| r["city"] == "Potsdam" && r["_is_current"] == false),
+        "the late event is a closed version"
+    );
 }
 
 /// `show` for the demo's config, which reads its brokers from the environment.
@@ -130,7 +166,11 @@ fn show_env(cfg: &std::path::Path, table: &str) -> Vec<serde_json::Value> {
         .output()
         .unwrap();
     let out = ok(out);
-    String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 fn http_get(port: u16, path: &str) -> (String, String) {
@@ -154,17 +194,27 @@ async fn metrics_endpoint_serves_valid_prometheus_text() {
     produce(&brokers, "crm.public.account", &events).await;
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let tmp = tempfile::tempdir().unwrap();
-    let cfg_path = write(tmp.path(), "c.yaml", &format!("{}metrics: {{listen: \"127.0.0.1:{port}\"}}\n", config(&brokers)));
+    let cfg_path = write(
+        tmp.path(),
+        "c.yaml",
+        &format!("{}metrics: {{listen: \"127.0.0.1:{port}\"}}\n", config(&brokers)),
+    );
     let cfg = Config::load(&cfg_path).unwrap();
     let (stop_tx, daemon) = spawn_daemon(cfg);
     let t0 = Instant::now();
     let body = loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let (status, body) = tokio::task::spawn_blocking(move || http_get(port, "/metrics")).await.unwrap();
+        let (status, body) =
+            tokio::task::spawn_blocking(move || http_get(port, "/metrics")).await.unwrap();
         assert!(status.contains("200"), "{status}");
         // Counters are process-wide and other tests here use the same table name: look for movement.
-        let positive =
-            |series: &str| body.lines().any(|l| l.strip_prefix(series).and_then(|v| v.trim().parse::<f64>().ok()).is_some_and(|v| v > 0.0));
+        let positive = |series: &str| {
+            body.lines().any(|l| {
+                l.strip_prefix(series)
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+                    .is_some_and(|v| v > 0.0)
+            })
+        };
         if positive("changelake_dead_letters_total{reason=\"malformed\",table=\"account\"}")
             && positive("changelake_rows_dropped_total{reason=\"tombstone\",table=\"account\"}")
         {
@@ -184,7 +234,8 @@ async fn metrics_endpoint_serves_valid_prometheus_text() {
         assert!(body.contains(needle), "missing {needle} in:\n{body}");
     }
     // (Readiness is process-wide and other tests here stop brokers: tests/operations.rs checks it.)
-    let (health, _) = tokio::task::spawn_blocking(move || http_get(port, "/healthz")).await.unwrap();
+    let (health, _) =
+        tokio::task::spawn_blocking(move || http_get(port, "/healthz")).await.unwrap();
     assert!(health.contains("200"), "{health}");
     // An independent parser: promtool.
     promtool(&["check", "metrics"], Some(&body));
@@ -226,17 +277,36 @@ async fn debezium_truncate_is_counted_or_applied_with_apply_truncates() {
             Some(format!("{{\"before\":null,\"after\":{{\"id\":{id},\"city\":\"c{id}\"}},\"source\":{{\"lsn\":{lsn}}},\"op\":\"c\"}}")),
         )
     };
-    let truncate = (0, String::new(), Some("{\"before\":null,\"after\":null,\"source\":{\"lsn\":50},\"op\":\"t\"}".to_string()));
+    let truncate = (
+        0,
+        String::new(),
+        Some("{\"before\":null,\"after\":null,\"source\":{\"lsn\":50},\"op\":\"t\"}".to_string()),
+    );
     produce(&brokers, "crm.public.account", &[ev(1, 10), ev(2, 20), truncate, ev(3, 60)]).await;
-    for (apply, want) in [(false, vec![(1, false), (2, false), (3, false)]), (true, vec![(1, true), (2, true), (3, false)])] {
+    for (apply, want) in [
+        (false, vec![(1, false), (2, false), (3, false)]),
+        (true, vec![(1, true), (2, true), (3, false)]),
+    ] {
         let tmp = tempfile::tempdir().unwrap();
-        let yaml = config(&brokers)
-            .replace("merge: {sequence_by: [source.lsn]}", &format!("merge: {{sequence_by: [source.lsn], apply_truncates: {apply}}}"));
+        let yaml = config(&brokers).replace(
+            "merge: {sequence_by: [source.lsn]}",
+            &format!("merge: {{sequence_by: [source.lsn], apply_truncates: {apply}}}"),
+        );
         let cfg_path = write(tmp.path(), "c.yaml", &yaml);
         let cfg = Config::load(&cfg_path).unwrap();
-        daemon::run(&cfg, RunOpts { once: true, ..Default::default() }, Box::pin(std::future::pending())).await.unwrap();
-        let rows = tokio::task::spawn_blocking(move || show(&cfg_path, "account", &[])).await.unwrap();
-        let got: Vec<(i64, bool)> = rows.iter().map(|r| (r["id"].as_i64().unwrap(), r["_is_deleted"].as_bool().unwrap())).collect();
+        daemon::run(
+            &cfg,
+            RunOpts { once: true, ..Default::default() },
+            Box::pin(std::future::pending()),
+        )
+        .await
+        .unwrap();
+        let rows =
+            tokio::task::spawn_blocking(move || show(&cfg_path, "account", &[])).await.unwrap();
+        let got: Vec<(i64, bool)> = rows
+            .iter()
+            .map(|r| (r["id"].as_i64().unwrap(), r["_is_deleted"].as_bool().unwrap()))
+            .collect();
         assert_eq!(got, want, "apply_truncates: {apply}");
     }
 }

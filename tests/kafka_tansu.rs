@@ -21,7 +21,12 @@ fn kafka_end_to_end_equals_the_file_source() {
         let row = if i % 17 == 16 {
             format!("{{\"id\":{id},\"op\":\"d\",\"lsn\":{}}}", 100 + i)
         } else {
-            format!("{{\"id\":{id},\"op\":\"u\",\"city\":\"c{}\",\"amount\":{}.5,\"lsn\":{}}}", i % 5, i, 100 + i)
+            format!(
+                "{{\"id\":{id},\"op\":\"u\",\"city\":\"c{}\",\"amount\":{}.5,\"lsn\":{}}}",
+                i % 5,
+                i,
+                100 + i
+            )
         };
         records.push(((id % 3) as i32, format!("{id}"), Some(row.clone())));
         lines.push(row);
@@ -51,7 +56,11 @@ batching: {max_rows: 100000, max_age: 60s}
         ),
     );
     let f = tempfile::tempdir().unwrap();
-    let fcfg = write(f.path(), "c.yaml", &format!("systems:\n  src: {{type: jsonl, path: \"data/{{object}}.jsonl\"}}\n{tables}"));
+    let fcfg = write(
+        f.path(),
+        "c.yaml",
+        &format!("systems:\n  src: {{type: jsonl, path: \"data/{{object}}.jsonl\"}}\n{tables}"),
+    );
     write(f.path(), "data/account.jsonl", &(lines.join("\n") + "\n"));
     ok(cli(&["run", "--once"], &kcfg));
     ok(cli(&["run", "--once"], &fcfg));
@@ -81,7 +90,10 @@ fn reference(broker: &Broker, events: usize) -> (Vec<serde_json::Value>, Vec<ser
     let cfg = write(tmp.path(), "c.yaml", &debezium_config(&broker.brokers(), 100_000, "60s"));
     ok(cli(&["run", "--once"], &cfg));
     let scd1 = live(show(&cfg, "account", &["_execution_id"]));
-    let cur: Vec<_> = show(&cfg, "account_history", &["_execution_id"]).into_iter().filter(|r| r["_is_current"] == true).collect();
+    let cur: Vec<_> = show(&cfg, "account_history", &["_execution_id"])
+        .into_iter()
+        .filter(|r| r["_is_current"] == true)
+        .collect();
     assert!(scd1.len() > 10, "reference has data ({events} events)");
     (scd1, cur)
 }
@@ -96,7 +108,16 @@ fn crash_safety_sigkill_and_fault_points_lose_and_repeat_nothing() {
 
     let tmp = tempfile::tempdir().unwrap();
     let cfg = write(tmp.path(), "c.yaml", &debezium_config(&broker.brokers(), 40, "100ms"));
-    let faults = ["after_parquet_write:2", "after_delta_commit:1", "after_parquet_write:5", "after_delta_commit:4", "", "", "", ""];
+    let faults = [
+        "after_parquet_write:2",
+        "after_delta_commit:1",
+        "after_parquet_write:5",
+        "after_delta_commit:4",
+        "",
+        "",
+        "",
+        "",
+    ];
     let mut x: u64 = 7;
     for (i, fault) in faults.iter().enumerate() {
         let mut cmd = Command::new(BIN);
@@ -116,7 +137,11 @@ fn crash_safety_sigkill_and_fault_points_lose_and_repeat_nothing() {
         );
     }
     ok(cli(&["run", "--once"], &cfg));
-    assert_eq!(live(show(&cfg, "account", &["_execution_id"])), want1, "scd1 after crashes equals an uninterrupted run");
+    assert_eq!(
+        live(show(&cfg, "account", &["_execution_id"])),
+        want1,
+        "scd1 after crashes equals an uninterrupted run"
+    );
     let hist = show(&cfg, "account_history", &["_execution_id"]);
     let cur: Vec<_> = hist.iter().filter(|r| r["_is_current"] == true).cloned().collect();
     assert_eq!(cur, want2, "scd2 current versions equal an uninterrupted run");
@@ -124,7 +149,12 @@ fn crash_safety_sigkill_and_fault_points_lose_and_repeat_nothing() {
     let mut seen = std::collections::HashSet::new();
     for r in &hist {
         assert!(
-            seen.insert((r["id"].to_string(), r["source_lsn"].to_string(), r["city"].to_string(), r["_is_deleted"].to_string())),
+            seen.insert((
+                r["id"].to_string(),
+                r["source_lsn"].to_string(),
+                r["city"].to_string(),
+                r["_is_deleted"].to_string()
+            )),
             "duplicate version {r}"
         );
     }
@@ -141,8 +171,13 @@ fn replay_from_beginning_commits_nothing_and_reapply_keeps_the_table() {
     let dir = tmp.path().join("lake/bronze/account_history");
     let (v0, t0) = (versions(&dir), show(&cfg, "account_history", &[]));
     ok(cli(&["replay", "--table", "account_history", "--from-beginning"], &cfg));
-    assert_eq!(versions(&dir), v0, "replay without --reapply finds nothing new and commits nothing");
-    let out = ok(cli(&["replay", "--table", "account_history", "--from-beginning", "--reapply"], &cfg));
+    assert_eq!(
+        versions(&dir),
+        v0,
+        "replay without --reapply finds nothing new and commits nothing"
+    );
+    let out =
+        ok(cli(&["replay", "--table", "account_history", "--from-beginning", "--reapply"], &cfg));
     let now = show(&cfg, "account_history", &[]);
     if now != t0 {
         let fmt = |v: &[serde_json::Value]| v.iter().map(|r| r.to_string()).collect::<Vec<_>>();
@@ -155,7 +190,14 @@ fn replay_from_beginning_commits_nothing_and_reapply_keeps_the_table() {
         );
     }
     ok(cli(
-        &["replay", "--table", "account_history", "--from-offsets", "crm.public.account:0=10,crm.public.account:1=0", "--reapply"],
+        &[
+            "replay",
+            "--table",
+            "account_history",
+            "--from-offsets",
+            "crm.public.account:0=10,crm.public.account:1=0",
+            "--reapply",
+        ],
         &cfg,
     ));
     assert_eq!(show(&cfg, "account_history", &[]), t0);
@@ -170,14 +212,24 @@ fn restart_after_clean_shutdown_resumes_at_the_stored_offsets() {
     broker.produce("crm.public.account", first);
     let tmp = tempfile::tempdir().unwrap();
     let cfg = write(tmp.path(), "c.yaml", &debezium_config(&broker.brokers(), 1000, "200ms"));
-    let child = Command::new(BIN).args(["run", "--config"]).arg(&cfg).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let child = Command::new(BIN)
+        .args(["run", "--config"])
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let t0 = std::time::Instant::now();
     while versions(&tmp.path().join("lake/bronze/account")) == 0 {
         assert!(t0.elapsed() < Duration::from_secs(60), "daemon never committed");
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(Duration::from_millis(800));
-    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "SIGTERM exits 0: {}", String::from_utf8_lossy(&out.stderr));
     broker.produce("crm.public.account", second);
@@ -186,7 +238,15 @@ fn restart_after_clean_shutdown_resumes_at_the_stored_offsets() {
     let rows: u64 = log
         .lines()
         .filter(|l| l.contains("batch committed") && l.contains("table=account "))
-        .filter_map(|l| l.split("rows=").nth(1)?.split_whitespace().next()?.trim_matches(|c: char| !c.is_ascii_digit()).parse::<u64>().ok())
+        .filter_map(|l| {
+            l.split("rows=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .trim_matches(|c: char| !c.is_ascii_digit())
+                .parse::<u64>()
+                .ok()
+        })
         .sum();
     assert_eq!(rows, second.len() as u64, "the restart read exactly the new events\n{log}");
     let (want1, _) = reference(&broker, all.len());
@@ -208,7 +268,11 @@ fn poison_message_lands_once_in_the_dead_letters_and_the_table_goes_on() {
     ok(cli(&["run", "--once"], &cfg));
     assert!(!show(&cfg, "account", &[]).is_empty());
     let py = "import sys, json; from deltalake import DeltaTable; print(json.dumps(DeltaTable(sys.argv[1]).to_pyarrow_table().to_pylist(), default=str))";
-    let out = ok(Command::new("python3").args(["-c", py]).arg(tmp.path().join("lake/_dead_letters")).output().unwrap());
+    let out = ok(Command::new("python3")
+        .args(["-c", py])
+        .arg(tmp.path().join("lake/_dead_letters"))
+        .output()
+        .unwrap());
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0]["offset"], 7);
@@ -244,8 +308,11 @@ fn two_daemons_on_one_table_do_not_corrupt_it() {
             let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
         }
         let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
-        let losers: Vec<String> =
-            [&a, &b].iter().filter(|o| !o.status.success()).map(|o| String::from_utf8_lossy(&o.stderr).to_string()).collect();
+        let losers: Vec<String> = [&a, &b]
+            .iter()
+            .filter(|o| !o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stderr).to_string())
+            .collect();
         if locked {
             // Exactly one daemon owns the tables; the other loses at start with a clear error.
             assert_eq!(losers.len(), 1, "{losers:?}");
@@ -261,7 +328,11 @@ fn two_daemons_on_one_table_do_not_corrupt_it() {
         let mut seen = std::collections::HashSet::new();
         for r in &hist {
             assert!(
-                seen.insert((r["id"].to_string(), r["source_lsn"].to_string(), r["_is_deleted"].to_string())),
+                seen.insert((
+                    r["id"].to_string(),
+                    r["source_lsn"].to_string(),
+                    r["_is_deleted"].to_string()
+                )),
                 "locked: {locked}: version applied twice: {r}"
             );
         }

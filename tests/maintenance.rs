@@ -73,7 +73,10 @@ fn compaction_checkpoints_and_vacuum_keep_what_readers_see() {
 
     let tmp = tempfile::tempdir().unwrap();
     extracts(tmp.path());
-    let cfg = config(tmp.path(), "file_rows: 64, compact_min_files: 4, checkpoint_interval: 5, vacuum_retention: off");
+    let cfg = config(
+        tmp.path(),
+        "file_rows: 64, compact_min_files: 4, checkpoint_interval: 5, vacuum_retention: off",
+    );
     // A reader polling the scd1 table the whole time: every snapshot it reads
     // must be a consistent one — unique keys, and never fewer rows than before
     // (this workload only inserts and updates).
@@ -94,19 +97,32 @@ os._exit(0)  # python deltalake 1.6 may abort in interpreter teardown after thre
 "#;
     let table = tmp.path().join("lake/bronze/account");
     let stop = tmp.path().join("stop");
-    let reader =
-        Command::new("python3").args(["-c", poll]).arg(&table).arg(&stop).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let reader = Command::new("python3")
+        .args(["-c", poll])
+        .arg(&table)
+        .arg(&stop)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let log = run_once(&cfg);
     std::fs::write(&stop, "").unwrap();
     let r = reader.wait_with_output().unwrap();
-    assert!(r.status.success(), "the concurrent reader saw an inconsistent snapshot: {}", String::from_utf8_lossy(&r.stderr));
+    assert!(
+        r.status.success(),
+        "the concurrent reader saw an inconsistent snapshot: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
     let reads: u64 = String::from_utf8_lossy(&r.stdout).trim().parse().unwrap();
     assert!(reads >= 2, "the reader overlapped the run ({reads} reads)");
     assert!(log.contains("small files compacted"), "{log}");
     assert!(log.contains("checkpoint written"), "{log}");
 
     for t in ["account", "account_history"] {
-        let (a, b) = (read(&plain.path().join("lake/bronze").join(t)), read(&tmp.path().join("lake/bronze").join(t)));
+        let (a, b) = (
+            read(&plain.path().join("lake/bronze").join(t)),
+            read(&tmp.path().join("lake/bronze").join(t)),
+        );
         assert_eq!(a["rows"], b["rows"], "{t}: compaction changed what readers see");
         // scd2 history gets one small file per run: compaction must cut a third at least.
         let (num, den) = if t == "account_history" { (3, 2) } else { (1, 1) };
@@ -118,21 +134,32 @@ os._exit(0)  # python deltalake 1.6 may abort in interpreter teardown after thre
         );
     }
     let log_dir = table.join("_delta_log");
-    let checkpoints =
-        std::fs::read_dir(&log_dir).unwrap().filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().contains(".checkpoint.")).count();
+    let checkpoints = std::fs::read_dir(&log_dir)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().contains(".checkpoint."))
+        .count();
     assert!(checkpoints >= 2, "a checkpoint every 5 commits");
     assert!(log_dir.join("_last_checkpoint").exists());
 
     // Vacuum with a zero retention: only the files of the current snapshot stay on disk.
-    let cfg = config(tmp.path(), "file_rows: 64, compact_min_files: 4, checkpoint_interval: 1, vacuum_retention: 0s");
+    let cfg = config(
+        tmp.path(),
+        "file_rows: 64, compact_min_files: 4, checkpoint_interval: 1, vacuum_retention: 0s",
+    );
     write(tmp.path(), "data/account/999.csv", "id,city,seq\n1,final,99999\n");
     let log = run_once(&cfg);
     assert!(log.contains("files_vacuumed"), "{log}");
     let after = read(&table);
-    let on_disk =
-        std::fs::read_dir(&table).unwrap().filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".parquet")).count();
+    let on_disk = std::fs::read_dir(&table)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".parquet"))
+        .count();
     assert_eq!(on_disk as u64, after["files"].as_u64().unwrap(), "removed files were vacuumed");
-    assert!(after["rows"].as_array().unwrap().iter().any(|r| r.as_str().unwrap().contains("\"final\"")));
+    assert!(after["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r.as_str().unwrap().contains("\"final\"")));
 }
 
 const SCAN: &str = r#"
@@ -177,8 +204,10 @@ fn deletion_vectors_read_back_exactly_like_copy_on_write() {
     };
     let cow = tempfile::tempdir().unwrap();
     let mor = tempfile::tempdir().unwrap();
-    let (cow_cfg, mor_cfg) =
-        (make(cow.path(), "file_rows: 128"), make(mor.path(), "file_rows: 128, deletion_vectors: true, checkpoint_interval: 2"));
+    let (cow_cfg, mor_cfg) = (
+        make(cow.path(), "file_rows: 128"),
+        make(mor.path(), "file_rows: 128, deletion_vectors: true, checkpoint_interval: 2"),
+    );
     for (cfg, _) in [(&cow_cfg, 0), (&mor_cfg, 1)] {
         run_once(cfg);
     }
@@ -197,24 +226,46 @@ fn deletion_vectors_read_back_exactly_like_copy_on_write() {
         run_once(&mor_cfg);
     }
     for t in ["account", "account_history"] {
-        let (a, b) = (scan(&cow.path().join("lake/bronze").join(t)), scan(&mor.path().join("lake/bronze").join(t)));
+        let (a, b) = (
+            scan(&cow.path().join("lake/bronze").join(t)),
+            scan(&mor.path().join("lake/bronze").join(t)),
+        );
         assert_eq!(a["rows"], b["rows"], "{t}: merge-on-read differs from copy-on-write");
         assert!(b["files_with_dv"].as_u64().unwrap() > 0, "{t}: deletion vectors were written");
         // Checkpoints carry the DV descriptors that the restarts re-read.
         let log = mor.path().join("lake/bronze").join(t).join("_delta_log");
-        assert!(std::fs::read_dir(&log).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().contains(".checkpoint.")));
+        assert!(std::fs::read_dir(&log).unwrap().any(|e| e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .contains(".checkpoint.")));
         // changelake's own reader (show) agrees too.
         let show = |cfg: &Path| {
-            let out = Command::new(BIN).args(["show", t, "--format", "csv", "--config"]).arg(cfg).output().unwrap();
+            let out = Command::new(BIN)
+                .args(["show", t, "--format", "csv", "--config"])
+                .arg(cfg)
+                .output()
+                .unwrap();
             assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
             let text = String::from_utf8(out.stdout).unwrap();
             let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
-            let keep: Vec<usize> =
-                header.iter().enumerate().filter(|(_, h)| ["id", "city", "seq", "_is_current"].contains(h)).map(|(i, _)| i).collect();
+            let keep: Vec<usize> = header
+                .iter()
+                .enumerate()
+                .filter(|(_, h)| ["id", "city", "seq", "_is_current"].contains(h))
+                .map(|(i, _)| i)
+                .collect();
             let mut rows: Vec<String> = text
                 .lines()
                 .skip(1)
-                .map(|l| l.split(',').enumerate().filter(|(i, _)| keep.contains(i)).map(|(_, v)| v).collect::<Vec<_>>().join(","))
+                .map(|l| {
+                    l.split(',')
+                        .enumerate()
+                        .filter(|(i, _)| keep.contains(i))
+                        .map(|(_, v)| v)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                })
                 .collect();
             rows.sort();
             rows
@@ -254,15 +305,28 @@ print(len({a["deletionVector"]["pathOrInlineDv"] for a in t if a and a.get("dele
     // all, and the version before that run still reads.
     let two_hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
     for f in &dv_files {
-        std::fs::File::options().write(true).open(table.join(f)).unwrap().set_modified(two_hours_ago).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(table.join(f))
+            .unwrap()
+            .set_modified(two_hours_ago)
+            .unwrap();
     }
     let version_before = std::fs::read_dir(table.join("_delta_log"))
         .unwrap()
-        .filter_map(|e| e.unwrap().file_name().to_string_lossy().strip_suffix(".json").and_then(|v| v.parse::<u64>().ok()))
+        .filter_map(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .strip_suffix(".json")
+                .and_then(|v| v.parse::<u64>().ok())
+        })
         .max()
         .unwrap();
     let hour_cfg = mor.path().join("hour.yaml");
-    let text = std::fs::read_to_string(&mor_cfg).unwrap().replace("checkpoint_interval: 2", "checkpoint_interval: 1, vacuum_retention: 1h");
+    let text = std::fs::read_to_string(&mor_cfg)
+        .unwrap()
+        .replace("checkpoint_interval: 2", "checkpoint_interval: 1, vacuum_retention: 1h");
     std::fs::write(&hour_cfg, text).unwrap();
     let mut csv = String::from("id,op,city,seq\n");
     for id in (0..400).step_by(7) {
@@ -275,8 +339,17 @@ print(len({a["deletionVector"]["pathOrInlineDv"] for a in t if a and a.get("dele
         assert!(table.join(f).exists(), "{f} was replaced just now: kept for the retention");
     }
     let py = "import sys, pyarrow as pa\nfrom deltalake import DeltaTable\ndt = DeltaTable(sys.argv[1], version=int(sys.argv[2]))\nprint(pa.RecordBatchReader.from_stream(dt.scan()).read_all().num_rows, flush=True)\nimport os; os._exit(0)\n";
-    let out = Command::new("python3").args(["-c", py]).arg(&table).arg(version_before.to_string()).output().unwrap();
-    assert!(out.status.success(), "the previous version must stay readable: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("python3")
+        .args(["-c", py])
+        .arg(&table)
+        .arg(version_before.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the previous version must stay readable: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // Vacuum with a zero retention also deletes deletion vectors that newer
     // ones replaced (their data file stays live, so delta-rs' vacuum never
     // deletes them) and files no commit references (a writer that died
@@ -284,7 +357,10 @@ print(len({a["deletionVector"]["pathOrInlineDv"] for a in t if a and a.get("dele
     // directory; what readers see stays.
     let dv_files = files(".bin");
     assert!(dv_files.len() > live_dvs(), "replaced deletion vectors are on disk: {dv_files:?}");
-    let before: Vec<_> = ["account", "account_history"].iter().map(|t| scan(&mor.path().join("lake/bronze").join(t))).collect();
+    let before: Vec<_> = ["account", "account_history"]
+        .iter()
+        .map(|t| scan(&mor.path().join("lake/bronze").join(t)))
+        .collect();
 
     let history = mor.path().join("lake/bronze/account_history");
     let current_dir = std::fs::read_dir(&history)
@@ -292,9 +368,14 @@ print(len({a["deletionVector"]["pathOrInlineDv"] for a in t if a and a.get("dele
         .map(|e| e.unwrap().path())
         .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("_is_current="))
         .unwrap();
-    let orphans =
-        [table.join("part-0000000000-00000-crashed.zstd.parquet"), current_dir.join("part-0000000000-00000-crashed.zstd.parquet")];
-    let bystanders = [table.join("notes.txt"), table.join("nested/part-0000000000-00000-other-table.zstd.parquet")];
+    let orphans = [
+        table.join("part-0000000000-00000-crashed.zstd.parquet"),
+        current_dir.join("part-0000000000-00000-crashed.zstd.parquet"),
+    ];
+    let bystanders = [
+        table.join("notes.txt"),
+        table.join("nested/part-0000000000-00000-other-table.zstd.parquet"),
+    ];
     for f in orphans.iter().chain(&bystanders) {
         std::fs::create_dir_all(f.parent().unwrap()).unwrap();
         std::fs::write(f, b"never committed").unwrap();
@@ -306,14 +387,21 @@ print(len({a["deletionVector"]["pathOrInlineDv"] for a in t if a and a.get("dele
         for e in std::fs::read_dir(&dir).unwrap() {
             let p = e.unwrap().path();
             if p.is_file() {
-                std::fs::File::options().write(true).open(&p).unwrap().set_modified(two_hours_ago).unwrap();
+                std::fs::File::options()
+                    .write(true)
+                    .open(&p)
+                    .unwrap()
+                    .set_modified(two_hours_ago)
+                    .unwrap();
             }
         }
     }
     let fresh = table.join("part-0000000000-00000-another-writer.zstd.parquet");
     std::fs::write(&fresh, b"awaiting its commit").unwrap();
     let vacuum_cfg = mor.path().join("vacuum.yaml");
-    let text = std::fs::read_to_string(&mor_cfg).unwrap().replace("checkpoint_interval: 2", "checkpoint_interval: 1, vacuum_retention: 0s");
+    let text = std::fs::read_to_string(&mor_cfg)
+        .unwrap()
+        .replace("checkpoint_interval: 2", "checkpoint_interval: 1, vacuum_retention: 0s");
     std::fs::write(&vacuum_cfg, text).unwrap();
     write(mor.path(), "data/account/999.csv", "id,op,city,seq\n1,U,final,99999\n");
     let log = run_once(&vacuum_cfg);
@@ -326,10 +414,21 @@ print(len({a["deletionVector"]["pathOrInlineDv"] for a in t if a and a.get("dele
         assert!(f.exists(), "{f:?}: not one of this table's files: left alone");
     }
     assert!(fresh.exists(), "a file younger than an hour may still be committed: left alone");
-    assert_eq!(files(".bin").len(), live_dvs(), "only live deletion vectors stay: {:?}", files(".bin"));
-    let mut expect: Vec<String> = before[0]["rows"].as_array().unwrap().iter().map(|r| r.as_str().unwrap().to_string()).collect();
+    assert_eq!(
+        files(".bin").len(),
+        live_dvs(),
+        "only live deletion vectors stay: {:?}",
+        files(".bin")
+    );
+    let mut expect: Vec<String> = before[0]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap().to_string())
+        .collect();
     expect.retain(|r| !r.contains("\"id\": 1,"));
-    let mut got: Vec<String> = after["rows"].as_array().unwrap().iter().map(|r| r.as_str().unwrap().to_string()).collect();
+    let mut got: Vec<String> =
+        after["rows"].as_array().unwrap().iter().map(|r| r.as_str().unwrap().to_string()).collect();
     assert!(got.iter().any(|r| r.contains("\"id\": 1,") && r.contains("\"final\"")), "{got:?}");
     got.retain(|r| !r.contains("\"id\": 1,"));
     assert_eq!(got, expect, "vacuum changed what readers see");
@@ -357,16 +456,29 @@ fn late_rows_read_only_the_history_files_that_may_hold_their_keys() {
     // Key 25: c0 (seq 1025, closed) then c2 (seq 21025, current). A late row
     // between them is inserted as a closed, empty-interval version.
     write(tmp.path(), "data/account/100.csv", "id,city,seq\n25,late,5000\n");
-    let out = Command::new(BIN).args(["run", "--once", "--config"]).arg(&cfg).env("RUST_LOG", "changelake::table=debug").output().unwrap();
+    let out = Command::new(BIN)
+        .args(["run", "--once", "--config"])
+        .arg(&cfg)
+        .env("RUST_LOG", "changelake::table=debug")
+        .output()
+        .unwrap();
     let log = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(out.status.success(), "{log}");
-    let line = log.lines().find(|l| l.contains("late rows: history files scanned")).unwrap_or_else(|| panic!("no history scan: {log}"));
+    let line = log
+        .lines()
+        .find(|l| l.contains("late rows: history files scanned"))
+        .unwrap_or_else(|| panic!("no history scan: {log}"));
     let field = |name: &str| -> u64 {
-        let at = line.find(&format!("{name}=")).unwrap_or_else(|| panic!("{name} in {line}")) + name.len() + 1;
+        let at = line.find(&format!("{name}=")).unwrap_or_else(|| panic!("{name} in {line}"))
+            + name.len()
+            + 1;
         line[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
     };
     assert!(field("history_files") >= 8, "{line}");
-    assert!((1..=2).contains(&field("scanned")), "only the file holding key 25 (plus at most a false positive): {line}");
+    assert!(
+        (1..=2).contains(&field("scanned")),
+        "only the file holding key 25 (plus at most a false positive): {line}"
+    );
 
     let py = r#"
 import sys, json
@@ -376,10 +488,21 @@ rows = sorted((r for r in t if r["id"] == 25), key=lambda r: r["seq"])
 print(json.dumps([[r["city"], r["seq"], r["_is_current"], r["_valid_from"] == r["_valid_to"]] for r in rows]), flush=True)
 import os; os._exit(0)
 "#;
-    let out = Command::new("python3").args(["-c", py]).arg(tmp.path().join("lake/bronze/account_history")).output().unwrap();
+    let out = Command::new("python3")
+        .args(["-c", py])
+        .arg(tmp.path().join("lake/bronze/account_history"))
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(rows, serde_json::json!([["c0", 1025, false, false], ["late", 5000, false, true], ["c2", 21025, true, false]]));
+    assert_eq!(
+        rows,
+        serde_json::json!([
+            ["c0", 1025, false, false],
+            ["late", 5000, false, true],
+            ["c2", 21025, true, false]
+        ])
+    );
 }
 
 /// A restarted process learns scd2 keys that have no current row (deleted)
@@ -413,7 +536,11 @@ t = DeltaTable(sys.argv[1]).to_pyarrow_table().to_pylist()
 print(json.dumps(sorted([r["id"], r["seq"], r["city"], r["_is_current"], r["_is_deleted"], r["_valid_from"] == r["_valid_to"]] for r in t)), flush=True)
 import os; os._exit(0)
 "#;
-    let out = Command::new("python3").args(["-c", py]).arg(tmp.path().join("lake/bronze/account_history")).output().unwrap();
+    let out = Command::new("python3")
+        .args(["-c", py])
+        .arg(tmp.path().join("lake/bronze/account_history"))
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(

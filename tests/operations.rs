@@ -36,14 +36,22 @@ fn samples(scrape: &str) -> BTreeMap<(String, String), f64> {
 /// Sum of a metric's samples whose labels contain every `want` pair.
 fn sum(s: &BTreeMap<(String, String), f64>, name: &str, want: &[(&str, &str)]) -> f64 {
     s.iter()
-        .filter(|((n, l), _)| n == name && want.iter().all(|(k, v)| l.split(',').any(|kv| kv == format!("{k}=\"{v}\""))))
+        .filter(|((n, l), _)| {
+            n == name
+                && want.iter().all(|(k, v)| l.split(',').any(|kv| kv == format!("{k}=\"{v}\"")))
+        })
         .map(|(_, v)| v)
         .sum()
 }
 
 /// Metric family names (`# TYPE` lines) of a scrape.
 fn families(scrape: &str) -> BTreeSet<String> {
-    scrape.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split_whitespace().next()).map(String::from).collect()
+    scrape
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .map(String::from)
+        .collect()
 }
 
 /// Every `changelake_*` name in a text (PromQL), histogram suffixes stripped.
@@ -51,9 +59,14 @@ fn names_in(text: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     let mut rest = text;
     while let Some(i) = rest.find("changelake_") {
-        let name: String = rest[i..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+        let name: String =
+            rest[i..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
         rest = &rest[i + name.len()..];
-        let base = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).unwrap_or(&name).to_string();
+        let base = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|s| name.strip_suffix(s))
+            .unwrap_or(&name)
+            .to_string();
         out.insert(base);
     }
     out
@@ -107,7 +120,11 @@ fn live_scrape_moves_with_the_stream_and_readyz_follows_the_broker() {
     // Three NULL business keys, one duplicate pair (same key and batch, older
     // sequence loses), one event that is not JSON.
     for i in 0..3 {
-        events.push((0, format!("{{\"id\":null,\"n\":{i}}}"), Some(debezium("null", 90_000 + i, "Nowhere"))));
+        events.push((
+            0,
+            format!("{{\"id\":null,\"n\":{i}}}"),
+            Some(debezium("null", 90_000 + i, "Nowhere")),
+        ));
     }
     events.push((1, "{\"id\":9001}".into(), Some(debezium("9001", 90_010, "first"))));
     events.push((1, "{\"id\":9001}".into(), Some(debezium("9001", 90_005, "older"))));
@@ -119,7 +136,10 @@ fn live_scrape_moves_with_the_stream_and_readyz_follows_the_broker() {
     let cfg = write(
         tmp.path(),
         "c.yaml",
-        &format!("{}metrics: {{listen: \"127.0.0.1:{port}\"}}\n", debezium_config(&broker.brokers(), 100_000, "500ms")),
+        &format!(
+            "{}metrics: {{listen: \"127.0.0.1:{port}\"}}\n",
+            debezium_config(&broker.brokers(), 100_000, "500ms")
+        ),
     );
     let log = tmp.path().join("daemon.log");
     let mut child = Command::new(BIN)
@@ -142,22 +162,48 @@ fn live_scrape_moves_with_the_stream_and_readyz_follows_the_broker() {
         let committed = tables.map(|t| sum(&s, "changelake_committed_offset", &[("table", t)]));
         let lag: Vec<f64> = tables
             .iter()
-            .flat_map(|t| (0..2).map(|p| sum(&s, "changelake_consumer_lag_messages", &[("table", t), ("partition", &p.to_string())])))
+            .flat_map(|t| {
+                (0..2).map(|p| {
+                    sum(
+                        &s,
+                        "changelake_consumer_lag_messages",
+                        &[("table", t), ("partition", &p.to_string())],
+                    )
+                })
+            })
             .collect();
         let hw = sum(&s, "changelake_high_watermark", &[]);
         let n = events.len() as f64;
-        (read >= n && committed.iter().all(|c| *c >= n) && hw >= n && lag.iter().all(|l| *l == 0.0)).then_some(body)
+        (read >= n && committed.iter().all(|c| *c >= n) && hw >= n && lag.iter().all(|l| *l == 0.0))
+            .then_some(body)
     });
     let s = samples(&first);
     let a = [("table", "account")];
     assert_eq!(sum(&s, "changelake_rows_read_total", &a), events.len() as f64);
     assert!(sum(&s, "changelake_commits_total", &[("table", "account"), ("outcome", "ok")]) >= 1.0);
-    assert_eq!(sum(&s, "changelake_rows_dropped_total", &[("table", "account"), ("reason", "null_key")]), 3.0);
-    assert!(sum(&s, "changelake_rows_dropped_total", &[("table", "account"), ("reason", "duplicate")]) >= 1.0);
-    assert_eq!(sum(&s, "changelake_dead_letters_total", &[("table", "account"), ("reason", "malformed")]), 1.0);
-    let inserted = sum(&s, "changelake_versions_inserted_total", &[("table", "account_history"), ("strategy", "scd2")]);
+    assert_eq!(
+        sum(&s, "changelake_rows_dropped_total", &[("table", "account"), ("reason", "null_key")]),
+        3.0
+    );
+    assert!(
+        sum(&s, "changelake_rows_dropped_total", &[("table", "account"), ("reason", "duplicate")])
+            >= 1.0
+    );
+    assert_eq!(
+        sum(&s, "changelake_dead_letters_total", &[("table", "account"), ("reason", "malformed")]),
+        1.0
+    );
+    let inserted = sum(
+        &s,
+        "changelake_versions_inserted_total",
+        &[("table", "account_history"), ("strategy", "scd2")],
+    );
     assert!(inserted >= 10.0, "{inserted}");
-    assert_eq!(sum(&s, "changelake_committed_offset", &a), events.len() as f64, "next offsets of both partitions");
+    assert_eq!(
+        sum(&s, "changelake_committed_offset", &a),
+        events.len() as f64,
+        "next offsets of both partitions"
+    );
     assert_eq!(sum(&s, "changelake_ready", &[]), 1.0);
     assert_eq!(sum(&s, "changelake_buffered_bytes", &a), 0.0);
     assert_eq!(sum(&s, "changelake_build_info", &[]), 1.0);
@@ -167,14 +213,19 @@ fn live_scrape_moves_with_the_stream_and_readyz_follows_the_broker() {
 
     // The dashboard and the alert rules query only what this scrape exports.
     let exported = families(&first);
-    let dash: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(manifest().join("dashboards/changelake.json")).unwrap()).unwrap();
+    let dash: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(manifest().join("dashboards/changelake.json")).unwrap(),
+    )
+    .unwrap();
     let mut exprs = vec![];
     dashboard_exprs(&dash, &mut exprs);
     assert!(exprs.len() > 20, "{exprs:?}");
     let shown: BTreeSet<String> = exprs.iter().flat_map(|e| names_in(e)).collect();
     for n in &shown {
-        assert!(exported.contains(n), "the dashboard queries {n}, which the daemon does not export");
+        assert!(
+            exported.contains(n),
+            "the dashboard queries {n}, which the daemon does not export"
+        );
     }
     let alerts = std::fs::read_to_string(manifest().join("dashboards/alerts.yml")).unwrap();
     for n in names_in(&alerts) {
@@ -186,22 +237,36 @@ fn live_scrape_moves_with_the_stream_and_readyz_follows_the_broker() {
     promtool(&["check", "rules", manifest().join("dashboards/alerts.yml").to_str().unwrap()], None);
 
     // SIGHUP is logged and ignored (no reload), the daemon keeps serving.
-    assert!(Command::new("kill").args(["-HUP", &child.id().to_string()]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
     std::thread::sleep(Duration::from_millis(700));
     assert!(child.try_wait().unwrap().is_none(), "SIGHUP killed the daemon");
     assert!(http_get(port, "/healthz").unwrap().0.contains("200"));
     assert!(http_get(port, "/readyz").unwrap().0.contains("200"));
-    let probe = |path: &str| Command::new(BIN).args(["probe", &format!("http://127.0.0.1:{port}{path}")]).output().unwrap();
+    let probe = |path: &str| {
+        Command::new(BIN)
+            .args(["probe", &format!("http://127.0.0.1:{port}{path}")])
+            .output()
+            .unwrap()
+    };
     assert!(probe("/readyz").status.success(), "the container health check passes while ready");
 
     // More events: the counters move again and lag returns to zero.
-    broker.produce("crm.public.account", &[(0, "{\"id\":7}".into(), Some(debezium("7", 95_000, "Hamburg")))]);
+    broker.produce(
+        "crm.public.account",
+        &[(0, "{\"id\":7}".into(), Some(debezium("7", 95_000, "Hamburg")))],
+    );
     let table_version = sum(&s, "changelake_table_version", &a);
-    let commits_before = sum(&s, "changelake_commits_total", &[("table", "account"), ("outcome", "ok")]);
+    let commits_before =
+        sum(&s, "changelake_commits_total", &[("table", "account"), ("outcome", "ok")]);
     wait_for("the new event to be committed", 60, &mut child, || {
         let s = samples(&scrape(port)?);
         (sum(&s, "changelake_rows_read_total", &a) == events.len() as f64 + 1.0
-            && sum(&s, "changelake_commits_total", &[("table", "account"), ("outcome", "ok")]) > commits_before
+            && sum(&s, "changelake_commits_total", &[("table", "account"), ("outcome", "ok")])
+                > commits_before
             && sum(&s, "changelake_table_version", &a) > table_version
             && sum(&s, "changelake_consumer_lag_messages", &a) == 0.0)
             .then_some(())
@@ -225,14 +290,20 @@ fn live_scrape_moves_with_the_stream_and_readyz_follows_the_broker() {
         http_get(port, "/readyz").filter(|(st, _)| st.contains("200")).map(|_| ())
     });
 
-    assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
+    assert!(Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
     let st = child.wait().unwrap();
     assert!(st.success(), "SIGTERM exits 0");
 
     // JSON logs: one object per line; batch events carry the batch span, commits their own span.
     let text = std::fs::read_to_string(&log).unwrap();
-    let lines: Vec<serde_json::Value> =
-        text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))).collect();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
     let committed = lines
         .iter()
         .find(|l| l["fields"]["message"] == "batch committed" && l["fields"]["table"] == "account")
@@ -240,13 +311,25 @@ fn live_scrape_moves_with_the_stream_and_readyz_follows_the_broker() {
     assert_eq!(committed["span"]["name"], "batch", "{committed}");
     assert_eq!(committed["span"]["table"], "account");
     assert!(committed["span"]["rows"].as_u64().unwrap() > 0);
-    assert!(committed["fields"]["version"].is_string() || committed["fields"]["version"].is_number(), "{committed}");
+    assert!(
+        committed["fields"]["version"].is_string() || committed["fields"]["version"].is_number(),
+        "{committed}"
+    );
     assert!(committed["fields"]["duration_ms"].is_number(), "{committed}");
-    let commit = lines.iter().find(|l| l["fields"]["message"] == "delta commit written").expect("commit span event");
+    let commit = lines
+        .iter()
+        .find(|l| l["fields"]["message"] == "delta commit written")
+        .expect("commit span event");
     assert_eq!(commit["span"]["name"], "commit");
-    assert!(commit["span"]["version"].is_number() && commit["span"]["duration_ms"].is_number(), "{commit}");
+    assert!(
+        commit["span"]["version"].is_number() && commit["span"]["duration_ms"].is_number(),
+        "{commit}"
+    );
     assert!(text.contains("SIGHUP ignored"), "SIGHUP is logged");
-    assert!(text.contains("broker unreachable") && text.contains("broker reachable again"), "readiness transitions are logged");
+    assert!(
+        text.contains("broker unreachable") && text.contains("broker reachable again"),
+        "readiness transitions are logged"
+    );
 }
 
 /// The compose stack's config and sample events (docker/) through a real
@@ -256,7 +339,8 @@ fn compose_config_loads_the_sample_crm_events() {
     let broker = Broker::start();
     for t in ["account", "contact"] {
         broker.create_topic(&format!("crm.dbo.{t}"), 3);
-        let text = std::fs::read_to_string(manifest().join(format!("docker/sample/{t}.jsonl"))).unwrap();
+        let text =
+            std::fs::read_to_string(manifest().join(format!("docker/sample/{t}.jsonl"))).unwrap();
         let records: Vec<(i32, String, Option<String>)> = text
             .lines()
             .map(|l| {
@@ -288,7 +372,9 @@ fn compose_config_loads_the_sample_crm_events() {
     // a delete of a key the table never held, which is ignored (SPEC 4).
     assert_eq!(account.len(), 5, "{account:?}");
     assert!(account.iter().all(|r| r["accountid"] != 5 && r["_is_deleted"] == false));
-    let by_id = |rows: &[serde_json::Value], col: &str, id: i64| rows.iter().find(|r| r[col] == id).cloned().unwrap();
+    let by_id = |rows: &[serde_json::Value], col: &str, id: i64| {
+        rows.iter().find(|r| r[col] == id).cloned().unwrap()
+    };
     assert_eq!(by_id(&account, "accountid", 2)["address1_city"], "Dresden");
     assert_eq!(by_id(&account, "accountid", 2)["statecode"], 1);
     assert_eq!(by_id(&account, "accountid", 1)["address1_city"], "Potsdam");

@@ -16,7 +16,15 @@ pub struct MemTable {
 
 impl MemTable {
     pub fn new(spec: Spec) -> MemTable {
-        MemTable { spec, current: KeyMap::default(), history: vec![], index: KeyMap::default(), exec: 0, now: 1_000_000, commits: 0 }
+        MemTable {
+            spec,
+            current: KeyMap::default(),
+            history: vec![],
+            index: KeyMap::default(),
+            exec: 0,
+            now: 1_000_000,
+            commits: 0,
+        }
     }
 
     /// One run; returns the output (stats, writes) like the engine sees it.
@@ -40,7 +48,11 @@ impl MemTable {
             keys.push((k, rs, need));
         }
         let absent: Vec<Key> = if spec.snapshot {
-            self.current.iter().filter(|(k, v)| !v.deleted && !batch_keys.contains(k)).map(|(k, _)| k.clone()).collect()
+            self.current
+                .iter()
+                .filter(|(k, v)| !v.deleted && !batch_keys.contains(k))
+                .map(|(k, _)| k.clone())
+                .collect()
         } else {
             vec![]
         };
@@ -110,7 +122,11 @@ impl MemTable {
                 }
             }
             if st.current.is_none() {
-                st.latest_closed = st.history.iter().max_by(|a, b| self.spec.cmp_seq(&a.data, &b.data).then(a.exec.cmp(&b.exec))).cloned();
+                st.latest_closed = st
+                    .history
+                    .iter()
+                    .max_by(|a, b| self.spec.cmp_seq(&a.data, &b.data).then(a.exec.cmp(&b.exec)))
+                    .cloned();
             }
         }
         st
@@ -118,7 +134,8 @@ impl MemTable {
 
     /// Every row, ordered by key, then sequence, then run (the `show` order).
     pub fn rows(&self) -> Vec<Version> {
-        let mut all: Vec<Version> = self.current.values().cloned().chain(self.history.iter().cloned()).collect();
+        let mut all: Vec<Version> =
+            self.current.values().cloned().chain(self.history.iter().cloned()).collect();
         all.sort_by(|a, b| {
             let ka: Vec<Value> = self.spec.key.iter().map(|&i| a.data[i].clone()).collect();
             let kb: Vec<Value> = self.spec.key.iter().map(|&i| b.data[i].clone()).collect();

@@ -315,11 +315,15 @@ impl Spec {
     }
 
     pub fn tracked_equal(&self, a: &[Value], b: &[Value]) -> bool {
-        (0..self.names.len()).all(|i| !self.tracked[i] || a.get(i).unwrap_or(&Value::Null).same(b.get(i).unwrap_or(&Value::Null)))
+        (0..self.names.len()).all(|i| {
+            !self.tracked[i]
+                || a.get(i).unwrap_or(&Value::Null).same(b.get(i).unwrap_or(&Value::Null))
+        })
     }
 
     pub fn all_equal(&self, a: &[Value], b: &[Value]) -> bool {
-        (0..self.names.len()).all(|i| a.get(i).unwrap_or(&Value::Null).same(b.get(i).unwrap_or(&Value::Null)))
+        (0..self.names.len())
+            .all(|i| a.get(i).unwrap_or(&Value::Null).same(b.get(i).unwrap_or(&Value::Null)))
     }
 
     /// Like [`Spec::row_hash`] over the tracked columns only: a different
@@ -374,7 +378,13 @@ impl Spec {
     /// [`Spec::summary`] with the hashes of `v.data`, if known.
     pub fn summary_hashed(&self, v: &Version, hashes: Option<(u64, u64)>) -> Summary {
         let (row_hash, tracked_hash) = hashes.unwrap_or_else(|| self.hashes(&v.data));
-        Summary { seq: self.seq_of(&v.data), deleted: v.deleted, valid_from: v.valid_from.unwrap_or(i64::MIN), row_hash, tracked_hash }
+        Summary {
+            seq: self.seq_of(&v.data),
+            deleted: v.deleted,
+            valid_from: v.valid_from.unwrap_or(i64::MIN),
+            row_hash,
+            tracked_hash,
+        }
     }
 
     fn business_time(&self, data: &[Value], ctx: &RunCtx) -> Option<i64> {
@@ -435,7 +445,9 @@ pub fn prepare(spec: &Spec, rows: Vec<InRow>) -> Prepared {
         }
     }
     if spec.reject_duplicates && dup_keys > 0 {
-        p.rejected = Some(format!("reject_duplicates: {dup_keys} duplicate business key row(s) in the batch"));
+        p.rejected = Some(format!(
+            "reject_duplicates: {dup_keys} duplicate business key row(s) in the batch"
+        ));
     }
     let all = spec.intra_batch_all && spec.strategy == Strategy::Scd2 && !spec.seq.is_empty();
     for (_, group) in p.keys.iter_mut() {
@@ -470,14 +482,23 @@ pub fn prepare(spec: &Spec, rows: Vec<InRow>) -> Prepared {
 /// Decides from the key index alone what stored data a key's rows need.
 /// Returns `None` when every row is settled without touching the table
 /// (older than stored, exact replay, late delete).
-pub fn classify(spec: &Spec, stored: Option<&Summary>, rows: &[InRow], stats: &mut Stats) -> Option<Need> {
+pub fn classify(
+    spec: &Spec,
+    stored: Option<&Summary>,
+    rows: &[InRow],
+    stats: &mut Stats,
+) -> Option<Need> {
     // An already-applied row (replay --reapply) may only re-merge onto the
     // very version it produced: the first pass's batch boundaries decided
     // which intermediate versions and keys exist, and a reapply must not
     // second-guess them (SPEC 9: the result equals a single pass).
     if rows.iter().all(|r| r.replayed) {
-        let same =
-            stored.is_some_and(|s| !s.deleted && rows.iter().any(|r| s.seq.with(|seq| spec.cmp_seq_to(&r.data, seq)) == Ordering::Equal));
+        let same = stored.is_some_and(|s| {
+            !s.deleted
+                && rows
+                    .iter()
+                    .any(|r| s.seq.with(|seq| spec.cmp_seq_to(&r.data, seq)) == Ordering::Equal)
+        });
         if !same {
             stats.unchanged += rows.len() as u64;
             return None;
@@ -491,7 +512,8 @@ pub fn classify(spec: &Spec, stored: Option<&Summary>, rows: &[InRow], stats: &m
         return Some(Need::History);
     }
     let row = &rows[0];
-    let older = !spec.seq.is_empty() && s.seq.with(|seq| spec.cmp_seq_to(&row.data, seq)) == Ordering::Less;
+    let older =
+        !spec.seq.is_empty() && s.seq.with(|seq| spec.cmp_seq_to(&row.data, seq)) == Ordering::Less;
     let business = spec.valid_time != ValidTime::Processing;
     match spec.strategy {
         Strategy::Scd1 => {
@@ -561,7 +583,13 @@ fn tracked_change(spec: &Spec, row: &InRow, s: &Summary, stats: &mut Stats) -> O
 ///
 /// Each key comes with its [`Need`]; keys needing nothing stored (new keys,
 /// scd1 replacements settled from the index) may be absent from `states`.
-pub fn apply(spec: &Spec, ctx: RunCtx, keys: Vec<(Key, Vec<InRow>, Need)>, mut states: KeyMap<KeyState>, absent: Vec<Key>) -> Output {
+pub fn apply(
+    spec: &Spec,
+    ctx: RunCtx,
+    keys: Vec<(Key, Vec<InRow>, Need)>,
+    mut states: KeyMap<KeyState>,
+    absent: Vec<Key>,
+) -> Output {
     // Keys are independent: runs of keys are merged on all cores, each with
     // its own stored states, and the outputs joined in key order (the same
     // output, rejection included, as one pass in order).
@@ -606,11 +634,18 @@ pub fn apply(spec: &Spec, ctx: RunCtx, keys: Vec<(Key, Vec<InRow>, Need)>, mut s
 }
 
 /// Applies the strategy to a run of keys, in order; stops at a rejection.
-fn apply_keys(spec: &Spec, ctx: &RunCtx, keys: Vec<(Key, Vec<InRow>, Need)>, mut states: KeyMap<KeyState>) -> Output {
+fn apply_keys(
+    spec: &Spec,
+    ctx: &RunCtx,
+    keys: Vec<(Key, Vec<InRow>, Need)>,
+    mut states: KeyMap<KeyState>,
+) -> Output {
     let ctx = *ctx;
     let mut out = Output::default();
     for (key, rows, need) in keys {
-        let state = states.remove(&key).unwrap_or_else(|| KeyState { replace: need == Need::Replace, ..Default::default() });
+        let state = states
+            .remove(&key)
+            .unwrap_or_else(|| KeyState { replace: need == Need::Replace, ..Default::default() });
         match spec.strategy {
             Strategy::Scd1 => scd1::apply_key(spec, &ctx, key, rows, state, &mut out),
             Strategy::Scd2 => scd2::apply_key(spec, &ctx, key, rows, state, &mut out),

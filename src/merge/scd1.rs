@@ -6,10 +6,26 @@ use super::{InRow, Key, KeyState, Output, RunCtx, Spec, Version};
 use crate::config::DeleteMode;
 
 fn row(data: Vec<super::Value>, exec: i64, deleted: bool) -> Version {
-    Version { data, valid_from: None, valid_to: None, current: true, deleted, exec, sk: None, loc: None }
+    Version {
+        data,
+        valid_from: None,
+        valid_to: None,
+        current: true,
+        deleted,
+        exec,
+        sk: None,
+        loc: None,
+    }
 }
 
-pub(super) fn apply_key(spec: &Spec, ctx: &RunCtx, key: Key, mut rows: Vec<InRow>, state: KeyState, out: &mut Output) {
+pub(super) fn apply_key(
+    spec: &Spec,
+    ctx: &RunCtx,
+    key: Key,
+    mut rows: Vec<InRow>,
+    state: KeyState,
+    out: &mut Output,
+) {
     let r = rows.pop().expect("one row per key");
     if state.replace && r.delete && spec.delete_mode == DeleteMode::Hard {
         out.removes.push(key.clone());
@@ -93,7 +109,13 @@ pub(super) fn apply_key(spec: &Spec, ctx: &RunCtx, key: Key, mut rows: Vec<InRow
 }
 
 /// SPEC 6: a stored, live key missing from a snapshot batch.
-pub(super) fn snapshot_delete(spec: &Spec, ctx: &RunCtx, key: Key, state: KeyState, out: &mut Output) {
+pub(super) fn snapshot_delete(
+    spec: &Spec,
+    ctx: &RunCtx,
+    key: Key,
+    state: KeyState,
+    out: &mut Output,
+) {
     let Some(cur) = state.current else { return };
     if cur.deleted {
         return;

@@ -82,14 +82,16 @@ impl KeyRun<'_> {
     fn processing_row(&mut self, r: InRow, out: &mut Output) {
         let spec = self.spec;
         let now = self.ctx.now;
-        let late = !spec.seq.is_empty() && self.latest().is_some_and(|l| spec.cmp_seq(&r.data, &l.data) == Ordering::Less);
+        let late = !spec.seq.is_empty()
+            && self.latest().is_some_and(|l| spec.cmp_seq(&r.data, &l.data) == Ordering::Less);
         if late {
             if r.delete {
                 out.stats.late_deletes_ignored += 1;
                 return;
             }
             if spec.reject_late {
-                out.rejected = Some("reject_late: a row is older than the key's latest version".into());
+                out.rejected =
+                    Some("reject_late: a row is older than the key's latest version".into());
                 return;
             }
             if self.valid_at(&r.data).is_some_and(|v| spec.tracked_equal(&v.data, &r.data)) {
@@ -109,7 +111,8 @@ impl KeyRun<'_> {
                     return;
                 }
                 // New key, or a deleted key coming back: a new open version.
-                let start = now.max(self.latest_closed.as_ref().and_then(|l| l.valid_to).unwrap_or(now));
+                let start =
+                    now.max(self.latest_closed.as_ref().and_then(|l| l.valid_to).unwrap_or(now));
                 if self.latest_closed.is_some() {
                     out.stats.revived += 1;
                 } else {
@@ -197,12 +200,15 @@ impl KeyRun<'_> {
             return;
         }
         if spec.reject_late {
-            out.rejected = Some("reject_late: a row's business date is before the key's current version".into());
+            out.rejected = Some(
+                "reject_late: a row's business date is before the key's current version".into(),
+            );
             return;
         }
         let mut all: Vec<&Version> = self.history.iter().chain(self.cur.iter()).collect();
         all.sort_by_key(|v| v.valid_from);
-        let prev = all.iter().rev().find(|v| v.valid_from.is_some_and(|f| f <= bt)).map(|v| (*v).clone());
+        let prev =
+            all.iter().rev().find(|v| v.valid_from.is_some_and(|f| f <= bt)).map(|v| (*v).clone());
         let next_start = all.iter().filter_map(|v| v.valid_from).filter(|f| *f > bt).min();
         match prev {
             Some(p) if p.valid_from == Some(bt) => {
@@ -249,7 +255,14 @@ impl KeyRun<'_> {
     }
 }
 
-pub(super) fn apply_key(spec: &Spec, ctx: &RunCtx, key: Key, mut rows: Vec<InRow>, state: KeyState, out: &mut Output) {
+pub(super) fn apply_key(
+    spec: &Spec,
+    ctx: &RunCtx,
+    key: Key,
+    mut rows: Vec<InRow>,
+    state: KeyState,
+    out: &mut Output,
+) {
     if let Some(s) = state.stored {
         // Need::Close: exactly what `processing_row` does to an open version
         // for a newer changed row or a delete, from the key index alone.
@@ -263,8 +276,17 @@ pub(super) fn apply_key(spec: &Spec, ctx: &RunCtx, key: Key, mut rows: Vec<InRow
             out.removes.push(key);
         } else {
             out.stats.updated += 1;
-            let mut run =
-                KeyRun { spec, ctx, stored_current: true, cur: None, latest_closed: None, history: vec![], key, dirty: true, ordinal: 0 };
+            let mut run = KeyRun {
+                spec,
+                ctx,
+                stored_current: true,
+                cur: None,
+                latest_closed: None,
+                history: vec![],
+                key,
+                dirty: true,
+                ordinal: 0,
+            };
             let v = run.open(r.data, at);
             out.index.push((run.key.clone(), Some(spec.summary_hashed(&v, r.hashes))));
             out.upserts.push((run.key, v));
@@ -318,7 +340,13 @@ fn finish(run: KeyRun<'_>, out: &mut Output) {
 }
 
 /// SPEC 6: a stored key missing from a snapshot batch is closed and marked deleted.
-pub(super) fn snapshot_delete(spec: &Spec, ctx: &RunCtx, key: Key, state: KeyState, out: &mut Output) {
+pub(super) fn snapshot_delete(
+    spec: &Spec,
+    ctx: &RunCtx,
+    key: Key,
+    state: KeyState,
+    out: &mut Output,
+) {
     if state.current.is_none() {
         return;
     }
@@ -326,8 +354,17 @@ pub(super) fn snapshot_delete(spec: &Spec, ctx: &RunCtx, key: Key, state: KeySta
         ValidTime::Date(d) => d,
         _ => ctx.now,
     };
-    let mut run =
-        KeyRun { spec, ctx, stored_current: true, cur: state.current, latest_closed: None, history: vec![], key, dirty: false, ordinal: 0 };
+    let mut run = KeyRun {
+        spec,
+        ctx,
+        stored_current: true,
+        cur: state.current,
+        latest_closed: None,
+        history: vec![],
+        key,
+        dirty: false,
+        ordinal: 0,
+    };
     if spec.delete_mode == crate::config::DeleteMode::Ignore {
         return;
     }

@@ -95,16 +95,25 @@ fn scd1_seed_001_worked_example() {
     t.run(vec![up(1, "Berlin", 1), up(2, "Bonn", 1)]);
     assert_eq!(state(&t), vec![s(1, "Berlin", true, false), s(2, "Bonn", true, false)]);
     t.run(vec![up(1, "Hamburg", 2), up(3, "Köln", 1)]);
-    assert_eq!(state(&t), vec![s(1, "Hamburg", true, false), s(2, "Bonn", true, false), s(3, "Köln", true, false)]);
+    assert_eq!(
+        state(&t),
+        vec![s(1, "Hamburg", true, false), s(2, "Bonn", true, false), s(3, "Köln", true, false)]
+    );
     let before = t.rows();
     let out = t.run(vec![up(1, "Paris", 1)]);
     assert!(!out.has_changes(), "run 3: seq 1 is lower than the stored seq 2");
     assert_eq!(t.rows(), before);
     t.run(vec![del(2, 2)]);
     let two = t.rows().into_iter().find(|v| v.data[ID] == Value::Int(2)).unwrap();
-    assert_eq!((city(&two), two.deleted, two.data[SEQ].clone()), ("Bonn".into(), true, Value::Int(2)));
+    assert_eq!(
+        (city(&two), two.deleted, two.data[SEQ].clone()),
+        ("Bonn".into(), true, Value::Int(2))
+    );
     t.run(vec![up(2, "Bonn", 3)]);
-    assert_eq!(state(&t), vec![s(1, "Hamburg", true, false), s(2, "Bonn", true, false), s(3, "Köln", true, false)]);
+    assert_eq!(
+        state(&t),
+        vec![s(1, "Hamburg", true, false), s(2, "Bonn", true, false), s(3, "Köln", true, false)]
+    );
     assert_eq!(t.rows()[1].data[SEQ], Value::Int(3));
 }
 
@@ -116,15 +125,34 @@ fn scd2_seed_000_worked_example() {
     t.run(vec![up_mod(1, "Hamburg", 3, 200)]);
     assert_eq!(state(&t), vec![s(1, "Berlin", false, false), s(1, "Hamburg", true, false)]);
     t.run(vec![up_mod(1, "Paris", 1, 300)]);
-    assert_eq!(state(&t), vec![s(1, "Paris", false, false), s(1, "Berlin", false, false), s(1, "Hamburg", true, false)]);
+    assert_eq!(
+        state(&t),
+        vec![
+            s(1, "Paris", false, false),
+            s(1, "Berlin", false, false),
+            s(1, "Hamburg", true, false)
+        ]
+    );
     let paris = &t.rows()[0];
     assert_eq!(paris.valid_from, paris.valid_to, "a late version has an empty interval");
     t.run(vec![del(1, 3)]);
-    assert_eq!(state(&t), vec![s(1, "Paris", false, false), s(1, "Berlin", false, false), s(1, "Hamburg", false, true)]);
+    assert_eq!(
+        state(&t),
+        vec![
+            s(1, "Paris", false, false),
+            s(1, "Berlin", false, false),
+            s(1, "Hamburg", false, true)
+        ]
+    );
     t.run(vec![up_mod(1, "Rom", 4, 500)]);
     assert_eq!(
         state(&t),
-        vec![s(1, "Paris", false, false), s(1, "Berlin", false, false), s(1, "Hamburg", false, true), s(1, "Rom", true, false)]
+        vec![
+            s(1, "Paris", false, false),
+            s(1, "Berlin", false, false),
+            s(1, "Hamburg", false, true),
+            s(1, "Rom", true, false)
+        ]
     );
     // Non-late intervals are contiguous: Berlin ends where Hamburg starts.
     let rows = t.rows();
@@ -143,7 +171,9 @@ fn scd2_seed_002_business_date_worked_example() {
         s.valid_time = ValidTime::Date(d1);
         s.open_valid_to = Some(open);
     });
-    let row = |id: i64, region: &str, segment: &str| mk(vec![Value::Int(id), cell_str(region), Value::Null, cell_str(segment)], false);
+    let row = |id: i64, region: &str, segment: &str| {
+        mk(vec![Value::Int(id), cell_str(region), Value::Null, cell_str(segment)], false)
+    };
     t.run(vec![row(1, "West", "SMB"), row(2, "East", "Enterprise")]);
     t.spec.valid_time = ValidTime::Date(d2);
     t.run(vec![row(1, "Central", "SMB"), row(2, "East", "Enterprise")]);
@@ -165,7 +195,10 @@ fn scd2_seed_002_business_date_worked_example() {
 #[test]
 fn batch_null_key_rows_are_dropped_and_counted() {
     let mut t = table(Strategy::Scd1, |_| {});
-    let out = t.run(vec![mk(vec![Value::Null, cell_str("x"), Value::Int(1), Value::Null], false), up(1, "a", 1)]);
+    let out = t.run(vec![
+        mk(vec![Value::Null, cell_str("x"), Value::Int(1), Value::Null], false),
+        up(1, "a", 1),
+    ]);
     assert_eq!(out.stats.null_keys, 1);
     assert_eq!(state(&t), vec![s(1, "a", true, false)]);
 }
@@ -192,7 +225,10 @@ fn batch_duplicates_highest_sequence_wins_and_losers_are_counted() {
 #[test]
 fn batch_duplicates_null_sequence_sorts_lowest() {
     let mut t = table(Strategy::Scd1, |_| {});
-    t.run(vec![up(1, "seq1", 1), mk(vec![Value::Int(1), cell_str("nullseq"), Value::Null, Value::Null], false)]);
+    t.run(vec![
+        up(1, "seq1", 1),
+        mk(vec![Value::Int(1), cell_str("nullseq"), Value::Null, Value::Null], false),
+    ]);
     assert_eq!(state(&t), vec![s(1, "seq1", true, false)]);
 }
 
@@ -243,7 +279,8 @@ fn cross_batch_null_stored_sequence_loses_to_any_value() {
     t.run(vec![mk(vec![Value::Int(1), cell_str("nullseq"), Value::Null, Value::Null], false)]);
     t.run(vec![up(1, "zero", 0)]);
     assert_eq!(state(&t), vec![s(1, "zero", true, false)]);
-    let out = t.run(vec![mk(vec![Value::Int(1), cell_str("nullseq"), Value::Null, Value::Null], false)]);
+    let out =
+        t.run(vec![mk(vec![Value::Int(1), cell_str("nullseq"), Value::Null, Value::Null], false)]);
     assert_eq!(out.stats.older_ignored, 1);
 }
 
@@ -466,7 +503,10 @@ fn scd2_late_row_is_a_closed_version_with_an_empty_interval() {
     t.run(vec![up(1, "c", 4)]);
     let out = t.run(vec![up(1, "late", 3)]);
     assert_eq!(out.stats.late_inserted, 1);
-    assert_eq!(state(&t), vec![s(1, "b", false, false), s(1, "late", false, false), s(1, "c", true, false)]);
+    assert_eq!(
+        state(&t),
+        vec![s(1, "b", false, false), s(1, "late", false, false), s(1, "c", true, false)]
+    );
     let late = &t.rows()[1];
     assert_eq!(late.valid_from, late.valid_to);
     assert_eq!(out.upserts.len(), 0, "no other version changes");
@@ -577,7 +617,10 @@ fn scd2_delete_of_unknown_key_does_nothing() {
 fn scd2_intra_batch_all_makes_every_distinct_sequence_a_version() {
     let mut t = table(Strategy::Scd2, |s| s.intra_batch_all = true);
     t.run(vec![up(1, "c", 3), up(1, "a", 1), up(1, "b", 2), up(1, "b2", 2)]);
-    assert_eq!(state(&t), vec![s(1, "a", false, false), s(1, "b2", false, false), s(1, "c", true, false)]);
+    assert_eq!(
+        state(&t),
+        vec![s(1, "a", false, false), s(1, "b2", false, false), s(1, "c", true, false)]
+    );
 }
 
 #[test]
@@ -640,10 +683,20 @@ fn scd2_business_time_backdated_row_is_inserted_between_neighbours() {
     t.run(vec![up(1, "oct", 0)]);
     t.spec.valid_time = ValidTime::Date(5 * day);
     t.run(vec![up(1, "may", 0)]);
-    let mut rows: Vec<_> =
-        t.rows().iter().map(|v| (v.valid_from.unwrap() / day, v.valid_to.map(|x| x / day), city(v), v.current)).collect();
+    let mut rows: Vec<_> = t
+        .rows()
+        .iter()
+        .map(|v| (v.valid_from.unwrap() / day, v.valid_to.map(|x| x / day), city(v), v.current))
+        .collect();
     rows.sort();
-    assert_eq!(rows, vec![(1, Some(5), "jan".into(), false), (5, Some(10), "may".into(), false), (10, None, "oct".into(), true)]);
+    assert_eq!(
+        rows,
+        vec![
+            (1, Some(5), "jan".into(), false),
+            (5, Some(10), "may".into(), false),
+            (10, None, "oct".into(), true)
+        ]
+    );
 }
 
 #[test]

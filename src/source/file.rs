@@ -49,8 +49,12 @@ pub fn content_version(bytes: &[u8]) -> i64 {
 pub fn read_csv(path: &Path, bytes: &[u8], delimiter: u8) -> Result<RawBatch, FileError> {
     let err = |msg: String| FileError::Read { path: path.display().to_string(), msg };
     let mut rdr = csv::ReaderBuilder::new().delimiter(delimiter).flexible(true).from_reader(bytes);
-    let columns: Vec<String> =
-        rdr.headers().map_err(|e| err(e.to_string()))?.iter().map(|h| h.trim().trim_start_matches('\u{feff}').to_string()).collect();
+    let columns: Vec<String> = rdr
+        .headers()
+        .map_err(|e| err(e.to_string()))?
+        .iter()
+        .map(|h| h.trim().trim_start_matches('\u{feff}').to_string())
+        .collect();
     for (i, c) in columns.iter().enumerate() {
         if c.is_empty() {
             return Err(err(format!("header column {} is empty", i + 1)));
@@ -59,7 +63,8 @@ pub fn read_csv(path: &Path, bytes: &[u8], delimiter: u8) -> Result<RawBatch, Fi
             return Err(err(format!("header names column `{c}` twice")));
         }
     }
-    let mut batch = RawBatch { source: path.display().to_string(), columns, text: true, ..Default::default() };
+    let mut batch =
+        RawBatch { source: path.display().to_string(), columns, text: true, ..Default::default() };
     for rec in rdr.records() {
         match rec {
             Err(e) => {
@@ -76,12 +81,29 @@ pub fn read_csv(path: &Path, bytes: &[u8], delimiter: u8) -> Result<RawBatch, Fi
                 let pos = r.position().map(|p| p.line()).unwrap_or(0);
                 let raw = r.iter().collect::<Vec<_>>().join(&(delimiter as char).to_string());
                 if r.len() != batch.columns.len() {
-                    let error = format!("has {} fields, the header has {}", r.len(), batch.columns.len());
-                    batch.unparsable.push(Unparsable { partition: 0, pos, raw: raw.into_bytes(), error, reason: "malformed" });
+                    let error =
+                        format!("has {} fields, the header has {}", r.len(), batch.columns.len());
+                    batch.unparsable.push(Unparsable {
+                        partition: 0,
+                        pos,
+                        raw: raw.into_bytes(),
+                        error,
+                        reason: "malformed",
+                    });
                     continue;
                 }
-                let cells = r.iter().map(|c| if c.is_empty() { Value::Null } else { Value::Str(c.to_string()) }).collect();
-                batch.rows.push(RawRow { cells, pos, partition: 0, raw, extra: vec![], replayed: false });
+                let cells = r
+                    .iter()
+                    .map(|c| if c.is_empty() { Value::Null } else { Value::Str(c.to_string()) })
+                    .collect();
+                batch.rows.push(RawRow {
+                    cells,
+                    pos,
+                    partition: 0,
+                    raw,
+                    extra: vec![],
+                    replayed: false,
+                });
             }
         }
     }
@@ -111,11 +133,19 @@ pub fn json_cell(v: &serde_json::Value) -> Value {
 ///
 /// `keep`: the envelope fields the table reads ([`crate::decode::env_paths`]);
 /// None keeps them all.
-pub fn read_debezium_jsonl(source: &str, bytes: &[u8], store_paths: &[String], keep: Option<&[String]>) -> RawBatch {
+pub fn read_debezium_jsonl(
+    source: &str,
+    bytes: &[u8],
+    store_paths: &[String],
+    keep: Option<&[String]>,
+) -> RawBatch {
     const CHUNK_LINES: usize = 8192;
     let lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
-    let chunks: Vec<(usize, &[&[u8]])> = lines.chunks(CHUNK_LINES).enumerate().map(|(i, c)| (i * CHUNK_LINES, c)).collect();
-    let parts = crate::par::par_map(chunks, |(first, chunk)| decode_debezium_lines(source, first, chunk, store_paths, keep));
+    let chunks: Vec<(usize, &[&[u8]])> =
+        lines.chunks(CHUNK_LINES).enumerate().map(|(i, c)| (i * CHUNK_LINES, c)).collect();
+    let parts = crate::par::par_map(chunks, |(first, chunk)| {
+        decode_debezium_lines(source, first, chunk, store_paths, keep)
+    });
     let mut truncates = 0;
     let mut batch = RawBatch { source: source.to_string(), ..Default::default() };
     for (part, t) in parts {
@@ -156,12 +186,22 @@ fn decode_debezium_lines(
                     }
                 }
                 // A line that decoded is UTF-8 (both JSON parsers check); lossy only as a guard.
-                let raw = std::str::from_utf8(line).map_or_else(|_| String::from_utf8_lossy(line).into_owned(), str::to_owned);
-                rows.push((data, RawRow { cells: vec![], pos, partition: 0, raw, extra: env, replayed: false }));
+                let raw = std::str::from_utf8(line)
+                    .map_or_else(|_| String::from_utf8_lossy(line).into_owned(), str::to_owned);
+                rows.push((
+                    data,
+                    RawRow { cells: vec![], pos, partition: 0, raw, extra: env, replayed: false },
+                ));
             }
             Ok(Decoded::Tombstone) => {}
             Ok(Decoded::Truncate) => truncates += 1,
-            Err(error) => unparsable.push(Unparsable { partition: 0, pos, raw: line.to_vec(), error, reason: "malformed" }),
+            Err(error) => unparsable.push(Unparsable {
+                partition: 0,
+                pos,
+                raw: line.to_vec(),
+                error,
+                reason: "malformed",
+            }),
         }
     }
     let mut batch = RawBatch::from_maps(source.to_string(), rows);
@@ -178,11 +218,27 @@ pub fn read_jsonl(path: &Path, bytes: &[u8]) -> Result<RawBatch, FileError> {
         if line.trim().is_empty() {
             continue;
         }
-        let bad = |error: String| Unparsable { partition: 0, pos, raw: line.as_bytes().to_vec(), error, reason: "malformed" };
+        let bad = |error: String| Unparsable {
+            partition: 0,
+            pos,
+            raw: line.as_bytes().to_vec(),
+            error,
+            reason: "malformed",
+        };
         match serde_json::from_str::<serde_json::Value>(line) {
             Ok(serde_json::Value::Object(m)) => {
                 let data = m.iter().map(|(k, v)| (k.clone(), json_cell(v))).collect();
-                objects.push((data, RawRow { cells: vec![], pos, partition: 0, raw: line.to_string(), extra: vec![], replayed: false }));
+                objects.push((
+                    data,
+                    RawRow {
+                        cells: vec![],
+                        pos,
+                        partition: 0,
+                        raw: line.to_string(),
+                        extra: vec![],
+                        replayed: false,
+                    },
+                ));
             }
             Ok(_) => unparsable.push(bad("not a JSON object".into())),
             Err(e) => unparsable.push(bad(format!("not JSON: {e}"))),
@@ -199,7 +255,8 @@ mod tests {
 
     #[test]
     fn csv_empty_cells_are_null_and_lines_are_positions() {
-        let b = read_csv(Path::new("x.csv"), b"id,op,city,seq\n1,U,Berlin,1\n2,D,,2\n", b',').unwrap();
+        let b =
+            read_csv(Path::new("x.csv"), b"id,op,city,seq\n1,U,Berlin,1\n2,D,,2\n", b',').unwrap();
         assert_eq!(b.columns, vec!["id", "op", "city", "seq"]);
         assert_eq!(b.rows.len(), 2);
         assert!(b.rows[1].cells[2].is_null());
@@ -229,14 +286,19 @@ mod tests {
         assert_eq!(b.unparsable.len(), 1);
         assert_eq!(b.unparsable[0].pos, 7);
         for r in &b.rows {
-            assert!(r.cells[b.columns.iter().position(|c| c == "id").unwrap()].same(&Value::Int(r.pos as i64)));
+            assert!(r.cells[b.columns.iter().position(|c| c == "id").unwrap()]
+                .same(&Value::Int(r.pos as i64)));
         }
         assert!(b.rows.windows(2).all(|w| w[0].pos < w[1].pos));
     }
 
     #[test]
     fn jsonl_keeps_json_types_and_reports_bad_lines() {
-        let b = read_jsonl(Path::new("x.jsonl"), b"{\"id\":1,\"amount\":2.5,\"ok\":true}\nnot json\n{\"id\":2,\"extra\":\"x\"}\n").unwrap();
+        let b = read_jsonl(
+            Path::new("x.jsonl"),
+            b"{\"id\":1,\"amount\":2.5,\"ok\":true}\nnot json\n{\"id\":2,\"extra\":\"x\"}\n",
+        )
+        .unwrap();
         assert_eq!(b.columns, vec!["id", "amount", "ok", "extra"]);
         assert!(matches!(b.rows[0].cells[1], Value::Float(_)));
         assert!(b.rows[1].cells[1].is_null());

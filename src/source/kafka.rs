@@ -17,8 +17,8 @@ pub struct Ctx;
 
 impl ClientContext for Ctx {
     fn error(&self, error: RdError, reason: &str) {
-        let eof =
-            matches!(error, RdError::PartitionEOF(_)) || error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::PartitionEOF);
+        let eof = matches!(error, RdError::PartitionEOF(_))
+            || error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::PartitionEOF);
         if !eof {
             tracing::warn!(error = %error, reason, "kafka client error (librdkafka retries)");
         }
@@ -37,7 +37,11 @@ pub const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// librdkafka settings: user pass-through first, then the settings
 /// exactly-once depends on, which a user cannot override.
-pub fn client_config(brokers: &str, group_id: &str, user: &BTreeMap<String, String>) -> ClientConfig {
+pub fn client_config(
+    brokers: &str,
+    group_id: &str,
+    user: &BTreeMap<String, String>,
+) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", brokers).set("group.id", group_id);
     for (k, v) in user {
@@ -51,10 +55,14 @@ pub fn client_config(brokers: &str, group_id: &str, user: &BTreeMap<String, Stri
 }
 
 /// Partition ids of `topic`, or an empty list if the topic does not exist.
-pub fn partitions(consumer: &BaseConsumer<Ctx>, topic: &str, brokers: &str) -> Result<Vec<i32>, KafkaError> {
-    let md = consumer
-        .fetch_metadata(Some(topic), METADATA_TIMEOUT)
-        .map_err(|e| KafkaError::Client { brokers: brokers.into(), msg: format!("metadata for {topic}: {e}") })?;
+pub fn partitions(
+    consumer: &BaseConsumer<Ctx>,
+    topic: &str,
+    brokers: &str,
+) -> Result<Vec<i32>, KafkaError> {
+    let md = consumer.fetch_metadata(Some(topic), METADATA_TIMEOUT).map_err(|e| {
+        KafkaError::Client { brokers: brokers.into(), msg: format!("metadata for {topic}: {e}") }
+    })?;
     Ok(md
         .topics()
         .iter()
@@ -64,10 +72,16 @@ pub fn partitions(consumer: &BaseConsumer<Ctx>, topic: &str, brokers: &str) -> R
 }
 
 /// (low, high) watermarks of one partition.
-pub fn watermarks(consumer: &BaseConsumer<Ctx>, topic: &str, partition: i32, brokers: &str) -> Result<(i64, i64), KafkaError> {
-    consumer
-        .fetch_watermarks(topic, partition, METADATA_TIMEOUT)
-        .map_err(|e| KafkaError::Client { brokers: brokers.into(), msg: format!("watermarks of {topic}/{partition}: {e}") })
+pub fn watermarks(
+    consumer: &BaseConsumer<Ctx>,
+    topic: &str,
+    partition: i32,
+    brokers: &str,
+) -> Result<(i64, i64), KafkaError> {
+    consumer.fetch_watermarks(topic, partition, METADATA_TIMEOUT).map_err(|e| KafkaError::Client {
+        brokers: brokers.into(),
+        msg: format!("watermarks of {topic}/{partition}: {e}"),
+    })
 }
 
 /// The `txn` app id recording a table's next offset in one partition (SPEC 8).

@@ -85,7 +85,8 @@ impl RawBatch {
 
     pub fn from_maps(source: String, rows: Vec<(Vec<(String, Value)>, RawRow)>) -> RawBatch {
         let mut columns: Vec<String> = vec![];
-        let mut at: std::collections::HashMap<String, usize, rustc_hash::FxBuildHasher> = Default::default();
+        let mut at: std::collections::HashMap<String, usize, rustc_hash::FxBuildHasher> =
+            Default::default();
         for (data, _) in &rows {
             for (k, _) in data {
                 if !at.contains_key(k) {

@@ -47,7 +47,15 @@ impl Broker {
     fn spawn(bin: &Path, port: u16) -> Child {
         let url = format!("tcp://127.0.0.1:{port}");
         let child = Command::new(bin)
-            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url, "--storage-engine", "memory://tansu/"])
+            .args([
+                "broker",
+                "--listener-url",
+                &url,
+                "--advertised-listener-url",
+                &url,
+                "--storage-engine",
+                "memory://tansu/",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -82,7 +90,15 @@ impl Broker {
 
     pub fn create_topic(&self, name: &str, partitions: i32) {
         let st = Command::new(&self.bin)
-            .args(["topic", "create", name, "--broker", &format!("tcp://127.0.0.1:{}", self.port), "--partitions", &partitions.to_string()])
+            .args([
+                "topic",
+                "create",
+                name,
+                "--broker",
+                &format!("tcp://127.0.0.1:{}", self.port),
+                "--partitions",
+                &partitions.to_string(),
+            ])
             .stdout(Stdio::null())
             .status()
             .unwrap();
@@ -99,7 +115,8 @@ impl Broker {
             .create()
             .unwrap();
         for (part, key, value) in records {
-            let mut r: BaseRecord<'_, String, String> = BaseRecord::to(topic).partition(*part).key(key);
+            let mut r: BaseRecord<'_, String, String> =
+                BaseRecord::to(topic).partition(*part).key(key);
             if let Some(v) = value {
                 r = r.payload(v);
             }
@@ -218,7 +235,11 @@ pub fn ok(out: Output) -> Output {
 
 /// `show --format jsonl` without the processing-time columns (they differ between runs by design).
 pub fn show(cfg: &Path, table: &str, drop: &[&str]) -> Vec<serde_json::Value> {
-    let out = ok(Command::new(BIN).args(["show", table, "--format", "jsonl", "--config"]).arg(cfg).output().unwrap());
+    let out = ok(Command::new(BIN)
+        .args(["show", table, "--format", "jsonl", "--config"])
+        .arg(cfg)
+        .output()
+        .unwrap());
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()
@@ -235,7 +256,10 @@ pub fn show(cfg: &Path, table: &str, drop: &[&str]) -> Vec<serde_json::Value> {
 /// Number of commits in a table's Delta log.
 pub fn versions(table_dir: &Path) -> usize {
     std::fs::read_dir(table_dir.join("_delta_log"))
-        .map(|d| d.filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "json")).count())
+        .map(|d| {
+            d.filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "json"))
+                .count()
+        })
         .unwrap_or(0)
 }
 
