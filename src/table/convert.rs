@@ -1,0 +1,295 @@
+//! TODO
+
+use std::sync::Arc;
+
+use deltalake::arrow::array::{
+    Array, ArrayRef, BooleanArray, BooleanBuilder, Date32Array, Float32Array, Float64Array,
+    Float64Builder, Int32Array, Int64Array, Int64Builder, LargeStringArray, RecordBatch,
+    StringArray, StringBuilder, StringViewArray, TimestampMicrosecondArray,
+    TimestampMicrosecondBuilder, TimestampMillisecondArray, TimestampNanosecondArray,
+};
+use deltalake::arrow::datatypes::{DataType as ArrowType, Field, Schema as ArrowSchema, TimeUnit};
+use deltalake::kernel::{DataType as DeltaType, PrimitiveType, StructField, StructType};
+
+use super::Result;
+use super::{TableError, TableStore};
+use crate::merge::Version;
+use crate::par::par_map;
+use crate::value::{DType, Value};
+
+pub(super) fn delta_type(t: DType) -> DeltaType {
+    DeltaType::Primitive(match t {
+        DType::Bool => PrimitiveType::Boolean,
+        DType::Int => PrimitiveType::Long,
+        DType::Float => PrimitiveType::Double,
+        DType::Str => PrimitiveType::String,
+        DType::Ts => PrimitiveType::Timestamp,
+    })
+}
+
+pub(super) fn dtype_of(t: &DeltaType) -> Option<DType> {
+    match t {
+        DeltaType::Primitive(p) => Some(match p {
+            PrimitiveType::Boolean => DType::Bool,
+            PrimitiveType::Long
+            | PrimitiveType::Integer
+            | PrimitiveType::Short
+            | PrimitiveType::Byte => DType::Int,
+            PrimitiveType::Double | PrimitiveType::Float => DType::Float,
+            PrimitiveType::String => DType::Str,
+            PrimitiveType::Timestamp | PrimitiveType::TimestampNtz | PrimitiveType::Date => {
+                DType::Ts
+            }
+            _ => return None,
+        }),
+        _ => None,
+    }
+}
+
+pub(super) fn arrow_type(t: DType) -> ArrowType {
+    match t {
+        DType::Bool => ArrowType::Boolean,
+        DType::Int => ArrowType::Int64,
+        DType::Float => ArrowType::Float64,
+        DType::Str => ArrowType::Utf8,
+        DType::Ts => ArrowType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+    }
+}
+
+/// Like [`build_array`], borrowing the values (no per-cell clone).
+pub(super) fn build_array_ref<'a>(t: DType, vals: impl Iterator<Item = &'a Value>) -> ArrayRef {
+    match t {
+        DType::Bool => Arc::new(
+            vals.map(|v| if let Value::Bool(x) = v { Some(*x) } else { None })
+                .collect::<BooleanArray>(),
+        ),
+        DType::Int => Arc::new(
+            vals.map(|v| if let Value::Int(x) = v { Some(*x) } else { None })
+                .collect::<Int64Array>(),
+        ),
+        DType::Float => Arc::new(
+            vals.map(|v| match v {
+                Value::Float(x) => Some(*x),
+                Value::Int(x) => Some(*x as f64),
+                _ => None,
+            })
+            .collect::<Float64Array>(),
+        ),
+        DType::Str => {
+            let mut b = StringBuilder::new();
+            for v in vals {
+                match v {
+                    Value::Null => b.append_null(),
+                    Value::Str(s) => b.append_value(s),
+                    other => b.append_value(other.to_string()),
+                }
+            }
+            Arc::new(b.finish())
+        }
+        DType::Ts => Arc::new(
+            vals.map(|v| if let Value::Ts(x) = v { Some(*x) } else { None })
+                .collect::<TimestampMicrosecondArray>()
+                .with_timezone("UTC"),
+        ),
+    }
+}
+
+pub(super) fn build_array(t: DType, vals: impl Iterator<Item = Value>) -> ArrayRef {
+    match t {
+        DType::Bool => {
+            let mut b = BooleanBuilder::new();
+            vals.for_each(|v| b.append_option(if let Value::Bool(x) = v { Some(x) } else { None }));
+            Arc::new(b.finish())
+        }
+        DType::Int => {
+            let mut b = Int64Builder::new();
+            vals.for_each(|v| b.append_option(if let Value::Int(x) = v { Some(x) } else { None }));
+            Arc::new(b.finish())
+        }
+        DType::Float => {
+            let mut b = Float64Builder::new();
+            vals.for_each(|v| {
+                b.append_option(match v {
+                    Value::Float(x) => Some(x),
+                    Value::Int(x) => Some(x as f64),
+                    _ => None,
+                })
+            });
+            Arc::new(b.finish())
+        }
+        DType::Str => {
+            let mut b = StringBuilder::new();
+            vals.for_each(|v| {
+                if v.is_null() {
+                    b.append_null()
+                } else {
+                    b.append_value(v.to_string())
+                }
+            });
+            Arc::new(b.finish())
+        }
+        DType::Ts => {
+            let mut b = TimestampMicrosecondBuilder::new().with_timezone("UTC");
+            vals.for_each(|v| b.append_option(if let Value::Ts(x) = v { Some(x) } else { None }));
+            Arc::new(b.finish())
+        }
+    }
+}
+
+/// The key columns of one Arrow batch, encoded row by row into key bytes
+/// exactly as [`crate::merge::key_from`] over converted cells would, without
+/// building a [`Value`] per cell: scanning history for keys touches every
+/// stored row, and a String per row cost most of that scan.
+pub(super) struct KeyCols<'a>(Vec<KeyCol<'a>>);
+
+pub(super) enum KeyCol<'a> {
+    Str(&'a StringArray),
+    Int(&'a Int64Array),
+    Other(&'a ArrayRef, DType),
+    Missing,
+}
+
+impl<'a> KeyCols<'a> {
+    pub(super) fn new(cols: &'a [(Option<ArrayRef>, DType)]) -> Self {
+        KeyCols(
+            cols.iter()
+                .map(|(c, t)| match (c, t) {
+                    (None, _) => KeyCol::Missing,
+                    (Some(c), DType::Str) if c.as_any().is::<StringArray>() => {
+                        KeyCol::Str(c.as_any().downcast_ref().expect("checked"))
+                    }
+                    (Some(c), DType::Int) if c.as_any().is::<Int64Array>() => {
+                        KeyCol::Int(c.as_any().downcast_ref().expect("checked"))
+                    }
+                    (Some(c), t) => KeyCol::Other(c, *t),
+                })
+                .collect(),
+        )
+    }
+
+    /// Row `i`'s key into `out` (cleared first); false when every part is NULL.
+    pub(super) fn encode(&self, i: usize, out: &mut Vec<u8>) -> bool {
+        out.clear();
+        let mut any = false;
+        for c in &self.0 {
+            match c {
+                KeyCol::Str(a) if a.is_valid(i) => {
+                    let v = a.value(i);
+                    out.push(4);
+                    out.extend_from_slice(&(v.len() as u32).to_be_bytes());
+                    out.extend_from_slice(v.as_bytes());
+                    any = true;
+                }
+                KeyCol::Int(a) if a.is_valid(i) => {
+                    out.push(2);
+                    out.extend_from_slice(&a.value(i).to_be_bytes());
+                    any = true;
+                }
+                KeyCol::Other(a, t) => {
+                    let v = cell(a, i).convert(*t).unwrap_or(Value::Null);
+                    any |= !v.is_null();
+                    v.encode(out);
+                }
+                _ => out.push(0),
+            }
+        }
+        any
+    }
+}
+
+/// One Arrow cell as a [`Value`].
+pub fn cell(a: &ArrayRef, i: usize) -> Value {
+    if a.is_null(i) {
+        return Value::Null;
+    }
+    let any = a.as_any();
+    if let Some(x) = any.downcast_ref::<Int64Array>() {
+        Value::Int(x.value(i))
+    } else if let Some(x) = any.downcast_ref::<Int32Array>() {
+        Value::Int(x.value(i) as i64)
+    } else if let Some(x) = any.downcast_ref::<Float64Array>() {
+        Value::Float(x.value(i))
+    } else if let Some(x) = any.downcast_ref::<Float32Array>() {
+        Value::Float(x.value(i) as f64)
+    } else if let Some(x) = any.downcast_ref::<BooleanArray>() {
+        Value::Bool(x.value(i))
+    } else if let Some(x) = any.downcast_ref::<StringArray>() {
+        Value::Str(x.value(i).to_string())
+    } else if let Some(x) = any.downcast_ref::<LargeStringArray>() {
+        Value::Str(x.value(i).to_string())
+    } else if let Some(x) = any.downcast_ref::<StringViewArray>() {
+        Value::Str(x.value(i).to_string())
+    } else if let Some(x) = any.downcast_ref::<TimestampMicrosecondArray>() {
+        Value::Ts(x.value(i))
+    } else if let Some(x) = any.downcast_ref::<TimestampMillisecondArray>() {
+        Value::Ts(x.value(i) * 1000)
+    } else if let Some(x) = any.downcast_ref::<TimestampNanosecondArray>() {
+        Value::Ts(x.value(i) / 1000)
+    } else if let Some(x) = any.downcast_ref::<Date32Array>() {
+        Value::Ts(x.value(i) as i64 * 86_400_000_000)
+    } else {
+        Value::Null
+    }
+}
+
+impl TableStore {
+    pub(super) fn arrow_schema(&self) -> Arc<ArrowSchema> {
+        let mut fields: Vec<Field> =
+            self.columns.iter().map(|(n, t)| Field::new(n, arrow_type(*t), true)).collect();
+        for (n, t) in self.meta.system_fields() {
+            fields.push(Field::new(n, arrow_type(t), true));
+        }
+        Arc::new(ArrowSchema::new(fields))
+    }
+
+    /// The Delta schema: data columns, system columns, then the partition column.
+    pub fn delta_schema(&self) -> StructType {
+        let mut fields: Vec<StructField> = self
+            .columns
+            .iter()
+            .map(|(n, t)| StructField::new(n.clone(), delta_type(*t), true))
+            .collect();
+        for (n, t) in self.meta.system_fields() {
+            fields.push(StructField::new(n, delta_type(t), true));
+        }
+        if let Some(p) = self.meta.partition() {
+            fields.push(StructField::new(p.to_string(), delta_type(DType::Bool), true));
+        }
+        StructType::try_new(fields).expect("unique column names")
+    }
+
+    pub(super) fn to_batch(&self, versions: &[Version]) -> Result<RecordBatch> {
+        self.to_batch_refs(&versions.iter().collect::<Vec<_>>())
+    }
+
+    pub(super) fn to_batch_refs(&self, versions: &[&Version]) -> Result<RecordBatch> {
+        // Column by column on all cores: each column is an independent pass over the versions.
+        let cols: Vec<(usize, DType)> =
+            self.columns.iter().enumerate().map(|(i, (_, t))| (i, *t)).collect();
+        let mut arrays: Vec<ArrayRef> = par_map(cols, |(i, t)| {
+            build_array_ref(t, versions.iter().map(|v| v.data.get(i).unwrap_or(&Value::Null)))
+        });
+        for (n, t) in self.meta.system_fields() {
+            let r = &self.meta.reserved;
+            let vals: Vec<Value> = versions
+                .iter()
+                .map(|v| {
+                    if n == r.valid_from {
+                        v.valid_from.map(Value::Ts).unwrap_or(Value::Null)
+                    } else if n == r.valid_to {
+                        v.valid_to.map(Value::Ts).unwrap_or(Value::Null)
+                    } else if n == r.is_deleted {
+                        Value::Bool(v.deleted)
+                    } else if n == r.execution_id {
+                        Value::Int(v.exec)
+                    } else {
+                        v.sk.map(Value::Int).unwrap_or(Value::Null)
+                    }
+                })
+                .collect();
+            arrays.push(build_array(t, vals.into_iter()));
+        }
+        RecordBatch::try_new(self.arrow_schema(), arrays)
+            .map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e.to_string() })
+    }
+}

@@ -1,0 +1,281 @@
+//! TODO
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use deltalake::arrow::array::{Array, ArrayRef, RecordBatch};
+use deltalake::kernel::DeletionVectorDescriptor;
+use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use deltalake::Path;
+use object_store::ObjectStoreExt;
+
+use super::convert::{build_array, cell};
+use super::Result;
+use super::{TableError, TableStore};
+use crate::merge::{Key, Spec};
+use crate::par::par_map;
+use crate::value::{DType, Value};
+
+/// Rows of touched files kept decoded between reading state and rewriting
+/// (beyond this, files are read twice rather than held in memory).
+pub(super) const CACHE_ROWS: usize = 4_000_000;
+
+#[derive(Debug, Clone)]
+pub(super) struct FileMeta {
+    pub(super) path: String,
+    /// Physical rows in the parquet file (deleted ones included).
+    pub(super) rows: usize,
+    pub(super) size: i64,
+    pub(super) current: bool,
+    /// Deletion vector: physical rows masked out (merge-on-read tables).
+    pub(super) dv: Option<Arc<roaring::RoaringTreemap>>,
+    pub(super) dv_desc: Option<DeletionVectorDescriptor>,
+}
+
+impl FileMeta {
+    pub(super) fn deleted(&self, row: u32) -> bool {
+        self.dv.as_ref().is_some_and(|d| d.contains(row as u64))
+    }
+    pub(super) fn live_rows(&self) -> usize {
+        self.rows.saturating_sub(self.dv.as_ref().map_or(0, |d| d.len() as usize))
+    }
+}
+
+impl TableStore {
+    /// The file as Arrow batches in the table's current schema (columns added
+    /// since it was written are NULL; a changed type is converted as
+    /// [`Value::convert`] does).
+    pub(super) async fn read_batches(&self, id: u32) -> Result<Vec<RecordBatch>> {
+        let bytes = self.fetch(id).await?;
+        self.decode_file(id, bytes, None)
+    }
+
+    pub(super) async fn fetch(&self, id: u32) -> Result<bytes::Bytes> {
+        let f = self.files[id as usize].clone().expect("live file");
+        let store = self.store()?;
+        let data_err = |msg: String| TableError::Data { uri: self.uri.clone(), msg };
+        let bytes = store
+            .get(&Path::from(f.path.as_str()))
+            .await
+            .map_err(|e| data_err(format!("reading {}: {e}", f.path)))?
+            .bytes()
+            .await
+            .map_err(|e| data_err(format!("reading {}: {e}", f.path)))?;
+        Ok(bytes)
+    }
+
+    /// Decodes a file in the table's current schema; with `selection` (sorted
+    /// physical rows) only those rows, in that order: the parquet reader
+    /// skips the values of every other row instead of materialising them.
+    pub(super) fn decode_file(
+        &self,
+        id: u32,
+        bytes: bytes::Bytes,
+        selection: Option<&[u32]>,
+    ) -> Result<Vec<RecordBatch>> {
+        use deltalake::parquet::arrow::arrow_reader::{RowSelection, RowSelector};
+        let f = self.files[id as usize].as_ref().expect("live file");
+        let data_err = |msg: String| TableError::Data { uri: self.uri.clone(), msg };
+        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+            .and_then(|b| {
+                let b = b.with_batch_size(64 * 1024);
+                match selection {
+                    None => b.build(),
+                    Some(rows) => {
+                        let mut sel = vec![];
+                        let mut at = 0usize;
+                        for &r in rows {
+                            let r = r as usize;
+                            if r > at {
+                                sel.push(RowSelector::skip(r - at));
+                            }
+                            match sel.last_mut() {
+                                Some(s) if !s.skip && r == at => s.row_count += 1,
+                                _ => sel.push(RowSelector::select(1)),
+                            }
+                            at = r + 1;
+                        }
+                        b.with_row_selection(RowSelection::from(sel)).build()
+                    }
+                }
+            })
+            .map_err(|e| data_err(format!("parquet {}: {e}", f.path)))?;
+        let schema = self.arrow_schema();
+        let mut out = vec![];
+        for batch in reader {
+            let batch = batch.map_err(|e| data_err(format!("parquet {}: {e}", f.path)))?;
+            let n = batch.num_rows();
+            let mut cols = Vec::with_capacity(schema.fields().len());
+            for (fi, field) in schema.fields().iter().enumerate() {
+                let col = match batch
+                    .schema()
+                    .index_of(field.name())
+                    .ok()
+                    .map(|i| batch.column(i).clone())
+                {
+                    Some(c) if c.data_type() == field.data_type() => c,
+                    Some(c) => {
+                        let t = self.columns.get(fi).map(|(_, t)| *t).or_else(|| {
+                            self.meta
+                                .system_fields()
+                                .into_iter()
+                                .find(|(name, _)| name == field.name())
+                                .map(|(_, t)| t)
+                        });
+                        let t = t.expect("schema field is a data or system column");
+                        build_array(
+                            t,
+                            (0..n).map(|i| cell(&c, i).convert(t).unwrap_or(Value::Null)),
+                        )
+                    }
+                    None => deltalake::arrow::array::new_null_array(field.data_type(), n),
+                };
+                cols.push(col);
+            }
+            out.push(
+                RecordBatch::try_new(schema.clone(), cols).map_err(|e| data_err(e.to_string()))?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// Reads and decodes files into the run cache, decoding on all cores
+    /// (a uniform update touches every file; decoding dominates).
+    pub(super) async fn prefetch(&self, ids: &[u32]) -> Result<()> {
+        let mut todo = vec![];
+        let mut rows = 0;
+        for &id in ids {
+            if self.cache.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&id) {
+                continue;
+            }
+            rows += self.files[id as usize].as_ref().map_or(0, |f| f.rows);
+            if rows > CACHE_ROWS {
+                break;
+            }
+            todo.push((id, self.fetch(id).await?));
+        }
+        let decoded = par_map(todo, |(id, bytes)| (id, self.decode_file(id, bytes, None)));
+        let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        for (id, d) in decoded {
+            c.insert(id, Arc::new(d?));
+        }
+        Ok(())
+    }
+
+    /// A file's batches, from the run's cache or read (and cached with `keep`:
+    /// `load_states` reads the files `stage` will rewrite, so each touched
+    /// file is decoded once per run).
+    pub(super) async fn batches(&self, id: u32, keep: bool) -> Result<Arc<Vec<RecordBatch>>> {
+        if let Some(b) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&id) {
+            if b.first().is_none_or(|x| x.schema() == self.arrow_schema()) {
+                return Ok(b.clone());
+            }
+        }
+        let b = Arc::new(self.read_batches(id).await?);
+        if keep {
+            let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+            let cached: usize =
+                c.values().map(|v| v.iter().map(|x| x.num_rows()).sum::<usize>()).sum();
+            if cached < CACHE_ROWS {
+                c.insert(id, b.clone());
+            }
+        }
+        Ok(b)
+    }
+
+    /// Business keys of a batch's rows (only the key columns are converted).
+    pub(super) fn batch_keys(&self, spec: &Spec, batch: &RecordBatch) -> Vec<Option<Key>> {
+        let cols: Vec<(ArrayRef, DType)> =
+            spec.key.iter().map(|&i| (batch.column(i).clone(), self.columns[i].1)).collect();
+        let mut vals = vec![Value::Null; cols.len()];
+        (0..batch.num_rows())
+            .map(|r| {
+                for (j, (c, t)) in cols.iter().enumerate() {
+                    vals[j] = cell(c, r).convert(*t).unwrap_or(Value::Null);
+                }
+                crate::merge::key_from(vals.iter())
+            })
+            .collect()
+    }
+
+    /// Reads chosen physical rows of several files (each list sorted), one
+    /// batch per file in row order. Files already decoded in the run cache
+    /// are taken from it; the others are read with a row selection, on all cores.
+    pub(super) async fn read_selected(
+        &self,
+        want: BTreeMap<u32, Vec<u32>>,
+    ) -> Result<Vec<(u32, Vec<u32>, RecordBatch)>> {
+        let data_err = |msg: String| TableError::Data { uri: self.uri.clone(), msg };
+        let schema = self.arrow_schema();
+        let mut out = vec![];
+        let mut todo = vec![];
+        for (id, rows) in want {
+            let cached = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&id).cloned();
+            match cached.filter(|b| b.first().is_none_or(|x| x.schema() == schema)) {
+                Some(batches) => {
+                    // Take from each decoded batch its share of the rows; only the taken rows are copied.
+                    let (mut parts, mut next, mut start) = (vec![], 0, 0u32);
+                    for b in batches.iter() {
+                        let n = b.num_rows() as u32;
+                        let here = rows[next..].iter().take_while(|&&r| r < start + n).count();
+                        if here > 0 {
+                            let idx = deltalake::arrow::array::UInt32Array::from_iter_values(
+                                rows[next..next + here].iter().map(|r| r - start),
+                            );
+                            parts.push(
+                                deltalake::arrow::compute::take_record_batch(b, &idx)
+                                    .map_err(|e| data_err(e.to_string()))?,
+                            );
+                        }
+                        next += here;
+                        start += n;
+                    }
+                    if next < rows.len() {
+                        return Err(data_err(format!("file {id}: rows beyond its end selected")));
+                    }
+                    let taken = deltalake::arrow::compute::concat_batches(&schema, &parts)
+                        .map_err(|e| data_err(e.to_string()))?;
+                    out.push((id, rows, taken));
+                }
+                None => todo.push((id, rows, self.fetch(id).await?)),
+            }
+        }
+        for r in par_map(todo, |(id, rows, bytes)| {
+            let batches = self.decode_file(id, bytes, Some(&rows))?;
+            let all = deltalake::arrow::compute::concat_batches(&self.arrow_schema(), &batches)
+                .map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e.to_string() })?;
+            if all.num_rows() != rows.len() {
+                return Err(TableError::Data {
+                    uri: self.uri.clone(),
+                    msg: format!(
+                        "file {id}: {} of {} selected rows read",
+                        all.num_rows(),
+                        rows.len()
+                    ),
+                });
+            }
+            Ok((id, rows, all))
+        }) {
+            out.push(r?);
+        }
+        Ok(out)
+    }
+
+    /// Reads only the named columns of a file (those it has; a column added
+    /// since it was written is absent from its batches).
+    pub(super) fn columns_of(
+        &self,
+        f: &FileMeta,
+        bytes: bytes::Bytes,
+        names: &[&str],
+    ) -> Result<deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReader> {
+        use deltalake::parquet::arrow::ProjectionMask;
+        let data_err = |e: deltalake::parquet::errors::ParquetError| TableError::Data {
+            uri: self.uri.clone(),
+            msg: format!("parquet {}: {e}", f.path),
+        };
+        let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(data_err)?;
+        let mask = ProjectionMask::columns(builder.parquet_schema(), names.iter().copied());
+        builder.with_projection(mask).with_batch_size(64 * 1024).build().map_err(data_err)
+    }
+}

@@ -1,0 +1,234 @@
+//! TODO
+
+use super::dv::dv_file;
+use super::Result;
+use super::{TableError, TableStore};
+use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use deltalake::{DeltaTable, ObjectStore, Path};
+use object_store::ObjectStoreExt;
+use std::collections::HashSet;
+
+/// Files no commit references are vacuumed only once at least this old, even
+/// with a shorter retention (another writer's file may await its commit).
+pub(super) const ORPHAN_MIN_AGE_MS: i64 = 3_600_000;
+
+/// A file entry of a checkpoint: an `add` (live) or a `remove` (tombstone).
+pub(super) struct CheckpointFile {
+    pub(super) path: String,
+    /// Removal time of a tombstone, ms since the epoch.
+    pub(super) removed_at: i64,
+    /// The deletion-vector file the entry carries, if any (a data file whose
+    /// DV was replaced is removed with its old DV and added with the new one).
+    pub(super) dv: Option<String>,
+}
+
+/// The live files and the tombstones of a checkpoint (it holds every
+/// tombstone not yet expired). An error when the checkpoint is not laid out
+/// as expected: the sweep must never run on a partial picture.
+pub(super) fn checkpoint_files(
+    checkpoint: bytes::Bytes,
+) -> std::result::Result<(Vec<CheckpointFile>, Vec<CheckpointFile>), String> {
+    use deltalake::arrow::array::{Array, AsArray};
+    use deltalake::arrow::datatypes::Int64Type;
+    use deltalake::parquet::arrow::ProjectionMask;
+    let b = ParquetRecordBatchReaderBuilder::try_new(checkpoint).map_err(|e| e.to_string())?;
+    let cols = [
+        "add.path",
+        "add.deletionVector",
+        "remove.path",
+        "remove.deletionTimestamp",
+        "remove.deletionVector",
+    ];
+    let mask = ProjectionMask::columns(b.parquet_schema(), cols);
+    let (mut adds, mut removes) = (vec![], vec![]);
+    for batch in b.with_projection(mask).build().map_err(|e| e.to_string())? {
+        let batch = batch.map_err(|e| e.to_string())?;
+        for (action, out) in [("add", &mut adds), ("remove", &mut removes)] {
+            let missing = || format!("no readable `{action}.path` column");
+            let entry =
+                batch.column_by_name(action).and_then(|c| c.as_struct_opt()).ok_or_else(missing)?;
+            let path = entry
+                .column_by_name("path")
+                .and_then(|c| c.as_string_opt::<i32>())
+                .ok_or_else(missing)?;
+            let ts = entry
+                .column_by_name("deletionTimestamp")
+                .and_then(|c| c.as_primitive_opt::<Int64Type>());
+            let dv = match entry.column_by_name("deletionVector") {
+                None => None,
+                Some(dv) => {
+                    let bad = || {
+                        format!(
+                            "`{action}.deletionVector` is not laid out as the Delta protocol says"
+                        )
+                    };
+                    let dv = dv.as_struct_opt().ok_or_else(bad)?;
+                    let kind = dv
+                        .column_by_name("storageType")
+                        .and_then(|c| c.as_string_opt::<i32>())
+                        .ok_or_else(bad)?;
+                    let id = dv
+                        .column_by_name("pathOrInlineDv")
+                        .and_then(|c| c.as_string_opt::<i32>())
+                        .ok_or_else(bad)?;
+                    Some((dv, kind, id))
+                }
+            };
+            for i in 0..batch.num_rows() {
+                if !entry.is_valid(i) || !path.is_valid(i) {
+                    continue;
+                }
+                let dv = match dv {
+                    Some((dv, kind, id))
+                        if dv.is_valid(i)
+                            && kind.is_valid(i)
+                            && kind.value(i) == "u"
+                            && id.is_valid(i) =>
+                    {
+                        Some(dv_file(id.value(i))?)
+                    }
+                    _ => None,
+                };
+                // Compared with the paths this table writes (and lists), which need no escaping.
+                out.push(CheckpointFile {
+                    path: path.value(i).to_string(),
+                    removed_at: ts.filter(|t| t.is_valid(i)).map_or(0, |t| t.value(i)),
+                    dv,
+                });
+            }
+        }
+    }
+    Ok((adds, removes))
+}
+
+impl TableStore {
+    /// Writes a Delta checkpoint of the current version, then vacuums files
+    /// removed longer ago than the retention. Neither changes what a reader
+    /// of the current version sees.
+    pub async fn checkpoint_and_vacuum(&mut self) -> Result<usize> {
+        let Some(t) = self.table.clone() else { return Ok(0) };
+        deltalake::checkpoints::create_checkpoint(&t, None).await.map_err(|e| self.delta(e))?;
+        let Some(retention) = self.meta.layout.vacuum_retention else { return Ok(0) };
+        let retention = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::days(7));
+        // The vacuum's own log entries (VACUUM START/END) carry no data; our
+        // table state stays at our last commit (see `commit_inner`).
+        let (_, m) = t
+            .clone()
+            .vacuum()
+            .with_retention_period(retention)
+            .with_enforce_retention_duration(false)
+            .await
+            .map_err(|e| self.delta(e))?;
+        let swept = self.sweep(&t, retention).await?;
+        Ok(m.files_deleted.len() + swept)
+    }
+
+    /// Deletes what delta-rs' vacuum leaves behind, each file judged by when
+    /// the table stopped needing it:
+    /// - deletion vectors replaced longer ago than the retention. delta-rs
+    ///   deletes the data files of expired `remove` actions but never the DV
+    ///   a remove names (the data file usually stays live with a newer DV);
+    ///   its "full" mode judges a DV by when it was written, not by when it
+    ///   was replaced, and would delete one a reader of the previous version
+    ///   still needs. A DV file goes when every tombstone naming it expired
+    ///   and no live file uses it.
+    /// - files no commit ever referenced (a writer that died between writing
+    ///   a file and committing it), once older than the retention: our own
+    ///   `part-*.parquet` / `deletion_vector_*.bin` names only, in the table
+    ///   directory and its `_is_current=` partitions, never a nested table.
+    ///   Only when the retention is within the table's tombstone retention
+    ///   (`delta.deletedFileRetentionDuration`), so a file removed inside the
+    ///   retention always still has its tombstone and is never taken for one.
+    ///
+    /// The tombstones come from the checkpoint just written (it holds every
+    /// unexpired one).
+    pub(super) async fn sweep(&self, t: &DeltaTable, retention: chrono::Duration) -> Result<usize> {
+        use deltalake::table::config::TablePropertiesExt;
+        let Some(version) = t.version() else { return Ok(0) };
+        let store = self.store()?;
+        let checkpoint = Path::from(format!("_delta_log/{version:020}.checkpoint.parquet"));
+        let data_err = |msg: String| TableError::Data { uri: self.uri.clone(), msg };
+        let bytes = match store.get(&checkpoint).await {
+            Ok(r) => r.bytes().await.map_err(|e| data_err(format!("reading {checkpoint}: {e}")))?,
+            Err(e) => {
+                tracing::debug!(%checkpoint, error = %e, "no single-file checkpoint; deletion vectors and orphans not swept this time");
+                return Ok(0);
+            }
+        };
+        let now = chrono::Utc::now().timestamp_millis();
+        let cutoff = now - retention.num_milliseconds();
+        // What is live comes from the checkpoint (the snapshot at this
+        // version, other writers' commits included), not from our own view.
+        let (adds, tombs) =
+            checkpoint_files(bytes).map_err(|e| data_err(format!("{checkpoint}: {e}")))?;
+        let mut keep: HashSet<String> = HashSet::new();
+        for f in adds {
+            keep.extend(f.dv);
+            keep.insert(f.path);
+        }
+        let mut expired: HashSet<String> = HashSet::new();
+        for t in &tombs {
+            keep.insert(t.path.clone());
+            if let Some(dv) = &t.dv {
+                if t.removed_at < cutoff {
+                    expired.insert(dv.clone());
+                } else {
+                    keep.insert(dv.clone());
+                }
+            }
+        }
+        let mut doomed: Vec<String> = expired.difference(&keep).cloned().collect();
+        let tombstone_retention = t
+            .snapshot()
+            .map_err(|e| self.delta(e))?
+            .table_config()
+            .deleted_file_retention_duration();
+        if retention.to_std().is_ok_and(|r| r <= tombstone_retention) {
+            let ours = |name: &str| {
+                (name.starts_with("part-") && name.ends_with(".parquet"))
+                    || (name.starts_with("deletion_vector_") && name.ends_with(".bin"))
+            };
+            let top = store
+                .list_with_delimiter(None)
+                .await
+                .map_err(|e| data_err(format!("listing the table: {e}")))?;
+            let mut objects = top.objects;
+            for dir in top.common_prefixes {
+                if dir.filename().is_some_and(|d| {
+                    self.meta.partition().is_some_and(|p| d.starts_with(&format!("{p}=")))
+                }) {
+                    objects.extend(
+                        store
+                            .list_with_delimiter(Some(&dir))
+                            .await
+                            .map_err(|e| data_err(format!("listing {dir}: {e}")))?
+                            .objects,
+                    );
+                }
+            }
+            // Another writer's file may wait a while for its commit: never
+            // take one younger than an hour for an orphan, whatever the retention.
+            let orphan_cutoff = cutoff.min(now - ORPHAN_MIN_AGE_MS);
+            for o in objects {
+                let path = o.location.to_string();
+                let old = o.last_modified.timestamp_millis() < orphan_cutoff;
+                if o.location.filename().is_some_and(ours)
+                    && old
+                    && !keep.contains(&path)
+                    && !expired.contains(&path)
+                {
+                    doomed.push(path);
+                }
+            }
+        }
+        let mut deleted = 0;
+        for file in doomed {
+            match store.delete(&Path::from(file.as_str())).await {
+                Ok(()) => deleted += 1,
+                Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(data_err(format!("deleting {file}: {e}"))),
+            }
+        }
+        Ok(deleted)
+    }
+}
