@@ -1,4 +1,4 @@
-//! The `_dead_letters` Delta table (SPEC 12): rows that could not be decoded or
+//! The `_dead_letters` Delta table (docs/bad-input.md): rows that could not be decoded or
 //! converted, kept verbatim with the reason. Its commits carry the same kind
 //! of `txn` actions as data tables, so a replay never writes a dead letter twice.
 
@@ -11,13 +11,15 @@ use deltalake::arrow::array::{
 };
 use deltalake::arrow::datatypes::{DataType as ArrowType, Field, Schema, TimeUnit};
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
-use deltalake::kernel::{Action, Add, DataType, PrimitiveType, StructField, Transaction};
-use deltalake::parquet::arrow::ArrowWriter;
+use deltalake::kernel::{DataType, PrimitiveType, StructField, StructType, Transaction};
 use deltalake::protocol::{DeltaOperation, SaveMode};
 use deltalake::{DeltaTableBuilder, Path};
 use object_store::ObjectStoreExt;
 
-use crate::table::{open_existing, table_url, TableError};
+use crate::table::{
+    create_table, encode_parquet, open_existing, table_url, DataChange, FileAction, NewTable,
+    TableError,
+};
 
 #[derive(Debug, Clone)]
 pub struct DeadLetter {
@@ -95,76 +97,73 @@ pub async fn append(uri: &str, groups: Vec<Group>) -> Result<usize, TableError> 
                 .with_timezone("UTC"),
         ),
     ];
-    let batch = RecordBatch::try_new(schema.clone(), cols).map_err(|e| data_err(e.to_string()))?;
-    let mut buf = vec![];
-    {
-        let mut w =
-            ArrowWriter::try_new(&mut buf, schema, None).map_err(|e| data_err(e.to_string()))?;
-        w.write(&batch).map_err(|e| data_err(e.to_string()))?;
-        w.close().map_err(|e| data_err(e.to_string()))?;
-    }
+    let batch = RecordBatch::try_new(schema, cols).map_err(|e| data_err(e.to_string()))?;
+    // The same parquet settings as data tables (no business key to filter on).
+    let buf = encode_parquet(&batch, &[]).map_err(data_err)?;
     let name = format!("part-{}.parquet", uuid::Uuid::new_v4());
-    let size = buf.len() as i64;
-    let url = table_url(uri)?;
-    let store = DeltaTableBuilder::from_url(url.clone())
-        .map_err(derr)?
-        .build_storage()
-        .map_err(derr)?
-        .object_store(None);
-    store.put(&Path::from(name.as_str()), buf.into()).await.map_err(|e| data_err(e.to_string()))?;
-    let add = Action::Add(Add {
-        path: name,
+    let file = FileAction {
+        path: &name,
         partition_values: HashMap::new(),
-        size,
-        modification_time: chrono::Utc::now().timestamp_millis(),
-        data_change: true,
-        stats: Some(format!("{{\"numRecords\":{}}}", rows.len())),
-        tags: None,
+        size: buf.len() as i64,
+        rows: rows.len(),
         deletion_vector: None,
-        base_row_id: None,
-        default_row_commit_version: None,
-        clustering_provider: None,
-    });
+    };
+    let add = crate::table::add(file, DataChange::Rows);
     let props = CommitProperties::default().with_application_transactions(txns);
     match existing {
         None => {
-            let p = |t| DataType::Primitive(t);
-            let fields = vec![
-                StructField::new("table", p(PrimitiveType::String), true),
-                StructField::new("topic", p(PrimitiveType::String), true),
-                StructField::new("partition", p(PrimitiveType::Integer), true),
-                StructField::new("offset", p(PrimitiveType::Long), true),
-                StructField::new("raw_base64", p(PrimitiveType::String), true),
-                StructField::new("error", p(PrimitiveType::String), true),
-                StructField::new("time", p(PrimitiveType::Timestamp), true),
-            ];
-            deltalake::operations::create::CreateBuilder::new()
-                .with_location(url.to_string())
-                .with_table_name("_dead_letters")
-                .with_columns(fields)
-                .with_actions(vec![add])
-                .with_commit_properties(props)
+            let store = DeltaTableBuilder::from_url(table_url(uri)?)
+                .map_err(derr)?
+                .build_storage()
+                .map_err(derr)?
+                .object_store(None);
+            store
+                .put(&Path::from(name.as_str()), buf.into())
                 .await
-                .map_err(derr)?;
+                .map_err(|e| data_err(e.to_string()))?;
+            let new = NewTable {
+                name: "_dead_letters",
+                schema: delta_schema(),
+                partition: None,
+                properties: HashMap::new(),
+                deletion_vectors: false,
+            };
+            create_table(uri, new, vec![add], props).await?;
         }
         Some(t) => {
+            t.object_store()
+                .put(&Path::from(name.as_str()), buf.into())
+                .await
+                .map_err(|e| data_err(e.to_string()))?;
             let snap = t.snapshot().map_err(derr)?;
+            let op = DeltaOperation::Write {
+                mode: SaveMode::Append,
+                partition_by: None,
+                predicate: None,
+            };
             CommitBuilder::from(props)
                 .with_actions(vec![add])
-                .build(
-                    Some(snap),
-                    t.log_store(),
-                    DeltaOperation::Write {
-                        mode: SaveMode::Append,
-                        partition_by: None,
-                        predicate: None,
-                    },
-                )
+                .build(Some(snap), t.log_store(), op)
                 .await
                 .map_err(derr)?;
         }
     }
     Ok(rows.len())
+}
+
+/// The dead-letter table's Delta schema (the Arrow one in `append`).
+fn delta_schema() -> StructType {
+    let p = DataType::Primitive;
+    StructType::try_new([
+        StructField::new("table", p(PrimitiveType::String), true),
+        StructField::new("topic", p(PrimitiveType::String), true),
+        StructField::new("partition", p(PrimitiveType::Integer), true),
+        StructField::new("offset", p(PrimitiveType::Long), true),
+        StructField::new("raw_base64", p(PrimitiveType::String), true),
+        StructField::new("error", p(PrimitiveType::String), true),
+        StructField::new("time", p(PrimitiveType::Timestamp), true),
+    ])
+    .expect("unique column names")
 }
 
 /// Reads every dead letter (for `demo` and tests): header and rows.

@@ -12,7 +12,7 @@ use crate::deadletter::{self, DeadLetter};
 use crate::error::{Error, Result};
 use crate::merge::{self, InRow, Key, KeyMap, Need, RunCtx, Spec, Stats, ValidTime};
 use crate::source::{RawBatch, Unparsable};
-use crate::table::{TableMeta, TableStore};
+use crate::table::{ClosingRows, CommitRequest, TableMeta, TableStore};
 use crate::value::DType;
 
 /// Resolves a table's merge rules against its current columns.
@@ -69,15 +69,7 @@ pub fn build_spec(t: &TableConfig, columns: &[(String, DType)]) -> Result<Spec> 
     })
 }
 
-/// A progress marker committed with a run: `txn` app id and version.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Mark {
-    pub app: String,
-    /// Next offset to read (Kafka) or the file's content version.
-    pub version: i64,
-    /// Kafka partition the marker belongs to; `None` for files.
-    pub partition: Option<i32>,
-}
+pub use crate::progress::Mark;
 
 /// What one run did.
 #[derive(Debug, Default, Clone)]
@@ -243,25 +235,24 @@ impl TableRunner {
         spec.snapshot = true;
         let absent: Vec<Key> = self.store.live_keys().map(Key::from).collect();
         let needs: KeyMap<Need> = absent.iter().map(|k| (k.clone(), Need::Current)).collect();
-        let states = self.store.load_states(&spec, &needs, &[]).await?;
+        let loaded = self.store.load_states(&spec, &needs, &[]).await?;
         let exec = self.store.last_exec + 1;
         let mut out = merge::apply(
             &spec,
             RunCtx { exec, now: chrono::Utc::now().timestamp_micros() },
             vec![],
-            states,
+            loaded.states,
             absent,
         );
         let changes = out.has_changes();
-        let pc = self.store.stage(&spec, &mut out, exec).await?;
+        let pc = self.store.stage(&spec, &mut out, exec, loaded.closing).await?;
         report.files_added = pc.files_added;
         report.files_removed = pc.files_removed;
         report.merge_secs = started.elapsed().as_secs_f64();
         let info = serde_json::json!({ "source": "truncate" });
         let committing = std::time::Instant::now();
-        report.version = Some(
-            self.store.commit(pc, txns(&progress), changes.then_some(exec), false, info).await?,
-        );
+        let req = CommitRequest { progress, execution: changes.then_some(exec), info };
+        report.version = Some(self.store.commit(pc, req).await?);
         report.commit_secs = committing.elapsed().as_secs_f64();
         report.exec = changes.then_some(exec);
         report.stats = out.stats;
@@ -279,11 +270,9 @@ impl TableRunner {
             Ok(Some(pc)) => {
                 let (removed, added) = (pc.files_removed, pc.files_added);
                 let started = std::time::Instant::now();
-                match self
-                    .store
-                    .commit(pc, vec![], None, false, serde_json::json!({ "source": "compaction" }))
-                    .await
-                {
+                let info = serde_json::json!({ "source": "compaction" });
+                let req = CommitRequest { progress: vec![], execution: None, info };
+                match self.store.commit(pc, req).await {
                     Ok(v) => crate::telemetry::compacted(
                         &table,
                         removed,
@@ -442,6 +431,7 @@ impl TableRunner {
         };
         let exec = self.store.last_exec + 1;
         let mut out = merge::Output::default();
+        let mut closing_rows = ClosingRows::default();
         if let Some(reason) = prepared.rejected.clone() {
             reject(reason.clone(), &mut dead);
             *report.dead_by_reason.entry("guardrail").or_default() += raw_by_pos.len() as u64;
@@ -499,7 +489,9 @@ impl TableRunner {
             }
             mark("classify", &mut phases);
             let closing_keys: Vec<&Key> = closing.iter().map(|(k, _)| k).collect();
-            let mut states = self.store.load_states(&spec, &needs, &closing_keys).await?;
+            let loaded = self.store.load_states(&spec, &needs, &closing_keys).await?;
+            let mut states = loaded.states;
+            closing_rows = loaded.closing;
             for (k, s) in closing {
                 states.insert(k, merge::KeyState { stored: Some(s), ..Default::default() });
             }
@@ -523,19 +515,16 @@ impl TableRunner {
         let changes = out.has_changes();
         let info = serde_json::json!({ "source": source, "stats": format!("{stats:?}") });
         if changes || !self.store.exists() {
-            let schema_changed = self.store.add_columns(&conformed.columns);
-            let pc = self.store.stage(&spec, &mut out, exec).await?;
+            self.store.add_columns(&conformed.columns);
+            let pc = self.store.stage(&spec, &mut out, exec, closing_rows).await?;
             mark("stage", &mut phases);
             report.merge_secs = started.elapsed().as_secs_f64();
             report.files_added = pc.files_added;
             report.files_removed = pc.files_removed;
             report.files_masked = pc.files_masked;
             let committing = std::time::Instant::now();
-            report.version = Some(
-                self.store
-                    .commit(pc, txns(&progress), changes.then_some(exec), schema_changed, info)
-                    .await?,
-            );
+            let req = CommitRequest { progress, execution: changes.then_some(exec), info };
+            report.version = Some(self.store.commit(pc, req).await?);
             mark("commit", &mut phases);
             tracing::debug!(table = %t.name, phases_ms = ?phases, "batch phases");
             report.commit_secs = committing.elapsed().as_secs_f64();
@@ -543,15 +532,12 @@ impl TableRunner {
             self.maintain(&spec).await?;
         } else if !self.already_applied(&progress).await? {
             // Offsets moved but nothing changed: a txn-only commit, no data files.
-            // The run still takes its `_execution_id` (SPEC 3: every run gets one);
-            // no row carries it, so nothing is bumped.
+            // The run still takes its `_execution_id` (docs/batch.md, execution
+            // id: every run gets one); no row carries it, so nothing is bumped.
             report.merge_secs = started.elapsed().as_secs_f64();
             let committing = std::time::Instant::now();
-            report.version = Some(
-                self.store
-                    .commit(Default::default(), txns(&progress), Some(exec), false, info)
-                    .await?,
-            );
+            let req = CommitRequest { progress, execution: Some(exec), info };
+            report.version = Some(self.store.commit(Default::default(), req).await?);
             report.commit_secs = committing.elapsed().as_secs_f64();
         } else {
             report.merge_secs = started.elapsed().as_secs_f64();
@@ -561,8 +547,4 @@ impl TableRunner {
         crate::par::drop_later(out);
         Ok(report)
     }
-}
-
-fn txns(progress: &[Mark]) -> Vec<(String, i64)> {
-    progress.iter().map(|m| (m.app.clone(), m.version)).collect()
 }

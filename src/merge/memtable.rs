@@ -122,11 +122,8 @@ impl MemTable {
                 }
             }
             if st.current.is_none() {
-                st.latest_closed = st
-                    .history
-                    .iter()
-                    .max_by(|a, b| self.spec.cmp_seq(&a.data, &b.data).then(a.exec.cmp(&b.exec)))
-                    .cloned();
+                st.latest_closed =
+                    st.history.iter().max_by(|a, b| self.spec.cmp_versions(a, b)).cloned();
             }
         }
         st
@@ -139,7 +136,7 @@ impl MemTable {
         all.sort_by(|a, b| {
             let ka: Vec<Value> = self.spec.key.iter().map(|&i| a.data[i].clone()).collect();
             let kb: Vec<Value> = self.spec.key.iter().map(|&i| b.data[i].clone()).collect();
-            cmp_slices(&ka, &kb).then(self.spec.cmp_seq(&a.data, &b.data)).then(a.exec.cmp(&b.exec))
+            cmp_slices(&ka, &kb).then(self.spec.cmp_versions(a, b))
         });
         all
     }

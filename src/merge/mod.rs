@@ -283,6 +283,14 @@ pub struct RunCtx {
     pub now: i64,
 }
 
+/// Versions of one key order by sequence, then by the run that wrote them
+/// (`_execution_id`): of two versions with the same sequence, the later run's
+/// is the newer (docs/scd2.md, version order). `by_sequence` is the
+/// comparison of their sequences.
+pub fn version_order(by_sequence: Ordering, exec_a: i64, exec_b: i64) -> Ordering {
+    by_sequence.then(exec_a.cmp(&exec_b))
+}
+
 impl Spec {
     pub fn key_of(&self, data: &[Value]) -> Option<Key> {
         key_from(self.key.iter().map(|&i| &data[i]))
@@ -301,6 +309,11 @@ impl Spec {
             }
         }
         Ordering::Equal
+    }
+
+    /// The order of two versions of one key (see [`version_order`]).
+    pub fn cmp_versions(&self, a: &Version, b: &Version) -> Ordering {
+        version_order(self.cmp_seq(&a.data, &b.data), a.exec, b.exec)
     }
 
     /// Compares the sequence columns of two rows in place (no allocation: this runs in sorts).

@@ -76,7 +76,7 @@ impl KeyRun<'_> {
             .iter()
             .chain(self.cur.iter())
             .filter(|v| self.spec.cmp_seq(&v.data, row) != Ordering::Greater)
-            .max_by(|a, b| self.spec.cmp_seq(&a.data, &b.data).then(a.exec.cmp(&b.exec)))
+            .max_by(|a, b| self.spec.cmp_versions(a, b))
     }
 
     fn processing_row(&mut self, r: InRow, out: &mut Output) {

@@ -1,68 +1,123 @@
-//! TODO
+//! scd2 closes at the Arrow level.
+//!
+//! A processing-time close (`Need::Close`) never becomes values: the stored
+//! open version is copied into history as it is, with `_valid_to` and
+//! `_is_deleted` replaced. Its physical row comes from the key index, and
+//! `load_states` has usually read it already in the same pass as the rows
+//! the merge needed ([`ClosingRows`]); only the rest is read here, with a
+//! parquet row selection. Every other column (data, `_valid_from`,
+//! `_execution_id`, surrogate key) is carried over untouched.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use deltalake::arrow::array::{BooleanArray, RecordBatch, TimestampMicrosecondArray};
 
+use super::files::SelectedRows;
+use super::index::Location;
+use super::plan;
+use super::stage::OutFile;
+use super::state::ClosingRows;
 use super::Result;
-use super::{TableError, TableStore};
+use super::TableStore;
 use crate::merge::Key;
 
+/// One close: the stored row, the new `_valid_to` and whether the closed
+/// version is marked deleted.
+struct Close<'a> {
+    row: u32,
+    valid_to: i64,
+    deleted: bool,
+    key: &'a Key,
+}
+
+/// The closes of a run, per file holding the open versions.
+#[derive(Default)]
+pub(super) struct CloseAt<'a>(BTreeMap<u32, Vec<Close<'a>>>);
+
+impl<'a> CloseAt<'a> {
+    pub(super) fn new() -> Self {
+        Self::default()
+    }
+
+    pub(super) fn add(&mut self, at: Location, valid_to: i64, deleted: bool, key: &'a Key) {
+        self.0.entry(at.file).or_default().push(Close { row: at.row, valid_to, deleted, key });
+    }
+}
+
 impl TableStore {
-    /// scd2 closes at the Arrow level: the stored rows are read as they are
-    /// (only those rows, see [`TableStore::read_selected`]), `_valid_to` and
-    /// `_is_deleted` set, and returned for history files with their keys.
-    /// Nothing becomes a value; every other column (data, `_valid_from`,
-    /// `_execution_id`, surrogate key) is carried over.
+    /// The closed versions as history files (full files, not one small file
+    /// per source file), with their keys.
     pub(super) async fn stage_closes(
         &self,
-        close_at: BTreeMap<u32, Vec<(u32, i64, bool, &Key)>>,
-    ) -> Result<(Vec<RecordBatch>, Vec<Key>)> {
-        let data_err = |msg: String| TableError::Data { uri: self.uri.clone(), msg };
+        close_at: CloseAt<'_>,
+        closing: ClosingRows,
+    ) -> Result<Vec<OutFile>> {
         let r = &self.meta.reserved;
         let mut want = BTreeMap::new();
-        let mut meta = BTreeMap::new();
-        for (id, mut rows) in close_at {
-            rows.sort_unstable_by_key(|x| x.0);
-            want.insert(id, rows.iter().map(|x| x.0).collect::<Vec<u32>>());
-            meta.insert(id, rows);
+        let mut closes = BTreeMap::new();
+        for (id, mut rows) in close_at.0 {
+            rows.sort_unstable_by_key(|c| c.row);
+            want.insert(id, rows.iter().map(|c| c.row).collect::<Vec<u32>>());
+            closes.insert(id, rows);
         }
-        // Rows `load_states` already read for these closes; anything else is read now.
-        let stash = std::mem::take(&mut *self.selected.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut got = self.take_closing_rows(closing, &mut want)?;
+        for sel in self.read_selected(want).await? {
+            got.push((sel.file, sel.batch));
+        }
+        let (mut closed, mut keys) = (vec![], vec![]);
+        for (id, batch) in got {
+            let here = &closes[&id];
+            let schema = batch.schema();
+            let mut cols = batch.columns().to_vec();
+            let at = |name: &str| schema.index_of(name).map_err(|e| self.data_err(e.to_string()));
+            cols[at(&r.valid_to)?] = Arc::new(
+                TimestampMicrosecondArray::from_iter_values(here.iter().map(|c| c.valid_to))
+                    .with_timezone("UTC"),
+            );
+            cols[at(&r.is_deleted)?] =
+                Arc::new(BooleanArray::from_iter(here.iter().map(|c| Some(c.deleted))));
+            closed.push(
+                RecordBatch::try_new(schema, cols).map_err(|e| self.data_err(e.to_string()))?,
+            );
+            keys.extend(here.iter().map(|c| c.key.clone()));
+        }
+        if closed.is_empty() {
+            return Ok(vec![]);
+        }
+        let all = deltalake::arrow::compute::concat_batches(&self.arrow_schema(), &closed)
+            .map_err(|e| self.data_err(e.to_string()))?;
+        let chunk = plan::even_chunk(all.num_rows(), self.meta.layout.file_rows);
+        Ok(plan::slices(all.num_rows(), chunk)
+            .map(|r| OutFile {
+                current: false,
+                keys: keys[r.clone()].to_vec(),
+                batch: all.slice(r.start, r.len()),
+            })
+            .collect())
+    }
+
+    /// The wanted rows `load_states` already read, per file (a file is taken
+    /// from them only when all its wanted rows are there); what is taken
+    /// leaves `want`.
+    fn take_closing_rows(
+        &self,
+        closing: ClosingRows,
+        want: &mut BTreeMap<u32, Vec<u32>>,
+    ) -> Result<Vec<(u32, RecordBatch)>> {
         let mut got = vec![];
-        for (id, rows, batch) in stash {
-            let Some(need) = want.get(&id) else { continue };
+        for SelectedRows { file, rows, batch } in closing.0 {
+            let Some(need) = want.get(&file) else { continue };
             let pos: Option<Vec<u32>> =
                 need.iter().map(|r| rows.binary_search(r).ok().map(|p| p as u32)).collect();
             if let Some(pos) = pos {
                 let idx = deltalake::arrow::array::UInt32Array::from(pos);
-                got.push((
-                    id,
-                    deltalake::arrow::compute::take_record_batch(&batch, &idx)
-                        .map_err(|e| data_err(e.to_string()))?,
-                ));
-                want.remove(&id);
+                let taken = deltalake::arrow::compute::take_record_batch(&batch, &idx)
+                    .map_err(|e| self.data_err(e.to_string()))?;
+                got.push((file, taken));
+                want.remove(&file);
             }
         }
-        for (id, _, batch) in self.read_selected(want).await? {
-            got.push((id, batch));
-        }
-        let (mut closed, mut keys) = (vec![], vec![]);
-        for (id, batch) in got {
-            let here = &meta[&id];
-            let schema = batch.schema();
-            let mut cols = batch.columns().to_vec();
-            let at = |name: &str| schema.index_of(name).map_err(|e| data_err(e.to_string()));
-            cols[at(&r.valid_to)?] = Arc::new(
-                TimestampMicrosecondArray::from_iter_values(here.iter().map(|x| x.1))
-                    .with_timezone("UTC"),
-            );
-            cols[at(&r.is_deleted)?] =
-                Arc::new(BooleanArray::from_iter(here.iter().map(|x| Some(x.2))));
-            closed.push(RecordBatch::try_new(schema, cols).map_err(|e| data_err(e.to_string()))?);
-            keys.extend(here.iter().map(|x| x.3.clone()));
-        }
-        Ok((closed, keys))
+        Ok(got)
     }
 }

@@ -1,27 +1,40 @@
-//! TODO
+//! The commit: one run is one Delta version holding its file actions and its
+//! progress markers (docs/commit-protocol.md).
+//!
+//! Nothing else records progress, so a crash before the commit loses nothing
+//! and a crash after it repeats nothing. Tables are created by their first
+//! commit, through [`create_table`], the one creation path (data tables and
+//! the dead-letter table alike). After a durable commit the in-memory file
+//! list and key index are updated ([`TableStore::finish_commit`]); never
+//! before, so a failed commit leaves them as they were.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
-use deltalake::kernel::{Action, Add, DeletionVectorDescriptor, MetadataExt, Transaction};
+use deltalake::kernel::{
+    Action, DeletionVectorDescriptor, MetadataExt, Protocol, StructType, Transaction,
+};
 use deltalake::protocol::{DeltaOperation, SaveMode};
-use deltalake::Path;
+use deltalake::{DeltaTable, Path};
 use object_store::ObjectStoreExt;
 
+use super::actions::{self, DataChange, FileAction};
 use super::files::FileMeta;
-use super::index::{IndexKey, NO_FILE};
+use super::index::PlacedFile;
 use super::Result;
-use super::{table_url, FxMap, TableError, TableStore, PROP_KEY, PROP_STRATEGY};
+use super::{table_url, TableError, TableStore, PROP_KEY, PROP_STRATEGY};
 use crate::config::Strategy;
-use crate::merge::{Key, Seq, Summary};
+use crate::merge::{Key, Summary};
+use crate::progress::Mark;
 
 /// A write set ready to commit.
 #[derive(Default)]
 pub struct PendingCommit {
     pub(super) actions: Vec<Action>,
-    pub(super) new_files: Vec<(FileMeta, Vec<Key>)>,
+    pub(super) new_files: Vec<NewFile>,
     pub(super) removed: Vec<u32>,
+    /// Key-index updates of the merge (`None`: the key is gone).
     pub(super) index: Vec<(Key, Option<Summary>)>,
     pub files_removed: usize,
     pub files_added: usize,
@@ -29,95 +42,191 @@ pub struct PendingCommit {
     /// Files whose deletion vector grew (merge-on-read) instead of being rewritten.
     pub files_masked: usize,
     /// Compaction: files are rearranged, no row changes (`dataChange: false`).
-    pub rearrange: bool,
-    /// Merge-on-read: files whose deletion vector grows (file id, new DV).
-    pub(super) dv_updates: Vec<(u32, roaring::RoaringTreemap, DeletionVectorDescriptor)>,
+    pub(super) change: Option<DataChange>,
+    /// Merge-on-read: files whose deletion vector grows.
+    pub(super) dv_updates: Vec<DvUpdate>,
+}
+
+impl PendingCommit {
+    /// A write set that only rearranges rows (compaction).
+    pub(super) fn rearrange() -> PendingCommit {
+        PendingCommit { change: Some(DataChange::Rearrange), ..Default::default() }
+    }
+
+    pub(super) fn data_change(&self) -> DataChange {
+        self.change.unwrap_or(DataChange::Rows)
+    }
+}
+
+/// A data file staged by this commit, with its keys in row order (current
+/// rows only; history files carry no index entries).
+pub(super) struct NewFile {
+    pub(super) meta: FileMeta,
+    pub(super) keys: Vec<Key>,
+}
+
+/// A file whose deletion vector this commit replaces.
+pub(super) struct DvUpdate {
+    pub(super) file: u32,
+    pub(super) dv: roaring::RoaringTreemap,
+    pub(super) descriptor: DeletionVectorDescriptor,
+}
+
+/// An encoded data file ready to store.
+pub(super) struct EncodedFile {
+    pub(super) current: bool,
+    pub(super) keys: Vec<Key>,
+    pub(super) rows: usize,
+    pub(super) bytes: Vec<u8>,
+}
+
+/// What a commit records besides its files.
+pub struct CommitRequest {
+    /// The source positions the run consumed.
+    pub progress: Vec<Mark>,
+    /// The run's `_execution_id`, when it took one.
+    pub execution: Option<i64>,
+    /// Commit info (`changelake` key of the commit's `commitInfo`).
+    pub info: serde_json::Value,
+}
+
+/// A table the first commit creates.
+pub(crate) struct NewTable<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) schema: StructType,
+    pub(crate) partition: Option<String>,
+    pub(crate) properties: HashMap<String, String>,
+    /// Merge-on-read: the table supports deletion vectors.
+    pub(crate) deletion_vectors: bool,
+}
+
+impl NewTable<'_> {
+    /// Reader 1 / writer 2 without deletion vectors; with them exactly
+    /// reader 3 / writer 7 + `deletionVectors` (delta-rs' create path would
+    /// upgrade legacy writer features too, including `invariants`, which it
+    /// cannot write without DataFusion).
+    fn protocol(&self) -> std::result::Result<Protocol, serde_json::Error> {
+        serde_json::from_value(if self.deletion_vectors {
+            serde_json::json!({
+                "minReaderVersion": 3, "minWriterVersion": 7,
+                "readerFeatures": ["deletionVectors"], "writerFeatures": ["deletionVectors"]
+            })
+        } else {
+            serde_json::json!({ "minReaderVersion": 1, "minWriterVersion": 2 })
+        })
+    }
+}
+
+/// Creates a table as version 0 holding `actions` (its first files), with
+/// `props` (progress markers, commit info). Fails if a table already exists
+/// there (another writer created it first).
+pub(crate) async fn create_table(
+    uri: &str,
+    new: NewTable<'_>,
+    actions: Vec<Action>,
+    props: CommitProperties,
+) -> Result<DeltaTable> {
+    let delta = |e| TableError::Delta { uri: uri.to_string(), source: e };
+    let err = |msg: String| TableError::Data { uri: uri.to_string(), msg };
+    let mut properties = new.properties.clone();
+    if new.deletion_vectors {
+        properties.insert("delta.enableDeletionVectors".into(), "true".into());
+    }
+    let protocol = new.protocol().map_err(|e| err(format!("protocol: {e}")))?;
+    let metadata = deltalake::kernel::new_metadata(&new.schema, new.partition.clone(), properties)
+        .map_err(|e| err(format!("metadata: {e}")))?
+        .with_name(new.name.to_string())
+        .map_err(|e| err(format!("metadata: {e}")))?;
+    let url = table_url(uri)?;
+    let log_store = deltalake::DeltaTableBuilder::from_url(url.clone())
+        .map_err(delta)?
+        .build_storage()
+        .map_err(delta)?;
+    let op = DeltaOperation::Create {
+        mode: SaveMode::ErrorIfExists,
+        location: url.clone(),
+        protocol: protocol.clone(),
+        metadata: metadata.clone(),
+    };
+    let mut all = vec![Action::Protocol(protocol), Action::Metadata(metadata)];
+    all.extend(actions);
+    let finalized = CommitBuilder::from(props)
+        .with_actions(all)
+        .build(None, log_store, op)
+        .await
+        .map_err(delta)?;
+    let mut t = deltalake::DeltaTableBuilder::from_url(url)
+        .map_err(delta)?
+        .with_version(finalized.version())
+        .load()
+        .await
+        .map_err(delta)?;
+    t.state = Some(finalized.snapshot());
+    Ok(t)
 }
 
 impl TableStore {
-    pub(super) fn exec_app_id(&self) -> String {
-        format!("changelake/{}/_execution", self.meta.name)
-    }
-
     /// Stores an encoded data file and stages its `add` action.
     pub(super) async fn put_file(
         &mut self,
-        current: bool,
-        keys: Vec<Key>,
-        rows: usize,
-        buf: Vec<u8>,
+        file: EncodedFile,
         exec: i64,
         pc: &mut PendingCommit,
     ) -> Result<()> {
+        let EncodedFile { current, keys, rows, bytes } = file;
         if rows == 0 {
             return Ok(());
         }
-        let data_err = |e: String| TableError::Data { uri: self.uri.clone(), msg: e };
         self.file_counter += 1;
         let name = format!(
             "part-{exec:010}-{:05}-{}.zstd.parquet",
             self.file_counter,
             uuid::Uuid::new_v4()
         );
-        let mut pv = HashMap::new();
         let path = match self.meta.partition() {
-            Some(p) => {
-                pv.insert(p.to_string(), Some(current.to_string()));
-                format!("{p}={current}/{name}")
-            }
+            Some(p) => format!("{p}={current}/{name}"),
             None => name,
         };
-        let size = buf.len() as i64;
-        if let Some(t) = &self.table {
-            t.object_store()
-                .put(&Path::from(path.as_str()), buf.into())
-                .await
-                .map_err(|e| data_err(format!("writing {path}: {e}")))?;
-        } else {
-            // First commit creates the table; write through a local/remote store rooted at the URI.
-            let url = table_url(&self.uri)?;
-            let store = deltalake::DeltaTableBuilder::from_url(url)
-                .map_err(|e| self.delta(e))?
-                .build_storage()
-                .map_err(|e| self.delta(e))?
-                .object_store(None);
-            store
-                .put(&Path::from(path.as_str()), buf.into())
-                .await
-                .map_err(|e| data_err(format!("writing {path}: {e}")))?;
-        }
+        let size = bytes.len() as i64;
+        self.store()?
+            .put(&Path::from(path.as_str()), bytes.into())
+            .await
+            .map_err(|e| self.data_err(format!("writing {path}: {e}")))?;
         crate::faults::hit("after_parquet_write");
-        pc.actions.push(Action::Add(Add {
-            path: path.clone(),
-            partition_values: pv,
-            size,
-            modification_time: chrono::Utc::now().timestamp_millis(),
-            data_change: !pc.rearrange,
-            stats: Some(format!("{{\"numRecords\":{rows}}}")),
-            tags: None,
-            deletion_vector: None,
-            base_row_id: None,
-            default_row_commit_version: None,
-            clustering_provider: None,
-        }));
+        let pv = actions::partition_values(self.meta.partition(), current);
+        let file =
+            FileAction { path: &path, partition_values: pv, size, rows, deletion_vector: None };
+        pc.actions.push(actions::add(file, pc.data_change()));
         pc.rows_written += rows;
         pc.files_added += 1;
-        pc.new_files.push((FileMeta { path, rows, size, current, dv: None, dv_desc: None }, keys));
+        let meta = FileMeta { path, rows, size, current, dv: None, dv_desc: None };
+        pc.new_files.push(NewFile { meta, keys });
         Ok(())
     }
 
-    /// Commits staged work plus progress `txn`s; creates the table on first use.
-    /// Returns the new table version.
-    /// Commits staged files and `txn` actions as one Delta version, inside a
-    /// `commit` span carrying the table, the version and the duration.
-    pub async fn commit(
-        &mut self,
-        pc: PendingCommit,
-        txns: Vec<(String, i64)>,
-        exec: Option<i64>,
-        schema_changed: bool,
-        info: serde_json::Value,
-    ) -> Result<i64> {
+    /// Stages the `remove` of a live file.
+    pub(super) fn remove_file(&self, id: u32, pc: &mut PendingCommit) {
+        let f = self.files[id as usize].as_ref().expect("live file");
+        pc.actions.push(actions::remove(self.file_action(f), pc.data_change()));
+        pc.removed.push(id);
+        pc.files_removed += 1;
+    }
+
+    /// A live file as its `add` / `remove` actions describe it.
+    pub(super) fn file_action<'a>(&self, f: &'a FileMeta) -> FileAction<'a> {
+        FileAction {
+            path: &f.path,
+            partition_values: actions::partition_values(self.meta.partition(), f.current),
+            size: f.size,
+            rows: f.rows,
+            deletion_vector: f.dv_desc.clone(),
+        }
+    }
+
+    /// Commits staged files and progress `txn`s as one Delta version (creating
+    /// the table on first use), inside a `commit` span carrying the table,
+    /// the version and the duration. Returns the new version.
+    pub async fn commit(&mut self, pc: PendingCommit, req: CommitRequest) -> Result<i64> {
         use tracing::Instrument;
         let span = tracing::info_span!(
             "commit",
@@ -128,8 +237,7 @@ impl TableStore {
             duration_ms = tracing::field::Empty
         );
         let started = std::time::Instant::now();
-        let r =
-            self.commit_inner(pc, txns, exec, schema_changed, info).instrument(span.clone()).await;
+        let r = self.commit_inner(pc, req).instrument(span.clone()).await;
         span.record("duration_ms", started.elapsed().as_millis() as u64);
         if let Ok(v) = &r {
             span.record("version", v);
@@ -138,147 +246,45 @@ impl TableStore {
         r
     }
 
-    /// Creates a merge-on-read table as version 0 with a protocol of exactly
-    /// reader 3 / writer 7 + `deletionVectors` (delta-rs' create path would
-    /// upgrade legacy writer features too, including `invariants`, which it
-    /// cannot write without DataFusion), then finishes like any commit.
-    pub(super) async fn create_with_deletion_vectors(
-        &mut self,
-        pc: PendingCommit,
-        txns: Vec<Transaction>,
-        mut config: HashMap<String, Option<String>>,
-        app_meta: HashMap<String, serde_json::Value>,
-        exec: Option<i64>,
-    ) -> Result<i64> {
-        config.insert("delta.enableDeletionVectors".into(), Some("true".into()));
-        let err = |msg: String| TableError::Data { uri: self.uri.clone(), msg };
-        let protocol: deltalake::kernel::Protocol = serde_json::from_value(serde_json::json!({
-            "minReaderVersion": 3, "minWriterVersion": 7,
-            "readerFeatures": ["deletionVectors"], "writerFeatures": ["deletionVectors"]
-        }))
-        .map_err(|e| err(format!("protocol: {e}")))?;
-        let conf: Vec<(String, String)> =
-            config.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect();
-        let metadata = deltalake::kernel::new_metadata(
-            &self.delta_schema(),
-            self.meta.partition().map(str::to_string),
-            conf,
-        )
-        .map_err(|e| err(format!("metadata: {e}")))?
-        .with_name(self.meta.name.clone())
-        .map_err(|e| err(format!("metadata: {e}")))?;
-        let url = table_url(&self.uri)?;
-        let log_store = deltalake::DeltaTableBuilder::from_url(url.clone())
-            .map_err(|e| self.delta(e))?
-            .build_storage()
-            .map_err(|e| self.delta(e))?;
-        let op = DeltaOperation::Create {
-            mode: SaveMode::ErrorIfExists,
-            location: url.clone(),
-            protocol: protocol.clone(),
-            metadata: metadata.clone(),
-        };
-        let mut actions = vec![Action::Protocol(protocol), Action::Metadata(metadata)];
-        let mut pc = pc;
-        actions.append(&mut pc.actions);
-        let finalized = CommitBuilder::from(
-            CommitProperties::default().with_application_transactions(txns).with_metadata(app_meta),
-        )
-        .with_actions(actions)
-        .build(None, log_store, op)
-        .await
-        .map_err(|e| self.delta(e))?;
-        let v = finalized.version();
-        let mut t = deltalake::DeltaTableBuilder::from_url(url)
-            .map_err(|e| self.delta(e))?
-            .with_version(v)
-            .load()
-            .await
-            .map_err(|e| self.delta(e))?;
-        t.state = Some(finalized.snapshot());
-        self.table = Some(t);
-        self.finish_commit(pc, v as i64, exec)
-    }
-
-    pub(super) async fn commit_inner(
-        &mut self,
-        mut pc: PendingCommit,
-        txns: Vec<(String, i64)>,
-        exec: Option<i64>,
-        schema_changed: bool,
-        info: serde_json::Value,
-    ) -> Result<i64> {
-        let mut txns: Vec<Transaction> =
-            txns.into_iter().map(|(a, v)| Transaction::new(a, v)).collect();
-        if let Some(e) = exec {
-            txns.push(Transaction::new(self.exec_app_id(), e));
+    async fn commit_inner(&mut self, mut pc: PendingCommit, req: CommitRequest) -> Result<i64> {
+        let mut txns: Vec<Transaction> = req.progress.iter().map(Mark::txn).collect();
+        if let Some(e) = req.execution {
+            txns.push(crate::progress::execution_txn(&self.meta.name, e));
         }
         let app_meta: HashMap<String, serde_json::Value> =
-            [("changelake".to_string(), info)].into_iter().collect();
+            [("changelake".to_string(), req.info)].into_iter().collect();
+        let props =
+            CommitProperties::default().with_application_transactions(txns).with_metadata(app_meta);
+        let actions = std::mem::take(&mut pc.actions);
         let version = match &self.table {
             None => {
-                let url = table_url(&self.uri)?;
-                let schema = self.delta_schema();
-                let mut config: HashMap<String, Option<String>> = HashMap::new();
-                config.insert(PROP_STRATEGY.into(), Some(self.meta.strategy.as_str().into()));
-                config.insert(
-                    PROP_KEY.into(),
-                    Some(serde_json::to_string(&self.meta.business_key).unwrap_or_default()),
-                );
-                config.insert(
-                    "changelake.file_rows".into(),
-                    Some(self.meta.layout.file_rows.to_string()),
-                );
-                if self.meta.layout.deletion_vectors {
-                    return self
-                        .create_with_deletion_vectors(pc, txns, config, app_meta, exec)
-                        .await;
-                }
-                let mut b = deltalake::operations::create::CreateBuilder::new()
-                    .with_location(url.to_string())
-                    .with_table_name(self.meta.name.clone())
-                    .with_columns(schema.fields().cloned())
-                    .with_configuration(config)
-                    .with_raise_if_key_not_exists(false)
-                    .with_actions(std::mem::take(&mut pc.actions))
-                    .with_commit_properties(
-                        CommitProperties::default()
-                            .with_application_transactions(txns)
-                            .with_metadata(app_meta),
-                    );
-                if let Some(p) = self.meta.partition() {
-                    b = b.with_partition_columns([p.to_string()]);
-                }
-                let t = b.await.map_err(|e| self.delta(e))?;
+                let t = create_table(&self.uri, self.new_table(), actions, props).await?;
                 let v = t.version().unwrap_or(0);
                 self.table = Some(t);
                 v
             }
             Some(t) => {
                 let snap = t.snapshot().map_err(|e| self.delta(e))?;
-                let mut actions = vec![];
-                if schema_changed {
-                    let md =
-                        snap.metadata().clone().with_schema(&self.delta_schema()).map_err(|e| {
-                            TableError::Data { uri: self.uri.clone(), msg: e.to_string() }
-                        })?;
-                    actions.push(Action::Metadata(md));
+                let mut all = vec![];
+                if self.schema_changed {
+                    let md = snap
+                        .metadata()
+                        .clone()
+                        .with_schema(&self.delta_schema())
+                        .map_err(|e| self.data_err(e.to_string()))?;
+                    all.push(Action::Metadata(md));
                 }
-                actions.append(&mut pc.actions);
+                all.extend(actions);
                 let op = DeltaOperation::Write {
                     mode: SaveMode::Append,
                     partition_by: self.meta.partition().map(|p| vec![p.to_string()]),
                     predicate: None,
                 };
-                let finalized = CommitBuilder::from(
-                    CommitProperties::default()
-                        .with_application_transactions(txns)
-                        .with_metadata(app_meta),
-                )
-                .with_actions(actions)
-                .build(Some(snap), t.log_store(), op)
-                .await
-                .map_err(|e| self.delta(e))?;
+                let finalized = CommitBuilder::from(props)
+                    .with_actions(all)
+                    .build(Some(snap), t.log_store(), op)
+                    .await
+                    .map_err(|e| self.delta(e))?;
                 let v = finalized.version();
                 let mut t = t.clone();
                 // Advance to *our* commit, not to the latest version: commits by
@@ -291,10 +297,32 @@ impl TableStore {
                 v
             }
         };
-        self.finish_commit(pc, version as i64, exec)
+        self.schema_changed = false;
+        self.finish_commit(pc, version as i64, req.execution)
     }
 
-    /// After a durable commit: update the in-memory layout and key index.
+    /// This table as its first commit creates it, with its identity in the
+    /// table properties.
+    fn new_table(&self) -> NewTable<'_> {
+        let layout = &self.meta.layout;
+        let properties: HashMap<String, String> = [
+            (PROP_STRATEGY, self.meta.strategy.as_str().to_string()),
+            (PROP_KEY, serde_json::to_string(&self.meta.business_key).unwrap_or_default()),
+            ("changelake.file_rows", layout.file_rows.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        NewTable {
+            name: &self.meta.name,
+            schema: self.delta_schema(),
+            partition: self.meta.partition().map(str::to_string),
+            properties,
+            deletion_vectors: layout.deletion_vectors,
+        }
+    }
+
+    /// After a durable commit: update the in-memory file list and key index.
     pub(super) fn finish_commit(
         &mut self,
         pc: PendingCommit,
@@ -302,71 +330,27 @@ impl TableStore {
         exec: Option<i64>,
     ) -> Result<i64> {
         crate::faults::hit("after_delta_commit");
-        // The commit is durable: now update the in-memory layout and index.
         for id in pc.removed {
             if let Some(f) = self.files[id as usize].take() {
                 self.filters.lock().unwrap_or_else(|e| e.into_inner()).remove(&f.path);
             }
         }
-        for (id, dv, desc) in pc.dv_updates {
-            if let Some(f) = self.files[id as usize].as_mut() {
-                f.dv = Some(Arc::new(dv));
-                f.dv_desc = Some(desc);
+        for u in pc.dv_updates {
+            if let Some(f) = self.files[u.file as usize].as_mut() {
+                f.dv = Some(Arc::new(u.dv));
+                f.dv_desc = Some(u.descriptor);
             }
         }
-        // Keys are looked up on all cores first (see `locate`); the updates
-        // then go by position. Inserts append (positions stay valid); removals
-        // (`swap_remove` moves the last entry) come last.
-        let mut placed: Vec<(&[u8], u32, u32)> = vec![];
-        for (id, (fm, keys)) in (self.files.len() as u32..).zip(&pc.new_files) {
-            if fm.current {
-                placed.extend(keys.iter().enumerate().map(|(row, k)| (&k[..], id, row as u32)));
-            }
-        }
-        let at = self.positions(&placed, |(k, _, _)| k);
-        let summaries: Vec<(&[u8], &Summary)> =
-            pc.index.iter().filter_map(|(k, s)| s.as_ref().map(|s| (&k[..], s))).collect();
-        let at_summary = self.positions(&summaries, |(k, _)| k);
-        let mut inserted: FxMap<&[u8], usize> = FxMap::default();
-        let is_scd2 = self.meta.strategy == Strategy::Scd2;
-        for ((k, id, row), at) in placed.into_iter().zip(at) {
-            match at {
-                Some(i) => {
-                    let e = self.index.get_index_mut(i).expect("position").1;
-                    e.0 = id;
-                    e.1 = row;
-                }
-                None => {
-                    // Placeholder; the summary follows below.
-                    let s = Summary {
-                        seq: Seq::Int(0),
-                        deleted: false,
-                        valid_from: i64::MIN,
-                        row_hash: 0,
-                        tracked_hash: 0,
-                    };
-                    inserted.insert(k, self.index.insert_full(IndexKey::new(k), (id, row, s)).0);
-                }
-            }
-        }
-        for ((k, s), at) in summaries.into_iter().zip(at_summary) {
-            let i = match at.or_else(|| inserted.get(k).copied()) {
-                Some(i) => i,
-                None => self.index.insert_full(IndexKey::new(k), (NO_FILE, 0, s.clone())).0,
-            };
-            let e = self.index.get_index_mut(i).expect("position").1;
-            if s.deleted && is_scd2 {
-                e.0 = NO_FILE;
-            }
-            e.2 = s.clone();
-        }
-        for (k, s) in &pc.index {
-            if s.is_none() {
-                self.index.swap_remove(&k[..]);
-            }
-        }
-        for (fm, _) in pc.new_files {
-            self.files.push(Some(fm));
+        let first_new = self.files.len() as u32;
+        let placed: Vec<PlacedFile> = (first_new..)
+            .zip(&pc.new_files)
+            .filter(|(_, f)| f.meta.current)
+            .map(|(id, f)| PlacedFile { id, keys: &f.keys })
+            .collect();
+        let deleted_has_no_row = self.meta.strategy == Strategy::Scd2;
+        self.index.apply_commit(&placed, &pc.index, deleted_has_no_row);
+        for f in pc.new_files {
+            self.files.push(Some(f.meta));
         }
         if let Some(e) = exec {
             self.last_exec = self.last_exec.max(e);

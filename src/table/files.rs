@@ -1,4 +1,10 @@
-//! TODO
+//! Reading data files: whole files, chosen rows, chosen columns, always in
+//! the table's current schema, and the run's cache of decoded files.
+//!
+//! A uniform update touches every file and decoding dominates, so files are
+//! decoded on all cores, a copy-on-write rewrite decodes each touched file
+//! once per run (the cache holds up to `CACHE_ROWS` rows), and reads that
+//! need a few rows use parquet row selections instead of decoding the rest.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -6,11 +12,11 @@ use std::sync::Arc;
 use deltalake::arrow::array::{Array, ArrayRef, RecordBatch};
 use deltalake::kernel::DeletionVectorDescriptor;
 use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use deltalake::Path;
+use deltalake::{DeltaTable, Path};
 use object_store::ObjectStoreExt;
 
 use super::convert::{build_array, cell};
-use super::Result;
+use super::{dv, Result};
 use super::{TableError, TableStore};
 use crate::merge::{Key, Spec};
 use crate::par::par_map;
@@ -32,6 +38,14 @@ pub(super) struct FileMeta {
     pub(super) dv_desc: Option<DeletionVectorDescriptor>,
 }
 
+/// Chosen physical rows of one file (sorted), read as one Arrow batch in
+/// row order.
+pub(super) struct SelectedRows {
+    pub(super) file: u32,
+    pub(super) rows: Vec<u32>,
+    pub(super) batch: RecordBatch,
+}
+
 impl FileMeta {
     pub(super) fn deleted(&self, row: u32) -> bool {
         self.dv.as_ref().is_some_and(|d| d.contains(row as u64))
@@ -42,6 +56,41 @@ impl FileMeta {
 }
 
 impl TableStore {
+    /// The live files of the table's snapshot, with their deletion vectors.
+    pub(super) async fn load_files(&mut self, table: &DeltaTable) -> Result<()> {
+        let snap = table.snapshot().map_err(|e| self.delta(e))?;
+        let part = self.meta.partition().map(str::to_string);
+        let mut files = vec![];
+        for fv in snap.log_data() {
+            let current = match &part {
+                None => true,
+                Some(p) => {
+                    fv.partition_values_map().get(p).cloned().flatten().as_deref() == Some("true")
+                }
+            };
+            files.push(FileMeta {
+                path: fv.path().to_string(),
+                rows: fv.num_records().unwrap_or(0),
+                size: fv.size(),
+                current,
+                dv: None,
+                dv_desc: fv.deletion_vector_descriptor(),
+            });
+        }
+        for f in &mut files {
+            if let Some(d) = &f.dv_desc {
+                let dv =
+                    read_deletion_vector(table, d).await.map_err(|msg| TableError::Refused {
+                        uri: self.uri.clone(),
+                        msg: format!("file {}: {msg}", f.path),
+                    })?;
+                f.dv = Some(Arc::new(dv));
+            }
+        }
+        self.files = files.into_iter().map(Some).collect();
+        Ok(())
+    }
+
     /// The file as Arrow batches in the table's current schema (columns added
     /// since it was written are NULL; a changed type is converted as
     /// [`Value::convert`] does).
@@ -162,25 +211,15 @@ impl TableStore {
         Ok(())
     }
 
-    /// A file's batches, from the run's cache or read (and cached with `keep`:
-    /// `load_states` reads the files `stage` will rewrite, so each touched
-    /// file is decoded once per run).
-    pub(super) async fn batches(&self, id: u32, keep: bool) -> Result<Arc<Vec<RecordBatch>>> {
+    /// A file's batches, from the run's cache (filled by
+    /// [`TableStore::prefetch`]) or read now.
+    pub(super) async fn batches(&self, id: u32) -> Result<Arc<Vec<RecordBatch>>> {
         if let Some(b) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&id) {
             if b.first().is_none_or(|x| x.schema() == self.arrow_schema()) {
                 return Ok(b.clone());
             }
         }
-        let b = Arc::new(self.read_batches(id).await?);
-        if keep {
-            let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-            let cached: usize =
-                c.values().map(|v| v.iter().map(|x| x.num_rows()).sum::<usize>()).sum();
-            if cached < CACHE_ROWS {
-                c.insert(id, b.clone());
-            }
-        }
-        Ok(b)
+        Ok(Arc::new(self.read_batches(id).await?))
     }
 
     /// Business keys of a batch's rows (only the key columns are converted).
@@ -204,7 +243,7 @@ impl TableStore {
     pub(super) async fn read_selected(
         &self,
         want: BTreeMap<u32, Vec<u32>>,
-    ) -> Result<Vec<(u32, Vec<u32>, RecordBatch)>> {
+    ) -> Result<Vec<SelectedRows>> {
         let data_err = |msg: String| TableError::Data { uri: self.uri.clone(), msg };
         let schema = self.arrow_schema();
         let mut out = vec![];
@@ -235,7 +274,7 @@ impl TableStore {
                     }
                     let taken = deltalake::arrow::compute::concat_batches(&schema, &parts)
                         .map_err(|e| data_err(e.to_string()))?;
-                    out.push((id, rows, taken));
+                    out.push(SelectedRows { file: id, rows, batch: taken });
                 }
                 None => todo.push((id, rows, self.fetch(id).await?)),
             }
@@ -254,7 +293,7 @@ impl TableStore {
                     ),
                 });
             }
-            Ok((id, rows, all))
+            Ok(SelectedRows { file: id, rows, batch: all })
         }) {
             out.push(r?);
         }
@@ -278,4 +317,22 @@ impl TableStore {
         let mask = ProjectionMask::columns(builder.parquet_schema(), names.iter().copied());
         builder.with_projection(mask).with_batch_size(64 * 1024).build().map_err(data_err)
     }
+}
+
+/// Reads a deletion vector written as changelake writes them (a file
+/// relative to the table); other storage types are refused.
+async fn read_deletion_vector(
+    table: &DeltaTable,
+    d: &DeletionVectorDescriptor,
+) -> std::result::Result<roaring::RoaringTreemap, String> {
+    let path = dv::descriptor_file(d)?;
+    let bytes = table
+        .object_store()
+        .get(&Path::from(path.as_str()))
+        .await
+        .map_err(|e| format!("reading {path}: {e}"))?
+        .bytes()
+        .await
+        .map_err(|e| format!("reading {path}: {e}"))?;
+    dv::decode(&bytes, d).map_err(|e| format!("{path}: {e}"))
 }

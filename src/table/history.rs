@@ -1,4 +1,8 @@
-//! TODO
+//! Closed scd2 history: what the table needs from it is found without
+//! decoding it. At open, the newest version of keys without a current row
+//! (is it a deleted one?) comes from a few projected columns; for late rows,
+//! the versions of just the late keys come from files whose key bloom filters
+//! may hold them. Both keep the cost of a run or a restart off the table's age.
 
 use std::sync::Arc;
 
@@ -8,10 +12,11 @@ use object_store::ObjectStoreExt;
 
 use super::convert::{cell, KeyCols};
 use super::files::FileMeta;
-use super::parquet::KeyFilter;
+use super::parquet::{key_columns, KeyFilter};
 use super::Result;
 use super::{FxSet, TableError, TableStore};
-use crate::merge::{Key, KeyMap, Spec, Version};
+use crate::merge::{version_order, Key, KeyMap, KeyState, Need, Spec, Version};
+use crate::par::par_map;
 use crate::value::{DType, Value};
 
 /// A key's newest version seen in history so far (see `history_heads`).
@@ -24,10 +29,10 @@ pub(super) struct HistoryHead {
 }
 
 impl HistoryHead {
-    /// Versions order by sequence, then by run (SPEC 5).
+    /// Whether this version is newer (see [`version_order`]).
     pub(super) fn newer_than(&self, other: &HistoryHead) -> bool {
-        crate::value::cmp_slices(&self.seq, &other.seq).then(self.exec.cmp(&other.exec))
-            == std::cmp::Ordering::Greater
+        let by_sequence = crate::value::cmp_slices(&self.seq, &other.seq);
+        version_order(by_sequence, self.exec, other.exec) == std::cmp::Ordering::Greater
     }
 
     /// Keeps `h` as `key`'s head if it is the first seen or newer (a tie keeps the first).
@@ -83,8 +88,7 @@ impl TableStore {
             for i in 0..batch.num_rows() {
                 let row = row_no;
                 row_no += 1;
-                if f.deleted(row) || !keys.encode(i, &mut buf) || self.index.contains_key(&buf[..])
-                {
+                if f.deleted(row) || !keys.encode(i, &mut buf) || self.index.contains(&buf[..]) {
                     continue;
                 }
                 let h = HistoryHead {
@@ -203,5 +207,62 @@ impl TableStore {
             .map(|(_, k)| k)
             .zip(self.versions_of(id, &all, rows.into_iter().enumerate()))
             .collect())
+    }
+
+    /// Late rows need a key's closed versions: closed history is scanned for
+    /// just those keys. Only the key columns of history files are decoded to
+    /// find the keys' rows, then only those rows are read in full, on all
+    /// cores. Files whose key bloom filters rule out every late key are
+    /// skipped. A key whose latest version is a deleted, closed one gets it
+    /// as `latest_closed`.
+    pub(super) async fn load_late_history(
+        &self,
+        spec: &Spec,
+        needs: &KeyMap<Need>,
+        states: &mut KeyMap<KeyState>,
+    ) -> Result<()> {
+        let late: Vec<(&[u8], Option<Vec<Value>>)> = needs
+            .iter()
+            .filter(|(_, n)| **n == Need::History)
+            .map(|(k, _)| (&k[..], Value::decode_all(k)))
+            .collect();
+        let (mut todo, mut history_files) = (vec![], 0usize);
+        let key_columns = key_columns(spec);
+        for (id, f) in self.files.iter().enumerate() {
+            let Some(f) = f.as_ref().filter(|f| !f.current) else { continue };
+            history_files += 1;
+            let filter = self.key_filter(f, &key_columns).await;
+            let wanted: FxSet<&[u8]> = late
+                .iter()
+                .filter(|(_, v)| match (&filter, v) {
+                    (Some(filter), Some(v)) => filter.may_contain(v),
+                    _ => true,
+                })
+                .map(|(k, _)| *k)
+                .collect();
+            if !wanted.is_empty() {
+                todo.push((id as u32, self.fetch(id as u32).await?, wanted));
+            }
+        }
+        tracing::debug!(
+            late_keys = late.len(),
+            history_files,
+            scanned = todo.len(),
+            "late rows: history files scanned"
+        );
+        for found in
+            par_map(todo, |(id, bytes, wanted)| self.history_rows(id, spec, bytes, &wanted))
+        {
+            for (k, v) in found? {
+                states.entry(k).or_default().history.push(v);
+            }
+        }
+        for (k, st) in states.iter_mut() {
+            if st.current.is_none() && self.index.get(&k[..]).is_some_and(|e| e.summary.deleted) {
+                st.latest_closed =
+                    st.history.iter().max_by(|a, b| spec.cmp_versions(a, b)).cloned();
+            }
+        }
+        Ok(())
     }
 }

@@ -1,7 +1,13 @@
-//! TODO
+//! The key index: per business key, the file and physical row holding its
+//! current row and a [`Summary`] of its latest version.
+//!
+//! With it, older rows and exact replays are settled without reading any
+//! data file (`merge::classify`), the files a run must rewrite or mask are
+//! known without scanning, and an scd2 close never reads the version it
+//! closes as values. It is built at open (see `state.rs`) and updated only
+//! after a durable commit ([`KeyIndex::apply_commit`]).
 
-use super::TableStore;
-use crate::merge::Summary;
+use crate::merge::{Key, Seq, Summary};
 
 /// A business key as the key index stores it: 16 bytes, inline up to 14
 /// bytes (every integer key, short codes), otherwise behind one thin pointer.
@@ -16,7 +22,7 @@ pub(super) enum IndexKey {
 
 const _: () = assert!(std::mem::size_of::<IndexKey>() == 16);
 
-const _: () = assert!(std::mem::size_of::<(IndexKey, (u32, u32, Summary))>() == 72);
+const _: () = assert!(std::mem::size_of::<(IndexKey, Entry)>() == 72);
 
 impl IndexKey {
     pub(super) fn new(k: &[u8]) -> IndexKey {
@@ -57,42 +63,164 @@ impl PartialEq for IndexKey {
 
 impl Eq for IndexKey {}
 
+/// The file of a key kept only as deleted (scd2: its latest version is a
+/// closed, deleted one; it has no current row).
 pub(super) const NO_FILE: u32 = u32::MAX;
 
-impl TableStore {
-    /// Where each key's stored row lives (file, row; the file is `NO_FILE`
-    /// for a key kept only as deleted), looked up on all cores. Each lookup
-    /// into an index of millions of keys is a cache miss or two, and a run
-    /// makes several per changed key: one after another they were a tenth
-    /// of an scd2 run on the 1M-key bench.
+/// Where a stored row lives: its file and physical row in that file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Location {
+    pub(super) file: u32,
+    pub(super) row: u32,
+}
+
+/// One key's entry.
+#[derive(Debug, Clone)]
+pub(super) struct Entry {
+    pub(super) file: u32,
+    pub(super) row: u32,
+    pub(super) summary: Summary,
+}
+
+impl Entry {
+    fn location(&self) -> Location {
+        Location { file: self.file, row: self.row }
+    }
+}
+
+/// Business key -> entry. Dense entries plus a table of positions
+/// (indexmap): a hash table of 72-byte entries would be up to half empty
+/// after growing; here the slack costs 9 bytes per slot.
+#[derive(Default)]
+pub(super) struct KeyIndex {
+    map: indexmap::IndexMap<IndexKey, Entry, rustc_hash::FxBuildHasher>,
+}
+
+/// A data file a commit adds to the current rows, with its keys in row order.
+pub(super) struct PlacedFile<'a> {
+    pub(super) id: u32,
+    pub(super) keys: &'a [Key],
+}
+
+impl KeyIndex {
+    pub(super) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub(super) fn get(&self, key: &[u8]) -> Option<&Entry> {
+        self.map.get(key)
+    }
+
+    pub(super) fn contains(&self, key: &[u8]) -> bool {
+        self.map.contains_key(key)
+    }
+
+    pub(super) fn insert(&mut self, key: &[u8], entry: Entry) {
+        self.map.insert(IndexKey::new(key), entry);
+    }
+
+    /// Where each key's stored row lives (the file is `NO_FILE` for a key
+    /// kept only as deleted), looked up on all cores. Each lookup into an
+    /// index of millions of keys is a cache miss or two, and a run makes
+    /// several per changed key: one after another they were a tenth of an
+    /// scd2 run on the 1M-key bench.
     pub(super) fn locate<T: Sync>(
         &self,
         items: &[T],
         key: impl Fn(&T) -> &[u8] + Sync,
-    ) -> Vec<Option<(u32, u32)>> {
+    ) -> Vec<Option<Location>> {
         use rayon::prelude::*;
         items
             .par_iter()
             .with_min_len(4096)
-            .map(|t| self.index.get(key(t)).map(|(f, r, _)| (*f, *r)))
+            .map(|t| self.map.get(key(t)).map(Entry::location))
             .collect()
     }
 
-    /// Positions in the index's dense entries (see [`TableStore::locate`]).
-    pub(super) fn positions<T: Sync>(
+    /// Positions in the dense entries (see [`KeyIndex::locate`]).
+    fn positions<T: Sync>(
         &self,
         items: &[T],
         key: impl Fn(&T) -> &[u8] + Sync,
     ) -> Vec<Option<usize>> {
         use rayon::prelude::*;
-        items.par_iter().with_min_len(4096).map(|t| self.index.get_index_of(key(t))).collect()
+        items.par_iter().with_min_len(4096).map(|t| self.map.get_index_of(key(t))).collect()
     }
 
     /// Stored keys with a live current row (snapshot merge candidates).
-    pub fn live_keys(&self) -> impl Iterator<Item = &[u8]> {
-        self.index
+    pub(super) fn live_keys(&self) -> impl Iterator<Item = &[u8]> {
+        self.map
             .iter()
-            .filter(|(_, (f, _, s))| *f != NO_FILE && !s.deleted)
+            .filter(|(_, e)| e.file != NO_FILE && !e.summary.deleted)
             .map(|(k, _)| k.as_slice())
+    }
+
+    /// After a durable commit: the keys of the files it added to the current
+    /// rows move there, the merge's summaries replace the stored ones (`None`:
+    /// the key is gone). With `deleted_has_no_row` (scd2), a key whose latest
+    /// version is deleted keeps no current row.
+    ///
+    /// Keys are looked up on all cores first (see `locate`); the updates then
+    /// go by position. Inserts append (positions stay valid); removals
+    /// (`swap_remove` moves the last entry) come last.
+    pub(super) fn apply_commit(
+        &mut self,
+        placed: &[PlacedFile],
+        summaries: &[(Key, Option<Summary>)],
+        deleted_has_no_row: bool,
+    ) {
+        let rows: Vec<(&[u8], Location)> = placed
+            .iter()
+            .flat_map(|f| {
+                f.keys
+                    .iter()
+                    .enumerate()
+                    .map(|(row, k)| (&k[..], Location { file: f.id, row: row as u32 }))
+            })
+            .collect();
+        let at = self.positions(&rows, |(k, _)| k);
+        let updates: Vec<(&[u8], &Summary)> =
+            summaries.iter().filter_map(|(k, s)| s.as_ref().map(|s| (&k[..], s))).collect();
+        let at_summary = self.positions(&updates, |(k, _)| k);
+        let mut inserted: rustc_hash::FxHashMap<&[u8], usize> = Default::default();
+        for ((k, loc), at) in rows.into_iter().zip(at) {
+            match at {
+                Some(i) => {
+                    let e = self.map.get_index_mut(i).expect("position").1;
+                    (e.file, e.row) = (loc.file, loc.row);
+                }
+                None => {
+                    // Placeholder; the summary follows below.
+                    let summary = Summary {
+                        seq: Seq::Int(0),
+                        deleted: false,
+                        valid_from: i64::MIN,
+                        row_hash: 0,
+                        tracked_hash: 0,
+                    };
+                    let e = Entry { file: loc.file, row: loc.row, summary };
+                    inserted.insert(k, self.map.insert_full(IndexKey::new(k), e).0);
+                }
+            }
+        }
+        for ((k, s), at) in updates.into_iter().zip(at_summary) {
+            let i = match at.or_else(|| inserted.get(k).copied()) {
+                Some(i) => i,
+                None => {
+                    let e = Entry { file: NO_FILE, row: 0, summary: s.clone() };
+                    self.map.insert_full(IndexKey::new(k), e).0
+                }
+            };
+            let e = self.map.get_index_mut(i).expect("position").1;
+            if s.deleted && deleted_has_no_row {
+                e.file = NO_FILE;
+            }
+            e.summary = s.clone();
+        }
+        for (k, s) in summaries {
+            if s.is_none() {
+                self.map.swap_remove(&k[..]);
+            }
+        }
     }
 }

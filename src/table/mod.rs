@@ -1,86 +1,38 @@
-//! The Delta Lake table store: layout, key index, commits with progress.
+//! The Delta Lake table store: one changelake table, its layout, key index
+//! and commits with progress.
 //!
-//! ## Layout, and why
+//! A run reads what the merge needs, stages new files and actions, and
+//! commits them as one Delta version with its progress markers. Each step has
+//! its own module, in the order a run uses them:
 //!
-//! A CDC run touches a small, usually *recent* slice of a table. Copy-on-write
-//! Delta tables pay for every file a run rewrites, so the layout keeps each
-//! run's rewrite proportional to the keys it touches, not to the table:
+//! | module | job |
+//! | --- | --- |
+//! | `mod.rs` | open a table, check it is ours and fits the config |
+//! | [`index`] | the key index: where each key's row lives, what it holds |
+//! | [`files`] | reading data files, the run's cache of decoded files |
+//! | [`state`] | building the index at open, loading what the merge needs |
+//! | [`history`] | finding closed scd2 versions without decoding history |
+//! | [`plan`] | pure layout decisions: rewrite or mask, waves, file sizes |
+//! | [`stage`] | turning a merge output into files and actions |
+//! | [`closes`] | scd2 closes copied into history at the Arrow level |
+//! | [`masks`] | merge-on-read: staging grown deletion vectors |
+//! | [`dv`] | the deletion-vector codec |
+//! | [`actions`] | `add` / `remove` actions |
+//! | [`commit`] | the commit, table creation, updating state after it |
+//! | [`compact`] | small-file compaction |
+//! | [`upkeep`] | checkpoints, vacuum and the orphan sweep |
+//! | [`convert`] | Arrow <-> values, Delta and Arrow schemas |
+//! | [`parquet`] | parquet encoding and the key bloom filters |
 //!
-//! * **Current rows** (scd1: the whole table; scd2: the `_is_current=true`
-//!   partition) live in files that each hold a run of keys. A key stays in its
-//!   file for its whole life; the key index remembers which file that is, so a
-//!   run rewrites exactly the files holding touched keys and nothing else.
-//! * **New keys** of a run are sorted by key and spread over up to `spread`
-//!   files of at most `file_rows` rows (at least 16 per file). Keys that are
-//!   inserted together — and for CRM data, created together — stay together,
-//!   which is the locality real update streams have (most updates hit recent
-//!   rows). Small inserts top up the newest file while it is under a quarter
-//!   of `file_rows`, so a streaming table does not drown in tiny files.
-//! * **Closed scd2 history** goes to the `_is_current=false` partition, one
-//!   new file per run. It is append-only: closing a version moves it out of
-//!   the current files, late versions are appended. Only business-time
-//!   backdating, which must shorten a stored neighbour, rewrites a history file.
-//!   A processing-time close (`Need::Close`) never becomes values: the stored
-//!   rows are read with a parquet row selection (their physical rows come from
-//!   the key index) and copied at the Arrow level with `_valid_to` and
-//!   `_is_deleted` replaced.
-//! * **Rewrites** (copy-on-write) go in waves of about a million stored rows,
-//!   each written before the next is read, so memory follows the wave, not
-//!   the table.
-//!
-//! Hash-bucketing was considered and rejected: it spreads the hot, recent keys
-//! across every bucket, so a 1% update would rewrite every file.
-//!
-//! ## Merge-on-read (`layout.deletion_vectors`)
-//!
-//! Copy-on-write pays for every file a run touches, and uniformly spread
-//! updates touch all of them, so a run's cost grows with the table. With
-//! deletion vectors a touched file is not rewritten: the physical rows of
-//! replaced and deleted keys are added to its Delta deletion vector (one DV
-//! file per run, the standard RoaringTreemap format) and the new versions are
-//! appended to new files, so a run costs what the batch changes. The key index
-//! therefore keeps each key's physical row. A file whose DV would mask half of
-//! it or more is rewritten instead (dropping the masked rows), and compaction
-//! drops masked rows too. Off by default: readers need the `deletionVectors`
-//! feature (Spark, delta-kernel, delta-rs' DataFusion `scan`; not pyarrow
-//! datasets).
-//!
-//! ## Maintenance
-//!
-//! Small files (a streaming run's leftovers) are compacted into full ones with
-//! `dataChange: false`; a checkpoint is written every `checkpoint_interval`
-//! commits, and data files removed and deletion vectors replaced longer ago
-//! than `vacuum_retention` are deleted (counted from the removing commit), as
-//! are files a crashed writer never committed (see `TableStore::sweep`).
-//!
-//! ## Key index
-//!
-//! Opening a table reads its current rows once and keeps, per business key,
-//! the file and physical row holding the key and a [`Summary`] (latest
-//! sequence, deleted flag, latest `_valid_from`, row and tracked-column
-//! hashes): 72 bytes per key, keys up to 14 bytes inline (`IndexKey`).
-//! With it, older rows and exact replays are
-//! settled without reading any data file (`merge::classify`), and the files a
-//! run must rewrite are known without scanning. For scd2, keys whose latest
-//! version is a deleted, closed one are found by a projected scan of history
-//! at open.
-//!
-//! ## Commit protocol (SPEC 8)
-//!
-//! One run is one Delta commit: the remove/add actions plus one `txn` action
-//! per consumed source position (`changelake/<table>/<source>`, version = next
-//! position to read) and `changelake/<table>/_execution` holding the last
-//! `_execution_id`. Nothing else records progress, so a crash before the
-//! commit loses nothing and a crash after it repeats nothing.
-
-use std::collections::{HashMap, HashSet};
+//! Hash-bucketing was considered for the layout and rejected: it spreads the
+//! hot, recent keys across every bucket, so a 1% update would rewrite every
+//! file (see [`plan`] for the layout that was chosen).
 
 mod actions;
 mod closes;
 mod commit;
 mod compact;
 mod convert;
-pub use convert::cell;
 mod dv;
 mod files;
 mod history;
@@ -92,10 +44,10 @@ mod stage;
 mod state;
 mod upkeep;
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use deltalake::arrow::array::RecordBatch;
-use deltalake::kernel::DeletionVectorDescriptor;
 use deltalake::{DeltaTable, DeltaTableError, ObjectStore};
 use url::Url;
 
@@ -103,17 +55,23 @@ use crate::config::{Layout, Reserved, Strategy};
 use crate::merge::Summary;
 use crate::value::DType;
 use convert::dtype_of;
-use dv::read_dv;
 use files::FileMeta;
-use index::IndexKey;
+use index::KeyIndex;
 use parquet::KeyFilter;
 
-type FxMap<K, V> = HashMap<K, V, rustc_hash::FxBuildHasher>;
+pub(crate) use actions::{add, DataChange, FileAction};
+pub(crate) use commit::{create_table, NewTable};
+pub use commit::{CommitRequest, PendingCommit};
+pub use convert::cell;
+pub(crate) use parquet::encode_parquet;
+pub use state::{ClosingRows, LoadedStates};
 
+type FxMap<K, V> = HashMap<K, V, rustc_hash::FxBuildHasher>;
 type FxSet<K> = HashSet<K, rustc_hash::FxBuildHasher>;
 
+/// Table property naming the strategy a table was created with.
 pub const PROP_STRATEGY: &str = "changelake.strategy";
-
+/// Table property holding the business key (a JSON list of column names).
 pub const PROP_KEY: &str = "changelake.business_key";
 
 #[derive(Debug, thiserror::Error)]
@@ -151,6 +109,8 @@ pub struct TableMeta {
 }
 
 impl TableMeta {
+    /// The partition column: scd2 tables keep current rows and closed
+    /// history apart (`_is_current=true|false`).
     fn partition(&self) -> Option<&str> {
         (self.strategy == Strategy::Scd2).then_some(self.reserved.is_current.as_str())
     }
@@ -182,20 +142,14 @@ pub struct TableStore {
     table: Option<DeltaTable>,
     /// Data columns (source columns), in table order.
     pub columns: Vec<(String, DType)>,
+    /// Columns added since the last commit (written with the next one).
+    schema_changed: bool,
     files: Vec<Option<FileMeta>>,
-    /// Business key -> (file, physical row, summary).
-    /// Dense entries plus a table of positions (indexmap): a hash table of
-    /// 72-byte entries would be up to half empty after growing; here the
-    /// slack costs 9 bytes per slot.
-    index: indexmap::IndexMap<IndexKey, (u32, u32, Summary), rustc_hash::FxBuildHasher>,
+    index: KeyIndex,
     pub last_exec: i64,
     file_counter: u64,
-    /// Decoded batches of the files the current run touches (see `batches`).
+    /// Decoded batches of the files the current run touches (see `files.rs`).
     cache: std::sync::Mutex<HashMap<u32, Arc<Vec<RecordBatch>>>>,
-    /// Rows read by `load_states` for keys the merge will close (scd2
-    /// `Need::Close`), per file: (sorted physical rows, those rows). Read in
-    /// the same pass as the rows the merge needs as values, used by `stage`.
-    selected: std::sync::Mutex<Vec<(u32, Vec<u32>, RecordBatch)>>,
     /// Key filters of history files, by path, loaded when late rows first
     /// need them (`None`: a file written without bloom filters).
     filters: std::sync::Mutex<HashMap<String, Option<Arc<KeyFilter>>>>,
@@ -241,90 +195,23 @@ impl TableStore {
             meta,
             table: None,
             columns: vec![],
+            schema_changed: false,
             files: vec![],
             index: Default::default(),
             last_exec: 0,
             file_counter: 0,
             cache: Default::default(),
-            selected: Default::default(),
             filters: Default::default(),
         };
         let Some(table) = open_existing(uri).await? else {
             return Ok(store);
         };
         let snap = table.snapshot().map_err(|e| store.delta(e))?;
-        let props = snap.metadata().configuration().clone();
-        let refuse = |msg: String| TableError::Refused { uri: uri.to_string(), msg };
-        match props.get(PROP_STRATEGY) {
-            None => {
-                return Err(refuse(
-                    "exists but was not created by changelake (no changelake.strategy property); refusing to write into it".into(),
-                ))
-            }
-            Some(s) if s != store.meta.strategy.as_str() => {
-                return Err(refuse(format!(
-                    "was created with strategy {s}, the config says {}; refusing to write",
-                    store.meta.strategy.as_str()
-                )))
-            }
-            _ => {}
-        }
-        if store.meta.layout.deletion_vectors
-            && props.get("delta.enableDeletionVectors").map(String::as_str) != Some("true")
-        {
-            tracing::warn!(
-                table = %store.meta.name,
-                "layout.deletion_vectors applies to new tables only; this table was created without them and stays copy-on-write"
-            );
-            store.meta.layout.deletion_vectors = false;
-        }
-        let key_json = serde_json::to_string(&store.meta.business_key).unwrap_or_default();
-        if let Some(k) = props.get(PROP_KEY) {
-            if *k != key_json {
-                return Err(refuse(format!("was created with business key {k}, the config says {key_json}; refusing to write")));
-            }
-        }
-        for f in snap.schema().fields() {
-            if store.meta.is_system(f.name()) {
-                continue;
-            }
-            let t = dtype_of(f.data_type()).ok_or_else(|| {
-                refuse(format!("column {} has unsupported type {:?}", f.name(), f.data_type()))
-            })?;
-            store.columns.push((f.name().to_string(), t));
-        }
-        let part = store.meta.partition().map(str::to_string);
-        let views: Vec<(String, usize, i64, bool, Option<DeletionVectorDescriptor>)> = snap
-            .log_data()
-            .into_iter()
-            .map(|fv| {
-                let pv = fv.partition_values_map();
-                let current = match &part {
-                    None => true,
-                    Some(p) => pv.get(p).cloned().flatten().as_deref() == Some("true"),
-                };
-                (
-                    fv.path().to_string(),
-                    fv.num_records().unwrap_or(0),
-                    fv.size(),
-                    current,
-                    fv.deletion_vector_descriptor(),
-                )
-            })
-            .collect();
-        for (path, rows, size, current, dv_desc) in views {
-            let dv = match &dv_desc {
-                Some(d) => Some(Arc::new(
-                    read_dv(&table, d)
-                        .await
-                        .map_err(|msg| refuse(format!("file {path}: {msg}")))?,
-                )),
-                None => None,
-            };
-            store.files.push(Some(FileMeta { path, rows, size, current, dv, dv_desc }));
-        }
-        store.last_exec = snap
-            .transaction_version(table.log_store().as_ref(), store.exec_app_id())
+        store.check_identity(snap.metadata().configuration())?;
+        store.load_columns(snap.schema().fields())?;
+        store.load_files(&table).await?;
+        let exec_app = crate::progress::execution_app_id(&store.meta.name);
+        store.last_exec = crate::progress::stored_version(&table, &exec_app)
             .await
             .map_err(|e| store.delta(e))?
             .unwrap_or(0);
@@ -333,8 +220,66 @@ impl TableStore {
         Ok(store)
     }
 
+    /// Refuses a table changelake did not create, or created with another
+    /// strategy or business key; a merge-on-read layout applies to new
+    /// tables only (docs/commit-protocol.md, table properties).
+    fn check_identity(&mut self, props: &HashMap<String, String>) -> Result<()> {
+        let refuse = |msg: String| TableError::Refused { uri: self.uri.clone(), msg };
+        match props.get(PROP_STRATEGY) {
+            None => {
+                return Err(refuse(
+                    "exists but was not created by changelake (no changelake.strategy property); refusing to write into it".into(),
+                ))
+            }
+            Some(s) if s != self.meta.strategy.as_str() => {
+                return Err(refuse(format!(
+                    "was created with strategy {s}, the config says {}; refusing to write",
+                    self.meta.strategy.as_str()
+                )))
+            }
+            _ => {}
+        }
+        let key_json = serde_json::to_string(&self.meta.business_key).unwrap_or_default();
+        if let Some(k) = props.get(PROP_KEY) {
+            if *k != key_json {
+                return Err(refuse(format!("was created with business key {k}, the config says {key_json}; refusing to write")));
+            }
+        }
+        let has_dvs = props.get("delta.enableDeletionVectors").map(String::as_str) == Some("true");
+        if self.meta.layout.deletion_vectors && !has_dvs {
+            tracing::warn!(
+                table = %self.meta.name,
+                "layout.deletion_vectors applies to new tables only; this table was created without them and stays copy-on-write"
+            );
+            self.meta.layout.deletion_vectors = false;
+        }
+        Ok(())
+    }
+
+    /// The data columns of the stored schema (system columns left out).
+    fn load_columns<'a>(
+        &mut self,
+        fields: impl Iterator<Item = &'a deltalake::kernel::StructField>,
+    ) -> Result<()> {
+        for f in fields {
+            if self.meta.is_system(f.name()) {
+                continue;
+            }
+            let t = dtype_of(f.data_type()).ok_or_else(|| TableError::Refused {
+                uri: self.uri.clone(),
+                msg: format!("column {} has unsupported type {:?}", f.name(), f.data_type()),
+            })?;
+            self.columns.push((f.name().to_string(), t));
+        }
+        Ok(())
+    }
+
     fn delta(&self, e: DeltaTableError) -> TableError {
         TableError::Delta { uri: self.uri.clone(), source: e }
+    }
+
+    fn data_err(&self, msg: impl Into<String>) -> TableError {
+        TableError::Data { uri: self.uri.clone(), msg: msg.into() }
     }
 
     pub fn exists(&self) -> bool {
@@ -350,7 +295,12 @@ impl TableStore {
     }
 
     pub fn summary(&self, key: &[u8]) -> Option<&Summary> {
-        self.index.get(key).map(|(_, _, s)| s)
+        self.index.get(key).map(|e| &e.summary)
+    }
+
+    /// Stored keys with a live current row (snapshot merge candidates).
+    pub fn live_keys(&self) -> impl Iterator<Item = &[u8]> {
+        self.index.live_keys()
     }
 
     /// Stored progress for a source position (`txn` version), if any.
@@ -358,8 +308,7 @@ impl TableStore {
         let Some(t) = &self.table else {
             return Ok(None);
         };
-        let snap = t.snapshot().map_err(|e| self.delta(e))?;
-        snap.transaction_version(t.log_store().as_ref(), app_id).await.map_err(|e| self.delta(e))
+        crate::progress::stored_version(t, app_id).await.map_err(|e| self.delta(e))
     }
 
     /// Live data file paths (relative to the table root).
@@ -367,23 +316,30 @@ impl TableStore {
         self.files.iter().flatten().map(|f| f.path.clone()).collect()
     }
 
+    /// The table's object store; before the first commit creates the table,
+    /// a store rooted at its location.
     fn store(&self) -> Result<Arc<dyn ObjectStore>> {
-        let t = self.table.as_ref().ok_or_else(|| TableError::Data {
-            uri: self.uri.clone(),
-            msg: "table not created yet".into(),
-        })?;
-        Ok(t.object_store())
+        match &self.table {
+            Some(t) => Ok(t.object_store()),
+            None => {
+                let url = table_url(&self.uri)?;
+                let storage = deltalake::DeltaTableBuilder::from_url(url)
+                    .map_err(|e| self.delta(e))?
+                    .build_storage()
+                    .map_err(|e| self.delta(e))?;
+                Ok(storage.object_store(None))
+            }
+        }
     }
 
-    /// Adds new data columns (schema_policy additive). Returns true if the schema changed.
-    pub fn add_columns(&mut self, cols: &[(String, DType)]) -> bool {
-        let mut changed = false;
+    /// Adds new data columns (schema_policy additive); the schema is written
+    /// with the next commit.
+    pub fn add_columns(&mut self, cols: &[(String, DType)]) {
         for (n, t) in cols {
             if !self.columns.iter().any(|(c, _)| c == n) {
                 self.columns.push((n.clone(), *t));
-                changed = true;
+                self.schema_changed = true;
             }
         }
-        changed
     }
 }

@@ -107,7 +107,7 @@ impl KeyFilter {
     }
 }
 
-pub(super) fn encode_parquet(
+pub(crate) fn encode_parquet(
     batch: &RecordBatch,
     key_columns: &[String],
 ) -> std::result::Result<Vec<u8>, String> {

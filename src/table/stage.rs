@@ -1,294 +1,337 @@
-//! TODO
+//! Staging: a merge output becomes data files and Delta actions, nothing is
+//! committed yet.
+//!
+//! The steps follow the layout of [`super::plan`]: locate the stored rows the
+//! output replaces or removes, decide which current files are rewritten and
+//! which masked, rewrite the former at the Arrow level (untouched rows are
+//! filtered through as columns, never converted to values), write new keys
+//! to new files, stage deletion vectors, append history and closes, then
+//! encode every new file on all cores and store it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use deltalake::arrow::array::{BooleanBuilder, RecordBatch};
-use std::collections::{BTreeMap, HashMap};
 
-use super::commit::PendingCommit;
-use super::index::NO_FILE;
+use super::closes::CloseAt;
+use super::commit::{EncodedFile, PendingCommit};
+use super::index::{Location, NO_FILE};
 use super::parquet::{encode_all, key_columns};
-use super::plan::{MIN_FILE_ROWS, WAVE_ROWS};
+use super::plan;
+use super::state::ClosingRows;
 use super::Result;
-use super::{FxMap, FxSet, TableError, TableStore};
+use super::{FxMap, FxSet, TableStore};
 use crate::merge::{Key, Output, Spec, Version};
+
+/// A data file to write: which partition, its keys in row order (current
+/// rows), its rows.
+pub(super) struct OutFile {
+    pub(super) current: bool,
+    pub(super) keys: Vec<Key>,
+    pub(super) batch: RecordBatch,
+}
+
+/// The output's upserts and removes, located by the key index.
+struct Located<'a> {
+    /// Upserts of keys with a stored current row, and where that row lives.
+    replaced: Vec<(&'a Key, &'a Version, Location)>,
+    /// Upserts of keys without one.
+    new_rows: Vec<(&'a Key, &'a Version)>,
+    /// Stored rows of removed keys.
+    removed: Vec<Location>,
+}
+
+/// What the rewrite of touched current files needs to know.
+struct Rewrite<'a> {
+    /// Replacements of rows in rewritten files, by key.
+    replace: FxMap<&'a Key, &'a Version>,
+    /// Removed keys (only looked up when some file is rewritten).
+    removes: FxSet<&'a Key>,
+}
+
+/// Milliseconds per staging phase, logged at debug level.
+pub(super) struct Phases {
+    lap: std::time::Instant,
+    done: Vec<(&'static str, f64)>,
+}
+
+impl Phases {
+    pub(super) fn new() -> Phases {
+        Phases { lap: std::time::Instant::now(), done: vec![] }
+    }
+
+    fn mark(&mut self, name: &'static str) {
+        self.done.push((name, self.lap.elapsed().as_secs_f64() * 1e3));
+        self.lap = std::time::Instant::now();
+    }
+}
 
 impl TableStore {
     /// Turns a merge output into files and actions (nothing is committed yet).
-    /// Takes the output's key-index entries (they move into the pending commit).
+    /// Takes the output's key-index entries (they move into the pending
+    /// commit) and the stored rows `load_states` read for the versions the
+    /// output closes.
     pub async fn stage(
         &mut self,
         spec: &Spec,
         out: &mut Output,
         exec: i64,
+        closing: ClosingRows,
     ) -> Result<PendingCommit> {
         let mut pc = PendingCommit { index: std::mem::take(&mut out.index), ..Default::default() };
         let out = &*out;
-        let mut lap = std::time::Instant::now();
-        let mut phases: Vec<(&str, f64)> = vec![];
-        let mut mark = |name: &'static str, phases: &mut Vec<(&str, f64)>| {
-            phases.push((name, lap.elapsed().as_secs_f64() * 1e3));
-            lap = std::time::Instant::now();
-        };
-        // Current partition: group upserts/removes by the file holding the key.
-        // One index lookup per key: where its stored row lives, if anywhere.
-        let mut touched: BTreeMap<u32, ()> = BTreeMap::new();
-        let mut located: Vec<(&Key, &Version, u32, u32)> = vec![];
-        let mut new_rows: Vec<(&Key, &Version)> = vec![];
-        let found = self.locate(&out.upserts, |(k, _)| k);
-        for ((k, v), at) in out.upserts.iter().zip(found) {
-            match at {
-                Some((f, row)) if f != NO_FILE => {
-                    touched.insert(f, ());
-                    located.push((k, v, f, row));
-                }
-                _ => new_rows.push((k, v)),
-            }
-        }
-        let mut removed_at: Vec<(u32, u32)> = vec![];
-        for (f, row) in self.locate(&out.removes, |k| k).into_iter().flatten() {
-            if f != NO_FILE {
-                touched.insert(f, ());
-                removed_at.push((f, row));
-            }
-        }
-        // Top up the newest small current file with new keys.
-        let layout = self.meta.layout.clone();
-        if !new_rows.is_empty() && !layout.deletion_vectors {
-            if let Some((id, _)) = self
-                .files
-                .iter()
-                .enumerate()
-                .rev()
-                .find_map(|(i, f)| f.as_ref().filter(|f| f.current).map(|f| (i, f)))
-                .filter(|(_, f)| f.rows < layout.file_rows / 4)
-            {
-                touched.insert(id as u32, ());
-            }
-        }
-        // Merge-on-read: a touched file keeps its rows and gets them masked by
-        // a deletion vector, the new versions go to new files; the run then
-        // costs what the batch changes, not the files it touches. A file
-        // whose DV would mask half of it or more is rewritten instead.
-        let mut dv_rows: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
-        if layout.deletion_vectors {
-            for (f, row) in
-                located.iter().map(|(_, _, f, r)| (*f, *r)).chain(removed_at.iter().copied())
-            {
-                dv_rows.entry(f).or_default().push(row as u64);
-            }
-        }
-        let mut dv_new: Vec<(u32, roaring::RoaringTreemap)> = vec![];
-        for (id, rows) in dv_rows {
-            let f = self.files[id as usize].as_ref().expect("live file");
-            let mut dv = f.dv.as_ref().map(|d| (**d).clone()).unwrap_or_default();
-            dv.extend(rows);
-            if dv.len() * 2 < f.rows as u64 {
-                touched.remove(&id);
-                dv_new.push((id, dv));
-            }
-        }
+        let mut phases = Phases::new();
+        let located = self.locate_output(out);
+        let gone: Vec<Location> = located
+            .replaced
+            .iter()
+            .map(|(_, _, at)| *at)
+            .chain(located.removed.iter().copied())
+            .collect();
+        let layout = &self.meta.layout;
+        let current = plan::plan_current(&self.files, &gone, !located.new_rows.is_empty(), layout);
         // Replaced rows in masked files are appended like new ones; those in
-        // files being rewritten are replaced in place by the rewrite below.
-        let mut replace: FxMap<&Key, &Version> = FxMap::default();
-        for &(k, v, f, _) in &located {
-            if touched.contains_key(&f) {
-                replace.insert(k, v);
+        // files being rewritten are replaced in place by the rewrite.
+        let mut rewrite = Rewrite { replace: FxMap::default(), removes: FxSet::default() };
+        let mut new_rows = located.new_rows;
+        for (k, v, at) in located.replaced {
+            if current.rewrite.contains(&at.file) {
+                rewrite.replace.insert(k, v);
             } else {
                 new_rows.push((k, v));
             }
         }
-        let removes: FxSet<&Key> =
-            if touched.is_empty() { FxSet::default() } else { out.removes.iter().collect() };
+        if !current.rewrite.is_empty() {
+            rewrite.removes = out.removes.iter().collect();
+        }
         new_rows.sort_unstable_by(|a, b| a.0.cmp(b.0));
-        mark("plan", &mut phases);
-        let mut pending_new: std::collections::VecDeque<(&Key, &Version)> = new_rows.into();
-        let mut queue: Vec<(bool, Vec<Key>, RecordBatch)> = vec![];
-        // scd2 closes (Need::Close): where each closed open version lives.
-        let mut close_at: BTreeMap<u32, Vec<(u32, i64, bool, &Key)>> = BTreeMap::new();
-        let found = self.locate(&out.closes, |(k, _, _)| k);
+        let close_at = self.locate_closes(out)?;
+        phases.mark("plan");
+        let mut pending_new: VecDeque<(&Key, &Version)> = new_rows.into();
+        let mut queue = self
+            .rewrite_current(spec, &current.rewrite, &rewrite, &mut pending_new, exec, &mut pc)
+            .await?;
+        phases.mark("rewrite");
+        queue.extend(self.new_key_files(pending_new)?);
+        phases.mark("build");
+        if !current.masked.is_empty() {
+            self.stage_deletion_vectors(current.masked, &mut pc).await?;
+        }
+        phases.mark("deletion_vectors");
+        queue.extend(self.stage_history(spec, out, &mut pc).await?);
+        phases.mark("history");
+        queue.extend(self.stage_closes(close_at, closing).await?);
+        self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        phases.mark("closes");
+        self.write_files(spec, queue, exec, &mut pc, &mut phases).await?;
+        tracing::debug!(phases_ms = ?phases.done, "stage phases");
+        Ok(pc)
+    }
+
+    /// Where the stored rows of the output's upserts and removes live: one
+    /// index lookup per key.
+    fn locate_output<'a>(&self, out: &'a Output) -> Located<'a> {
+        let mut located = Located { replaced: vec![], new_rows: vec![], removed: vec![] };
+        let found = self.index.locate(&out.upserts, |(k, _)| k);
+        for ((k, v), at) in out.upserts.iter().zip(found) {
+            match at.filter(|at| at.file != NO_FILE) {
+                Some(at) => located.replaced.push((k, v, at)),
+                None => located.new_rows.push((k, v)),
+            }
+        }
+        let found = self.index.locate(&out.removes, |k| k);
+        located.removed = found.into_iter().flatten().filter(|at| at.file != NO_FILE).collect();
+        located
+    }
+
+    /// scd2 closes (`Need::Close`): where each closed open version lives.
+    fn locate_closes<'a>(&self, out: &'a Output) -> Result<CloseAt<'a>> {
+        let mut close_at = CloseAt::new();
+        let found = self.index.locate(&out.closes, |(k, _, _)| k);
         for ((k, to, deleted), at) in out.closes.iter().zip(found) {
-            match at {
-                Some((f, row)) if f != NO_FILE => {
-                    close_at.entry(f).or_default().push((row, *to, *deleted, k))
-                }
-                _ => {
-                    return Err(TableError::Data {
-                        uri: self.uri.clone(),
-                        msg: "closing a version the key index does not locate".into(),
-                    })
+            match at.filter(|at| at.file != NO_FILE) {
+                Some(at) => close_at.add(at, *to, *deleted, k),
+                None => {
+                    return Err(self.data_err("closing a version the key index does not locate"))
                 }
             }
         }
-        // Rewrites go in waves of about WAVE_ROWS rows, each decoded, filtered,
-        // encoded and written before the next is read: a batch touching every
-        // file of a 10M-row table holds one wave in memory, not the table.
-        let mut waves: Vec<Vec<u32>> = vec![];
-        let mut wave_rows = usize::MAX;
-        for &id in touched.keys() {
-            let rows = self.files[id as usize].as_ref().map_or(0, |f| f.rows);
-            if wave_rows.saturating_add(rows) > WAVE_ROWS {
-                waves.push(vec![]);
-                wave_rows = 0;
-            }
-            wave_rows += rows;
-            waves.last_mut().expect("a wave").push(id);
-        }
+        Ok(close_at)
+    }
+
+    /// Copy-on-write of the touched current files, in waves (see
+    /// [`plan::waves`]): each wave is decoded, filtered, encoded and written
+    /// before the next is read, so a batch touching every file of a large
+    /// table holds one wave in memory, not the table. With a single wave the
+    /// files are returned for encoding with the rest of the run.
+    async fn rewrite_current(
+        &mut self,
+        spec: &Spec,
+        files: &BTreeSet<u32>,
+        rewrite: &Rewrite<'_>,
+        pending_new: &mut VecDeque<(&Key, &Version)>,
+        exec: i64,
+        pc: &mut PendingCommit,
+    ) -> Result<Vec<OutFile>> {
+        let sized =
+            files.iter().map(|&id| (id, self.files[id as usize].as_ref().map_or(0, |f| f.rows)));
+        let waves = plan::waves(sized);
         let many_waves = waves.len() > 1;
+        let mut queue = vec![];
         for wave in waves {
             self.prefetch(&wave).await?;
             for &id in &wave {
-                // Copy-on-write at the Arrow level: untouched rows are filtered
-                // through as columns (never converted to values); only replaced
-                // and new rows are built from versions.
-                let mut keys: Vec<Key> = vec![];
-                let mut kept: Vec<RecordBatch> = vec![];
-                let mut changed: Vec<Version> = vec![];
-                let mut changed_keys: Vec<Key> = vec![];
-                let fmeta = self.files[id as usize].clone().expect("live file");
-                let mut row_no = 0u32;
-                for batch in self.batches(id, false).await?.iter() {
-                    let bk = self.batch_keys(spec, batch);
-                    let mut mask = BooleanBuilder::with_capacity(bk.len());
-                    for k in bk {
-                        let row = row_no;
-                        row_no += 1;
-                        let keep = match k {
-                            // Masked by the file's deletion vector: gone (a newer version lives elsewhere).
-                            _ if fmeta.deleted(row) => false,
-                            None => false,
-                            Some(k) if removes.contains(&k) => false,
-                            Some(k) => match replace.get(&k) {
-                                Some(v) => {
-                                    changed.push((*v).clone());
-                                    changed_keys.push(k);
-                                    false
-                                }
-                                None => {
-                                    keys.push(k);
-                                    true
-                                }
-                            },
-                        };
-                        mask.append_value(keep);
-                    }
-                    let f = deltalake::arrow::compute::filter_record_batch(batch, &mask.finish())
-                        .map_err(|e| TableError::Data {
-                        uri: self.uri.clone(),
-                        msg: e.to_string(),
-                    })?;
-                    if f.num_rows() > 0 {
-                        kept.push(f);
-                    }
-                }
-                let small =
-                    self.files[id as usize].as_ref().is_some_and(|f| f.rows < layout.file_rows / 4);
-                while small
-                    && keys.len() + changed.len() < layout.file_rows
-                    && !pending_new.is_empty()
-                {
-                    let (k, v) = pending_new.pop_front().unwrap();
-                    changed_keys.push(k.clone());
-                    changed.push(v.clone());
-                }
-                if !changed.is_empty() {
-                    kept.push(self.to_batch(&changed)?);
-                    keys.extend(changed_keys);
-                }
-                self.remove_file(id, &mut pc);
-                let all = deltalake::arrow::compute::concat_batches(&self.arrow_schema(), &kept)
-                    .map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e.to_string() })?;
-                let mut start = 0;
-                while start < all.num_rows() {
-                    let len = layout.file_rows.min(all.num_rows() - start);
-                    queue.push((true, keys[start..start + len].to_vec(), all.slice(start, len)));
-                    start += len;
-                }
+                queue.extend(self.rewrite_file(spec, id, rewrite, pending_new).await?);
+                self.remove_file(id, pc);
             }
             if many_waves {
-                let encoded =
-                    encode_all(queue.iter().map(|(_, _, b)| b).collect(), &key_columns(spec))
-                        .map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e })?;
-                for ((current, keys, batch), bytes) in
-                    std::mem::take(&mut queue).into_iter().zip(encoded)
-                {
-                    self.put_file(current, keys, batch.num_rows(), bytes, exec, &mut pc).await?;
-                }
+                self.write_files(spec, std::mem::take(&mut queue), exec, pc, &mut Phases::new())
+                    .await?;
                 let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
                 for id in &wave {
                     c.remove(id);
                 }
             }
         }
-        mark("rewrite", &mut phases);
-        if !pending_new.is_empty() {
-            let n = pending_new.len();
-            let chunk = if layout.deletion_vectors {
-                // Even files (not one full and one remainder): they are encoded in parallel.
-                n.div_ceil(n.div_ceil(layout.file_rows.max(1)))
-            } else {
-                n.div_ceil(layout.spread.max(1))
-                    .clamp(MIN_FILE_ROWS.min(layout.file_rows), layout.file_rows)
-            };
-            let all: Vec<(&Key, &Version)> = pending_new.into_iter().collect();
-            for c in all.chunks(chunk) {
-                let keys: Vec<Key> = c.iter().map(|(k, _)| (*k).clone()).collect();
-                let vs: Vec<&Version> = c.iter().map(|(_, v)| *v).collect();
-                queue.push((true, keys, self.to_batch_refs(&vs)?));
+        Ok(queue)
+    }
+
+    /// One rewritten current file: its rows minus masked, removed and
+    /// replaced ones, plus the replacements, plus new keys while the file is
+    /// small (the top-up), cut into files of at most `file_rows`.
+    async fn rewrite_file(
+        &self,
+        spec: &Spec,
+        id: u32,
+        rewrite: &Rewrite<'_>,
+        pending_new: &mut VecDeque<(&Key, &Version)>,
+    ) -> Result<Vec<OutFile>> {
+        let file_rows = self.meta.layout.file_rows;
+        let mut keys: Vec<Key> = vec![];
+        let mut kept: Vec<RecordBatch> = vec![];
+        let mut changed: Vec<Version> = vec![];
+        let mut changed_keys: Vec<Key> = vec![];
+        let fmeta = self.files[id as usize].clone().expect("live file");
+        let mut row_no = 0u32;
+        for batch in self.batches(id).await?.iter() {
+            let bk = self.batch_keys(spec, batch);
+            let mut mask = BooleanBuilder::with_capacity(bk.len());
+            for k in bk {
+                let row = row_no;
+                row_no += 1;
+                let keep = match k {
+                    // Masked by the file's deletion vector: gone (a newer version lives elsewhere).
+                    _ if fmeta.deleted(row) => false,
+                    None => false,
+                    Some(k) if rewrite.removes.contains(&k) => false,
+                    Some(k) => match rewrite.replace.get(&k) {
+                        Some(v) => {
+                            changed.push((*v).clone());
+                            changed_keys.push(k);
+                            false
+                        }
+                        None => {
+                            keys.push(k);
+                            true
+                        }
+                    },
+                };
+                mask.append_value(keep);
+            }
+            let f = deltalake::arrow::compute::filter_record_batch(batch, &mask.finish())
+                .map_err(|e| self.data_err(e.to_string()))?;
+            if f.num_rows() > 0 {
+                kept.push(f);
             }
         }
-        mark("build", &mut phases);
-        if !dv_new.is_empty() {
-            self.stage_deletion_vectors(dv_new, &mut pc).await?;
+        if plan::is_small_for_top_up(fmeta.rows, &self.meta.layout) {
+            while keys.len() + changed.len() < file_rows {
+                let Some((k, v)) = pending_new.pop_front() else { break };
+                changed_keys.push(k.clone());
+                changed.push(v.clone());
+            }
         }
-        mark("deletion_vectors", &mut phases);
-        // History partition: appends go to new files, replacements rewrite theirs.
-        let mut hist_touched: BTreeMap<u32, HashMap<u32, &Version>> = BTreeMap::new();
+        if !changed.is_empty() {
+            kept.push(self.to_batch(&changed)?);
+            keys.extend(changed_keys);
+        }
+        let all = deltalake::arrow::compute::concat_batches(&self.arrow_schema(), &kept)
+            .map_err(|e| self.data_err(e.to_string()))?;
+        Ok(plan::slices(all.num_rows(), file_rows)
+            .map(|r| OutFile {
+                current: true,
+                keys: keys[r.clone()].to_vec(),
+                batch: all.slice(r.start, r.len()),
+            })
+            .collect())
+    }
+
+    /// New keys (and, with merge-on-read, new versions of masked rows) in
+    /// key order, spread over new current files (see [`plan::new_key_file_rows`]).
+    fn new_key_files(&self, pending_new: VecDeque<(&Key, &Version)>) -> Result<Vec<OutFile>> {
+        if pending_new.is_empty() {
+            return Ok(vec![]);
+        }
+        let chunk = plan::new_key_file_rows(pending_new.len(), &self.meta.layout);
+        let all: Vec<(&Key, &Version)> = pending_new.into_iter().collect();
+        all.chunks(chunk)
+            .map(|c| {
+                let keys: Vec<Key> = c.iter().map(|(k, _)| (*k).clone()).collect();
+                let vs: Vec<&Version> = c.iter().map(|(_, v)| *v).collect();
+                Ok(OutFile { current: true, keys, batch: self.to_batch_refs(&vs)? })
+            })
+            .collect()
+    }
+
+    /// History partition: appends go to new files; a history file holding a
+    /// replaced version (business-time backdating) is rewritten with it.
+    async fn stage_history(
+        &self,
+        spec: &Spec,
+        out: &Output,
+        pc: &mut PendingCommit,
+    ) -> Result<Vec<OutFile>> {
+        let mut touched: BTreeMap<u32, HashMap<u32, &Version>> = BTreeMap::new();
         for (loc, v) in &out.history_replacements {
-            hist_touched.entry(loc.file).or_default().insert(loc.row, v);
+            touched.entry(loc.file).or_default().insert(loc.row, v);
         }
         let mut appends: Vec<Version> = out.history_appends.clone();
-        for (id, repl) in hist_touched {
+        for (id, repl) in touched {
             let rows = self.read_file(id, spec).await?;
             for v in rows.versions {
                 // `Loc.row` is the physical row (rows masked by a DV are not in `rows`).
                 let row = v.loc.map_or(u32::MAX, |l| l.row);
                 appends.push(repl.get(&row).map(|v| (*v).clone()).unwrap_or(v));
             }
-            self.remove_file(id, &mut pc);
+            self.remove_file(id, pc);
         }
-        for c in appends.chunks(layout.file_rows.max(1)) {
-            let keys = c.iter().filter_map(|v| spec.key_of(&v.data)).collect();
-            queue.push((false, keys, self.to_batch(c)?));
+        appends
+            .chunks(self.meta.layout.file_rows.max(1))
+            .map(|c| {
+                let keys = c.iter().filter_map(|v| spec.key_of(&v.data)).collect();
+                Ok(OutFile { current: false, keys, batch: self.to_batch(c)? })
+            })
+            .collect()
+    }
+
+    /// Encodes files on all cores (parquet encoding is the CPU-heavy part of
+    /// a run) and stores them, staging their `add` actions.
+    pub(super) async fn write_files(
+        &mut self,
+        spec: &Spec,
+        files: Vec<OutFile>,
+        exec: i64,
+        pc: &mut PendingCommit,
+        phases: &mut Phases,
+    ) -> Result<()> {
+        let encoded = encode_all(files.iter().map(|f| &f.batch).collect(), &key_columns(spec))
+            .map_err(|e| self.data_err(e))?;
+        phases.mark("encode");
+        for (f, bytes) in files.into_iter().zip(encoded) {
+            let rows = f.batch.num_rows();
+            let file = EncodedFile { current: f.current, keys: f.keys, rows, bytes };
+            self.put_file(file, exec, pc).await?;
         }
-        let (closed, closed_keys) = self.stage_closes(close_at).await?;
-        if !closed.is_empty() {
-            // One run's closes go to full history files, not one small file per source file.
-            let all = deltalake::arrow::compute::concat_batches(&self.arrow_schema(), &closed)
-                .map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e.to_string() })?;
-            let n = all.num_rows();
-            let chunk = n.div_ceil(n.div_ceil(layout.file_rows.max(1)));
-            let mut start = 0;
-            while start < n {
-                let len = chunk.min(n - start);
-                queue.push((
-                    false,
-                    closed_keys[start..start + len].to_vec(),
-                    all.slice(start, len),
-                ));
-                start += len;
-            }
-        }
-        mark("closes", &mut phases);
-        self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        // Parquet encoding is the CPU-heavy part: spread it over the cores.
-        mark("history", &mut phases);
-        let encoded = encode_all(queue.iter().map(|(_, _, b)| b).collect(), &key_columns(spec))
-            .map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e })?;
-        mark("encode", &mut phases);
-        for ((current, keys, batch), bytes) in queue.into_iter().zip(encoded) {
-            self.put_file(current, keys, batch.num_rows(), bytes, exec, &mut pc).await?;
-        }
-        mark("put", &mut phases);
-        tracing::debug!(phases_ms = ?phases, "stage phases");
-        Ok(pc)
+        phases.mark("put");
+        Ok(())
     }
 }

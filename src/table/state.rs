@@ -1,18 +1,47 @@
-//! TODO
+//! Loading stored state: the key index at open, and per run the stored
+//! versions the merge asked for.
+//!
+//! Opening a table reads its current rows once into the key index; for
+//! scd2, keys whose latest version is a deleted, closed one are found by a
+//! projected scan of history (see `history.rs`). A run then reads only the
+//! rows the merge needs as values, located by the index, with parquet row
+//! selections; what it read is returned, never left behind for a later call.
 
 use deltalake::arrow::array::{ArrayRef, RecordBatch};
 use std::collections::BTreeMap;
 
 use super::convert::cell;
+use super::files::SelectedRows;
 use super::history::HistoryHead;
-use super::index::{IndexKey, NO_FILE};
-use super::parquet::key_columns;
+use super::index::{Entry, NO_FILE};
 use super::Result;
-use super::{FxMap, FxSet, TableError, TableStore};
+use super::{FxMap, TableStore};
 use crate::config::Strategy;
 use crate::merge::{Key, KeyMap, KeyState, Loc, Need, Spec, Version};
 use crate::par::par_map;
 use crate::value::Value;
+
+/// What [`TableStore::load_states`] read: the stored versions the merge
+/// needs, and the stored rows of the versions it will close.
+pub struct LoadedStates {
+    pub states: KeyMap<KeyState>,
+    pub closing: ClosingRows,
+}
+
+/// Stored rows of open scd2 versions the run closes, read by
+/// [`TableStore::load_states`] in the same pass as the rows the merge needs
+/// as values, and copied into history by [`TableStore::stage`] at the Arrow
+/// level. Rows not found here are read when staging.
+#[derive(Default)]
+pub struct ClosingRows(pub(super) Vec<SelectedRows>);
+
+/// The reads `load_states` plans: rows per file, which key each current row
+/// belongs to, and whether late rows need closed history.
+struct StateReads<'k> {
+    rows: BTreeMap<u32, Vec<u32>>,
+    keys_at: FxMap<(u32, u32), &'k Key>,
+    late_rows: bool,
+}
 
 /// One file's decoded rows.
 pub(super) struct FileRows {
@@ -32,7 +61,7 @@ impl TableStore {
             for (k, v) in rows.keys.into_iter().zip(rows.versions) {
                 if let Some(k) = k {
                     let row = v.loc.map_or(0, |l| l.row);
-                    self.index.insert(IndexKey::new(&k), (id, row, spec.summary(&v)));
+                    self.index.insert(&k, Entry { file: id, row, summary: spec.summary(&v) });
                 }
             }
         }
@@ -66,10 +95,11 @@ impl TableStore {
             rows.sort_unstable();
             rows.dedup();
         }
-        for (id, rows, batch) in self.read_selected(want).await? {
-            for v in self.versions_of(id, &batch, rows.into_iter().enumerate()) {
+        for sel in self.read_selected(want).await? {
+            for v in self.versions_of(sel.file, &sel.batch, sel.rows.into_iter().enumerate()) {
                 if let Some(k) = spec.key_of(&v.data) {
-                    self.index.insert(IndexKey::new(&k), (NO_FILE, 0, spec.summary(&v)));
+                    self.index
+                        .insert(&k, Entry { file: NO_FILE, row: 0, summary: spec.summary(&v) });
                 }
             }
         }
@@ -133,7 +163,7 @@ impl TableStore {
     /// Reads a file's live rows as versions.
     pub(super) async fn read_file(&self, id: u32, spec: &Spec) -> Result<FileRows> {
         let f = self.files[id as usize].clone().expect("live file");
-        let batches = self.batches(id, false).await?;
+        let batches = self.batches(id).await?;
         let mut out = FileRows { keys: vec![], versions: vec![] };
         let mut row_no = 0u32;
         for batch in batches.iter() {
@@ -150,133 +180,101 @@ impl TableStore {
     }
 
     /// Loads the stored versions the merge asked for (see `merge::classify`).
-    /// `closing`: keys whose stored rows `stage` will copy into history
-    /// (read now, in the same pass, and kept as Arrow rows).
+    /// `closing`: keys whose stored rows `stage` will copy into history; they
+    /// are read in the same pass and returned as Arrow rows for
+    /// [`TableStore::stage`], never converted to values.
     pub async fn load_states(
         &self,
         spec: &Spec,
         needs: &KeyMap<Need>,
         closing: &[&Key],
-    ) -> Result<KeyMap<KeyState>> {
-        self.selected.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    ) -> Result<LoadedStates> {
         let mut states: KeyMap<KeyState> = KeyMap::default();
-        // Current rows are located by the key index: only those rows are read.
-        let mut by_file: BTreeMap<u32, Vec<(u32, &Key)>> = BTreeMap::new();
-        let mut want_history = false;
-        let mut look: Vec<&Key> = vec![];
-        for (k, need) in needs {
-            if *need == Need::Nothing {
-                continue;
-            }
-            if *need == Need::Replace {
-                states.insert(k.clone(), KeyState { replace: true, ..Default::default() });
-                continue;
-            }
-            want_history |= *need == Need::History;
-            look.push(k);
-        }
-        let found = self.locate(&look, |k| k);
-        for (k, at) in look.into_iter().zip(found) {
-            if let Some((f, row)) = at.filter(|(f, _)| *f != NO_FILE) {
-                by_file.entry(f).or_default().push((row, k));
-            }
-        }
-        let mut keys_at: FxMap<(u32, u32), &Key> = FxMap::default();
-        let mut want: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
-        for (id, rows) in &by_file {
-            want.entry(*id).or_default().extend(rows.iter().map(|(r, _)| *r));
-            keys_at.extend(rows.iter().map(|(r, k)| ((*id, *r), *k)));
-        }
-        for (f, row) in self.locate(closing, |k| k).into_iter().flatten() {
-            if f != NO_FILE {
-                want.entry(f).or_default().push(row);
-            }
-        }
-        for rows in want.values_mut() {
-            rows.sort_unstable();
-            rows.dedup();
-        }
-        let mut stash = vec![];
+        let reads = self.plan_state_reads(needs, closing, &mut states);
         let t0 = std::time::Instant::now();
-        let read = self.read_selected(want).await?;
+        let read = self.read_selected(reads.rows).await?;
         let t1 = std::time::Instant::now();
-        for (id, rows, batch) in read {
-            let pos: Vec<u32> = (0..rows.len() as u32)
-                .filter(|&i| keys_at.contains_key(&(id, rows[i as usize])))
-                .collect();
-            if !pos.is_empty() {
-                let idx = deltalake::arrow::array::UInt32Array::from(pos.clone());
-                let mine = deltalake::arrow::compute::take_record_batch(&batch, &idx)
-                    .map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e.to_string() })?;
-                let phys: Vec<u32> = pos.iter().map(|&i| rows[i as usize]).collect();
-                for v in self.versions_of(id, &mine, phys.into_iter().enumerate()) {
-                    let k = keys_at[&(id, v.loc.map_or(0, |l| l.row))];
-                    states.entry(k.clone()).or_default().current = Some(v);
-                }
-            }
-            stash.push((id, rows, batch));
-        }
+        self.take_current_versions(&read, &reads.keys_at, &mut states)?;
         tracing::debug!(
             read_ms = (t1 - t0).as_secs_f64() * 1e3,
             versions_ms = t1.elapsed().as_secs_f64() * 1e3,
             "load_states phases"
         );
-        if !closing.is_empty() {
-            *self.selected.lock().unwrap_or_else(|e| e.into_inner()) = stash;
+        if reads.late_rows {
+            self.load_late_history(spec, needs, &mut states).await?;
         }
-        if want_history {
-            // Late rows are rare: scan closed history for just those keys.
-            // Only the key columns of history files are decoded to find the
-            // keys' rows, then only those rows are read in full, on all cores.
-            // Files whose key bloom filters rule out every late key are skipped.
-            let hist_keys: Vec<(&[u8], Option<Vec<Value>>)> = needs
-                .iter()
-                .filter(|(_, n)| **n == Need::History)
-                .map(|(k, _)| (&k[..], Value::decode_all(k)))
+        let closing = if closing.is_empty() { ClosingRows::default() } else { ClosingRows(read) };
+        Ok(LoadedStates { states, closing })
+    }
+
+    /// Which physical rows to read: the current rows of keys whose stored
+    /// version the merge needs (located by the key index) and of keys it
+    /// closes. Keys replaced without reading get their state here.
+    fn plan_state_reads<'k>(
+        &self,
+        needs: &'k KeyMap<Need>,
+        closing: &[&Key],
+        states: &mut KeyMap<KeyState>,
+    ) -> StateReads<'k> {
+        let mut late_rows = false;
+        let mut look: Vec<&Key> = vec![];
+        for (k, need) in needs {
+            match need {
+                Need::Nothing => {}
+                Need::Replace => {
+                    states.insert(k.clone(), KeyState { replace: true, ..Default::default() });
+                }
+                _ => {
+                    late_rows |= *need == Need::History;
+                    look.push(k);
+                }
+            }
+        }
+        let mut keys_at: FxMap<(u32, u32), &Key> = FxMap::default();
+        let mut rows: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        for (k, at) in look.iter().zip(self.index.locate(&look, |k| k)) {
+            if let Some(at) = at.filter(|at| at.file != NO_FILE) {
+                rows.entry(at.file).or_default().push(at.row);
+                keys_at.insert((at.file, at.row), *k);
+            }
+        }
+        for at in self.index.locate(closing, |k| k).into_iter().flatten() {
+            if at.file != NO_FILE {
+                rows.entry(at.file).or_default().push(at.row);
+            }
+        }
+        for r in rows.values_mut() {
+            r.sort_unstable();
+            r.dedup();
+        }
+        StateReads { rows, keys_at, late_rows }
+    }
+
+    /// The current versions of the keys in `keys_at`, out of the rows read.
+    fn take_current_versions(
+        &self,
+        read: &[SelectedRows],
+        keys_at: &FxMap<(u32, u32), &Key>,
+        states: &mut KeyMap<KeyState>,
+    ) -> Result<()> {
+        for sel in read {
+            let id = sel.file;
+            let pos: Vec<u32> = (0..sel.rows.len() as u32)
+                .filter(|&i| keys_at.contains_key(&(id, sel.rows[i as usize])))
                 .collect();
-            let (mut todo, mut history_files) = (vec![], 0usize);
-            let key_columns = key_columns(spec);
-            for (id, f) in self.files.iter().enumerate() {
-                let Some(f) = f.as_ref().filter(|f| !f.current) else { continue };
-                history_files += 1;
-                let filter = self.key_filter(f, &key_columns).await;
-                let wanted: FxSet<&[u8]> = hist_keys
-                    .iter()
-                    .filter(|(_, v)| match (&filter, v) {
-                        (Some(filter), Some(v)) => filter.may_contain(v),
-                        _ => true,
-                    })
-                    .map(|(k, _)| *k)
-                    .collect();
-                if !wanted.is_empty() {
-                    todo.push((id as u32, self.fetch(id as u32).await?, wanted));
-                }
+            if pos.is_empty() {
+                continue;
             }
-            tracing::debug!(
-                late_keys = hist_keys.len(),
-                history_files,
-                scanned = todo.len(),
-                "late rows: history files scanned"
-            );
-            for found in
-                par_map(todo, |(id, bytes, wanted)| self.history_rows(id, spec, bytes, &wanted))
-            {
-                for (k, v) in found? {
-                    states.entry(k).or_default().history.push(v);
-                }
-            }
-            for (k, st) in states.iter_mut() {
-                if st.current.is_none() && self.index.get(&k[..]).is_some_and(|(_, _, s)| s.deleted)
-                {
-                    st.latest_closed = st
-                        .history
-                        .iter()
-                        .max_by(|a, b| spec.cmp_seq(&a.data, &b.data).then(a.exec.cmp(&b.exec)))
-                        .cloned();
-                }
+            let idx = deltalake::arrow::array::UInt32Array::from(pos.clone());
+            let mine = deltalake::arrow::compute::take_record_batch(&sel.batch, &idx)
+                .map_err(|e| self.data_err(e.to_string()))?;
+            let phys: Vec<u32> = pos.iter().map(|&i| sel.rows[i as usize]).collect();
+            for v in self.versions_of(id, &mine, phys.into_iter().enumerate()) {
+                let k = keys_at[&(id, v.loc.map_or(0, |l| l.row))];
+                states.entry(k.clone()).or_default().current = Some(v);
             }
         }
-        Ok(states)
+        Ok(())
     }
 
     /// Reads every row of the table (for `show` and tests).

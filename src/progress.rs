@@ -1,0 +1,139 @@
+//! Progress markers: the only record of how far a table has read.
+//!
+//! Every run commits its data together with one Delta `txn` action per source
+//! position it consumed, so a crash before the commit loses nothing and a
+//! crash after it repeats nothing (docs/commit-protocol.md, progress
+//! markers). This module is the one place that names those markers (their
+//! `txn` app ids), builds them and reads them back:
+//!
+//! | marker | app id | version |
+//! | --- | --- | --- |
+//! | Kafka partition | `changelake/<table>/<topic>/<partition>` | next offset to read |
+//! | file | `changelake/<table>/file/<path>` | hash of the file's content |
+//! | execution | `changelake/<table>/_execution` | last `_execution_id` |
+//!
+//! Kafka topic names cannot contain `/` and a partition is a number, so a
+//! partition marker is told apart from a file marker (`file/...`) and the
+//! execution marker (`_execution`, no partition) by its shape.
+
+use deltalake::kernel::Transaction;
+use deltalake::{DeltaTable, DeltaTableError};
+
+const PREFIX: &str = "changelake";
+const EXECUTION: &str = "_execution";
+const FILE: &str = "file";
+
+/// A progress marker committed with a run: `txn` app id and version.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Mark {
+    pub app: String,
+    /// Next offset to read (Kafka) or the file's content version.
+    pub version: i64,
+    /// Kafka partition the marker belongs to; `None` for files.
+    pub partition: Option<i32>,
+}
+
+impl Mark {
+    /// A Kafka partition read up to `next_offset` (exclusive).
+    pub fn partition(table: &str, topic: &str, partition: i32, next_offset: i64) -> Mark {
+        Mark {
+            app: partition_app_id(table, topic, partition),
+            version: next_offset,
+            partition: Some(partition),
+        }
+    }
+
+    /// A file run whose content hashes to `content_version`.
+    pub fn file(table: &str, path: &str, content_version: i64) -> Mark {
+        Mark { app: file_app_id(table, path), version: content_version, partition: None }
+    }
+
+    /// The `txn` action that records this marker in a commit.
+    pub fn txn(&self) -> Transaction {
+        Transaction::new(&self.app, self.version)
+    }
+}
+
+/// The app id recording a table's next offset in one Kafka partition.
+pub fn partition_app_id(table: &str, topic: &str, partition: i32) -> String {
+    format!("{PREFIX}/{table}/{topic}/{partition}")
+}
+
+/// The app id recording the content version of one source file (`path`
+/// relative to the source's directory).
+pub fn file_app_id(table: &str, path: &str) -> String {
+    format!("{PREFIX}/{table}/{FILE}/{path}")
+}
+
+/// The app id recording a table's last `_execution_id`.
+pub fn execution_app_id(table: &str) -> String {
+    format!("{PREFIX}/{table}/{EXECUTION}")
+}
+
+/// The `txn` action recording the run's `_execution_id`.
+pub fn execution_txn(table: &str, exec: i64) -> Transaction {
+    Transaction::new(execution_app_id(table), exec)
+}
+
+/// What a `txn` app id of a table names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Marker<'a> {
+    Partition { topic: &'a str, partition: i32 },
+    File { path: &'a str },
+    Execution,
+}
+
+/// Reads an app id of `table` back; `None` for another table's or a foreign one.
+pub fn parse<'a>(table: &str, app_id: &'a str) -> Option<Marker<'a>> {
+    let rest = app_id.strip_prefix(PREFIX)?.strip_prefix('/')?;
+    let rest = rest.strip_prefix(table)?.strip_prefix('/')?;
+    if rest == EXECUTION {
+        return Some(Marker::Execution);
+    }
+    if let Some(path) = rest.strip_prefix(FILE).and_then(|r| r.strip_prefix('/')) {
+        return Some(Marker::File { path });
+    }
+    let (topic, partition) = rest.rsplit_once('/')?;
+    if topic.is_empty() || topic.contains('/') {
+        return None;
+    }
+    Some(Marker::Partition { topic, partition: partition.parse().ok()? })
+}
+
+/// The version a table's log holds for `app_id`, if any.
+pub async fn stored_version(
+    table: &DeltaTable,
+    app_id: &str,
+) -> Result<Option<i64>, DeltaTableError> {
+    let snap = table.snapshot()?;
+    snap.transaction_version(table.log_store().as_ref(), app_id).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_markers_read_back_as_what_they_name() {
+        let m = Mark::partition("account", "crm.public.account", 3, 42);
+        assert_eq!(m.app, "changelake/account/crm.public.account/3");
+        assert_eq!((m.version, m.partition), (42, Some(3)));
+        assert_eq!(
+            parse("account", &m.app),
+            Some(Marker::Partition { topic: "crm.public.account", partition: 3 })
+        );
+        let f = Mark::file("account", "2024/01/a.csv", 7);
+        assert_eq!(f.app, "changelake/account/file/2024/01/a.csv");
+        assert_eq!(parse("account", &f.app), Some(Marker::File { path: "2024/01/a.csv" }));
+        assert_eq!(execution_app_id("account"), "changelake/account/_execution");
+        assert_eq!(parse("account", &execution_app_id("account")), Some(Marker::Execution));
+    }
+
+    #[test]
+    fn progress_markers_of_other_tables_are_not_read_as_ours() {
+        let other = partition_app_id("account_history", "t", 0);
+        assert_eq!(parse("account", &other), None);
+        assert_eq!(parse("account", "kafka-delta-ingest/account/0"), None);
+        assert_eq!(parse("account", "changelake/account/topic/not-a-number"), None);
+    }
+}
