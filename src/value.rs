@@ -105,30 +105,25 @@ impl Value {
 
     /// Appends a self-delimiting, type-tagged encoding. Used for key bytes,
     /// change hashes and surrogate keys, so it must never change meaning.
+    /// Key columns read straight from Arrow use the same encoders
+    /// ([`encode_int`], [`encode_str`]).
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
-            Value::Null => out.push(0),
+            Value::Null => out.push(tag::NULL),
             Value::Bool(b) => {
-                out.push(1);
+                out.push(tag::BOOL);
                 out.push(*b as u8);
             }
-            Value::Int(i) => {
-                out.push(2);
-                out.extend_from_slice(&i.to_be_bytes());
-            }
+            Value::Int(i) => encode_int(*i, out),
             Value::Float(f) => {
-                out.push(3);
+                out.push(tag::FLOAT);
                 // -0.0 and 0.0 are the same value for change detection.
                 let f = if *f == 0.0 { 0.0 } else { *f };
                 out.extend_from_slice(&f.to_bits().to_be_bytes());
             }
-            Value::Str(s) => {
-                out.push(4);
-                out.extend_from_slice(&(s.len() as u32).to_be_bytes());
-                out.extend_from_slice(s.as_bytes());
-            }
+            Value::Str(s) => encode_str(s, out),
             Value::Ts(t) => {
-                out.push(5);
+                out.push(tag::TS);
                 out.extend_from_slice(&t.to_be_bytes());
             }
         }
@@ -144,19 +139,21 @@ impl Value {
             Some(head.to_vec())
         };
         let be8 = |v: Vec<u8>| -> [u8; 8] { v.try_into().expect("8 bytes") };
-        while let Some((&tag, rest)) = bytes.split_first() {
+        while let Some((&t, rest)) = bytes.split_first() {
             bytes = rest;
-            out.push(match tag {
-                0 => Value::Null,
-                1 => Value::Bool(take(&mut bytes, 1)?[0] != 0),
-                2 => Value::Int(i64::from_be_bytes(be8(take(&mut bytes, 8)?))),
-                3 => Value::Float(f64::from_bits(u64::from_be_bytes(be8(take(&mut bytes, 8)?)))),
-                4 => {
+            out.push(match t {
+                tag::NULL => Value::Null,
+                tag::BOOL => Value::Bool(take(&mut bytes, 1)?[0] != 0),
+                tag::INT => Value::Int(i64::from_be_bytes(be8(take(&mut bytes, 8)?))),
+                tag::FLOAT => {
+                    Value::Float(f64::from_bits(u64::from_be_bytes(be8(take(&mut bytes, 8)?))))
+                }
+                tag::STR => {
                     let n = u32::from_be_bytes(take(&mut bytes, 4)?.try_into().expect("4 bytes"))
                         as usize;
                     Value::Str(String::from_utf8(take(&mut bytes, n)?).ok()?)
                 }
-                5 => Value::Ts(i64::from_be_bytes(be8(take(&mut bytes, 8)?))),
+                tag::TS => Value::Ts(i64::from_be_bytes(be8(take(&mut bytes, 8)?))),
                 _ => return None,
             });
         }
@@ -201,6 +198,29 @@ impl PartialEq for Value {
     fn eq(&self, other: &Value) -> bool {
         self.same(other)
     }
+}
+
+/// The type tags of [`Value::encode`], one byte before each value.
+mod tag {
+    pub const NULL: u8 = 0;
+    pub const BOOL: u8 = 1;
+    pub const INT: u8 = 2;
+    pub const FLOAT: u8 = 3;
+    pub const STR: u8 = 4;
+    pub const TS: u8 = 5;
+}
+
+/// Appends an integer exactly as [`Value::encode`] encodes `Value::Int`.
+pub fn encode_int(i: i64, out: &mut Vec<u8>) {
+    out.push(tag::INT);
+    out.extend_from_slice(&i.to_be_bytes());
+}
+
+/// Appends a string exactly as [`Value::encode`] encodes `Value::Str`.
+pub fn encode_str(s: &str, out: &mut Vec<u8>) {
+    out.push(tag::STR);
+    out.extend_from_slice(&(s.len() as u32).to_be_bytes());
+    out.extend_from_slice(s.as_bytes());
 }
 
 impl fmt::Display for Value {

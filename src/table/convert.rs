@@ -1,12 +1,18 @@
-//! TODO
+//! Conversions between the merge's values and Arrow / Delta: column types,
+//! schemas, building record batches from versions, reading cells, and
+//! encoding key columns straight from Arrow.
+//!
+//! The merge works on [`Value`] cells because its rules are per key; the
+//! table works on Arrow columns because that is what parquet reads and
+//! writes. Everything that crosses between the two goes through here, so a
+//! type maps the same way on every path.
 
 use std::sync::Arc;
 
 use deltalake::arrow::array::{
-    Array, ArrayRef, BooleanArray, BooleanBuilder, Date32Array, Float32Array, Float64Array,
-    Float64Builder, Int32Array, Int64Array, Int64Builder, LargeStringArray, RecordBatch,
-    StringArray, StringBuilder, StringViewArray, TimestampMicrosecondArray,
-    TimestampMicrosecondBuilder, TimestampMillisecondArray, TimestampNanosecondArray,
+    Array, ArrayRef, BooleanArray, Date32Array, Float32Array, Float64Array, Int32Array, Int64Array,
+    LargeStringArray, RecordBatch, StringArray, StringBuilder, StringViewArray,
+    TimestampMicrosecondArray, TimestampMillisecondArray, TimestampNanosecondArray,
 };
 use deltalake::arrow::datatypes::{DataType as ArrowType, Field, Schema as ArrowSchema, TimeUnit};
 use deltalake::kernel::{DataType as DeltaType, PrimitiveType, StructField, StructType};
@@ -56,8 +62,10 @@ pub(super) fn arrow_type(t: DType) -> ArrowType {
     }
 }
 
-/// Like [`build_array`], borrowing the values (no per-cell clone).
-pub(super) fn build_array_ref<'a>(t: DType, vals: impl Iterator<Item = &'a Value>) -> ArrayRef {
+/// An Arrow array of type `t` from cells (a cell of another type is NULL,
+/// an integer in a float column widens, anything in a string column is its
+/// text).
+pub(super) fn build_array<'a>(t: DType, vals: impl Iterator<Item = &'a Value>) -> ArrayRef {
     match t {
         DType::Bool => Arc::new(
             vals.map(|v| if let Value::Bool(x) = v { Some(*x) } else { None })
@@ -91,48 +99,6 @@ pub(super) fn build_array_ref<'a>(t: DType, vals: impl Iterator<Item = &'a Value
                 .collect::<TimestampMicrosecondArray>()
                 .with_timezone("UTC"),
         ),
-    }
-}
-
-pub(super) fn build_array(t: DType, vals: impl Iterator<Item = Value>) -> ArrayRef {
-    match t {
-        DType::Bool => {
-            let mut b = BooleanBuilder::new();
-            vals.for_each(|v| b.append_option(if let Value::Bool(x) = v { Some(x) } else { None }));
-            Arc::new(b.finish())
-        }
-        DType::Int => {
-            let mut b = Int64Builder::new();
-            vals.for_each(|v| b.append_option(if let Value::Int(x) = v { Some(x) } else { None }));
-            Arc::new(b.finish())
-        }
-        DType::Float => {
-            let mut b = Float64Builder::new();
-            vals.for_each(|v| {
-                b.append_option(match v {
-                    Value::Float(x) => Some(x),
-                    Value::Int(x) => Some(x as f64),
-                    _ => None,
-                })
-            });
-            Arc::new(b.finish())
-        }
-        DType::Str => {
-            let mut b = StringBuilder::new();
-            vals.for_each(|v| {
-                if v.is_null() {
-                    b.append_null()
-                } else {
-                    b.append_value(v.to_string())
-                }
-            });
-            Arc::new(b.finish())
-        }
-        DType::Ts => {
-            let mut b = TimestampMicrosecondBuilder::new().with_timezone("UTC");
-            vals.for_each(|v| b.append_option(if let Value::Ts(x) = v { Some(x) } else { None }));
-            Arc::new(b.finish())
-        }
     }
 }
 
@@ -174,15 +140,11 @@ impl<'a> KeyCols<'a> {
         for c in &self.0 {
             match c {
                 KeyCol::Str(a) if a.is_valid(i) => {
-                    let v = a.value(i);
-                    out.push(4);
-                    out.extend_from_slice(&(v.len() as u32).to_be_bytes());
-                    out.extend_from_slice(v.as_bytes());
+                    crate::value::encode_str(a.value(i), out);
                     any = true;
                 }
                 KeyCol::Int(a) if a.is_valid(i) => {
-                    out.push(2);
-                    out.extend_from_slice(&a.value(i).to_be_bytes());
+                    crate::value::encode_int(a.value(i), out);
                     any = true;
                 }
                 KeyCol::Other(a, t) => {
@@ -190,7 +152,7 @@ impl<'a> KeyCols<'a> {
                     any |= !v.is_null();
                     v.encode(out);
                 }
-                _ => out.push(0),
+                _ => Value::Null.encode(out),
             }
         }
         any
@@ -267,7 +229,7 @@ impl TableStore {
         let cols: Vec<(usize, DType)> =
             self.columns.iter().enumerate().map(|(i, (_, t))| (i, *t)).collect();
         let mut arrays: Vec<ArrayRef> = par_map(cols, |(i, t)| {
-            build_array_ref(t, versions.iter().map(|v| v.data.get(i).unwrap_or(&Value::Null)))
+            build_array(t, versions.iter().map(|v| v.data.get(i).unwrap_or(&Value::Null)))
         });
         for (n, t) in self.meta.system_fields() {
             let r = &self.meta.reserved;
@@ -287,9 +249,41 @@ impl TableStore {
                     }
                 })
                 .collect();
-            arrays.push(build_array(t, vals.into_iter()));
+            arrays.push(build_array(t, vals.iter()));
         }
         RecordBatch::try_new(self.arrow_schema(), arrays)
             .map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e.to_string() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Key bytes of Arrow rows must equal the key bytes the merge computes
+    /// from values (`merge::key_from` over `Value::encode`): the key index is
+    /// built from one and looked up with the other.
+    #[test]
+    fn key_bytes_from_arrow_columns_equal_key_bytes_from_values() {
+        let ids: ArrayRef = Arc::new(StringArray::from(vec![Some("a-1"), None, Some(""), None]));
+        let ns: ArrayRef = Arc::new(Int64Array::from(vec![Some(7), Some(-1), None, None]));
+        let ts: ArrayRef = Arc::new(
+            TimestampMicrosecondArray::from(vec![Some(5), None, Some(-9), None])
+                .with_timezone("UTC"),
+        );
+        let cols = vec![
+            (Some(ids.clone()), DType::Str),
+            (Some(ns.clone()), DType::Int),
+            (Some(ts.clone()), DType::Ts),
+            (None, DType::Str),
+        ];
+        let keys = KeyCols::new(&cols);
+        let mut buf = vec![];
+        for i in 0..4 {
+            let values = [cell(&ids, i), cell(&ns, i), cell(&ts, i), Value::Null];
+            let want = crate::merge::key_from(values.iter());
+            let any = keys.encode(i, &mut buf);
+            assert_eq!(any.then(|| buf.clone()), want.map(|k| k.to_vec()), "row {i}");
+        }
     }
 }

@@ -172,10 +172,9 @@ impl TableStore {
                                 .map(|(_, t)| t)
                         });
                         let t = t.expect("schema field is a data or system column");
-                        build_array(
-                            t,
-                            (0..n).map(|i| cell(&c, i).convert(t).unwrap_or(Value::Null)),
-                        )
+                        let converted: Vec<Value> =
+                            (0..n).map(|i| cell(&c, i).convert(t).unwrap_or(Value::Null)).collect();
+                        build_array(t, converted.iter())
                     }
                     None => deltalake::arrow::array::new_null_array(field.data_type(), n),
                 };

@@ -1,4 +1,10 @@
-//! TODO
+//! Parquet writing and the business-key bloom filters every file carries.
+//!
+//! One writer configuration for every file this crate writes (data tables
+//! and the dead-letter table): ZSTD level 1, no dictionaries, and split-block
+//! bloom filters on the business-key columns, which any parquet reader can
+//! use and which let late scd2 rows skip history files that cannot hold
+//! their keys ([`KeyFilter`]).
 
 use deltalake::arrow::array::RecordBatch;
 use deltalake::parquet::arrow::ArrowWriter;

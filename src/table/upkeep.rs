@@ -1,4 +1,11 @@
-//! TODO
+//! Upkeep of a long-running table: checkpoints, vacuum and the orphan sweep.
+//!
+//! A checkpoint is written every `checkpoint_interval` commits, so readers
+//! and restarts replay at most that many JSON commits. Data files removed
+//! and deletion vectors replaced longer ago than `vacuum_retention` are then
+//! deleted (counted from the removing commit), as are files a crashed writer
+//! wrote but never committed. None of it changes what a reader of the
+//! current version sees (docs/operations.md, table upkeep).
 
 use super::dv::dv_file;
 use super::Result;
