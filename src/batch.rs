@@ -48,21 +48,30 @@ fn convert(v: Value, t: DType, text: bool) -> Result<Value, String> {
 }
 
 /// Types `raw` against `table` (empty for a new table). `keys` must be present.
+/// Why a batch cannot be aligned with the table at all (row-level problems
+/// are dead letters, not errors).
+#[derive(Debug, thiserror::Error)]
+pub enum ConformError {
+    /// A text extract (CSV) without a business-key column: bad input.
+    #[error("business key column `{column}` is missing from the input {input} (key columns can never be added or dropped)")]
+    MissingKey { column: String, input: String },
+    /// A business key typed float: the config's key does not fit the data.
+    #[error("business key column `{column}` has type float; floating-point business keys have no stable identity")]
+    FloatKey { column: String },
+}
+
 pub fn conform(
     raw: RawBatch,
     table: &[(String, DType)],
     declared: &[(String, DType)],
     policy: SchemaPolicy,
     keys: &[String],
-) -> Result<Conformed, String> {
+) -> Result<Conformed, ConformError> {
     for k in keys {
         // A CSV header without the key is a malformed extract; JSON rows
         // without it simply have a NULL key (dropped and counted downstream).
         if raw.text && !raw.columns.contains(k) {
-            return Err(format!(
-                "business key column `{k}` is missing from the input {} (key columns can never be added or dropped)",
-                raw.source
-            ));
+            return Err(ConformError::MissingKey { column: k.clone(), input: raw.source });
         }
     }
     let mut out = Conformed { columns: table.to_vec(), ..Default::default() };
@@ -97,7 +106,7 @@ pub fn conform(
     }
     for (k, t) in &out.columns {
         if keys.contains(k) && *t == DType::Float {
-            return Err(format!("business key column `{k}` has type float; floating-point business keys have no stable identity"));
+            return Err(ConformError::FloatKey { column: k.clone() });
         }
     }
     // Typing is per row: on all cores, rows and dead letters kept in input order.
@@ -305,6 +314,7 @@ mod tests {
         let e =
             conform(raw(&["id"], &[&["1.5"]]), &[], &[], SchemaPolicy::Additive, &["id".into()])
                 .unwrap_err();
-        assert!(e.contains("float"));
+        assert!(matches!(e, ConformError::FloatKey { .. }));
+        assert!(e.to_string().contains("float"));
     }
 }

@@ -6,7 +6,7 @@
 
 use std::collections::HashSet;
 
-use crate::batch::{conform, lookup};
+use crate::batch::{conform, lookup, ConformError};
 use crate::config::{Config, Strategy, TableConfig, ValidTime as CfgValidTime};
 use crate::deadletter::{self, DeadLetter};
 use crate::error::{Error, Result};
@@ -352,12 +352,11 @@ impl TableRunner {
         };
         let conformed =
             conform(raw, &self.store.columns, &self.declared, t.schema_policy, &t.business_key)
-                .map_err(|e| {
-                    if e.contains("float") {
+                .map_err(|e| match e {
+                    ConformError::FloatKey { .. } => {
                         Error::ConfigData(format!("bronze.tables.{}.business_key: {e}", t.name))
-                    } else {
-                        Error::Input(e)
                     }
+                    ConformError::MissingKey { .. } => Error::Input(e.to_string()),
                 })?;
         dead.extend(conformed.dead.iter().map(to_dead));
         for u in &conformed.dead {

@@ -2,6 +2,7 @@
 
 use crate::config::ConfigErrors;
 use crate::source::file::FileError;
+use crate::source::kafka::KafkaError;
 use crate::table::TableError;
 
 #[derive(Debug, thiserror::Error)]
@@ -15,6 +16,9 @@ pub enum Error {
     Table(Box<TableError>),
     #[error(transparent)]
     File(#[from] FileError),
+    /// A Kafka client call failed; retryable when librdkafka says it may pass.
+    #[error(transparent)]
+    Kafka(#[from] KafkaError),
     #[error("{0}")]
     Input(String),
     #[error("{0}")]
@@ -28,7 +32,7 @@ impl From<TableError> for Error {
 }
 
 impl Error {
-    /// SPEC 10: 2 for bad config or usage, 1 for runtime failures.
+    /// 2 for bad config or usage, 1 for runtime failures (docs/cli.md, exit codes).
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Config(_) | Error::ConfigData(_) | Error::Usage(_) => 2,
@@ -37,7 +41,11 @@ impl Error {
     }
 
     pub fn retryable(&self) -> bool {
-        matches!(self, Error::Table(t) if t.retryable())
+        match self {
+            Error::Table(t) => t.retryable(),
+            Error::Kafka(k) => k.retryable(),
+            _ => false,
+        }
     }
 }
 

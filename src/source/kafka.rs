@@ -27,10 +27,55 @@ impl ClientContext for Ctx {
 
 impl ConsumerContext for Ctx {}
 
+/// A failed Kafka client call, with whether librdkafka's error code says
+/// it is worth retrying (see [`is_transient`]).
 #[derive(Debug, thiserror::Error)]
 pub enum KafkaError {
     #[error("kafka ({brokers}): {msg}")]
-    Client { brokers: String, msg: String },
+    Client { brokers: String, msg: String, transient: bool },
+}
+
+impl KafkaError {
+    /// A failed call to the cluster at `brokers`, doing `what`.
+    pub fn client(brokers: &str, what: impl std::fmt::Display, e: &RdError) -> KafkaError {
+        KafkaError::Client {
+            brokers: brokers.into(),
+            msg: format!("{what}: {e}"),
+            transient: is_transient(e),
+        }
+    }
+
+    /// Brokers down, timeouts, leader moves: the call may succeed later.
+    pub fn retryable(&self) -> bool {
+        match self {
+            KafkaError::Client { transient, .. } => *transient,
+        }
+    }
+}
+
+/// Whether librdkafka reports a condition that passes on its own (no broker
+/// reachable, a timeout, a partition leader or group coordinator moving),
+/// as opposed to a refusal (authorisation, configuration, unknown topic).
+pub fn is_transient(e: &RdError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode as C;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            C::AllBrokersDown
+                | C::BrokerTransportFailure
+                | C::Resolve
+                | C::OperationTimedOut
+                | C::RequestTimedOut
+                | C::LeaderNotAvailable
+                | C::NotLeaderForPartition
+                | C::BrokerNotAvailable
+                | C::NetworkException
+                | C::CoordinatorLoadInProgress
+                | C::CoordinatorNotAvailable
+                | C::NotCoordinator
+                | C::NotEnoughReplicas
+        )
+    )
 }
 
 pub const METADATA_TIMEOUT: Duration = Duration::from_secs(10);
@@ -60,9 +105,9 @@ pub fn partitions(
     topic: &str,
     brokers: &str,
 ) -> Result<Vec<i32>, KafkaError> {
-    let md = consumer.fetch_metadata(Some(topic), METADATA_TIMEOUT).map_err(|e| {
-        KafkaError::Client { brokers: brokers.into(), msg: format!("metadata for {topic}: {e}") }
-    })?;
+    let md = consumer
+        .fetch_metadata(Some(topic), METADATA_TIMEOUT)
+        .map_err(|e| KafkaError::client(brokers, format_args!("metadata for {topic}"), &e))?;
     Ok(md
         .topics()
         .iter()
@@ -78,13 +123,28 @@ pub fn watermarks(
     partition: i32,
     brokers: &str,
 ) -> Result<(i64, i64), KafkaError> {
-    consumer.fetch_watermarks(topic, partition, METADATA_TIMEOUT).map_err(|e| KafkaError::Client {
-        brokers: brokers.into(),
-        msg: format!("watermarks of {topic}/{partition}: {e}"),
+    consumer.fetch_watermarks(topic, partition, METADATA_TIMEOUT).map_err(|e| {
+        KafkaError::client(brokers, format_args!("watermarks of {topic}/{partition}"), &e)
     })
 }
 
-/// The `txn` app id recording a table's next offset in one partition (SPEC 8).
-pub fn app_id(table: &str, topic: &str, partition: i32) -> String {
-    format!("changelake/{table}/{topic}/{partition}")
+/// The `txn` app id recording a table's next offset in one partition (built
+/// by the progress module, the one home of progress markers).
+pub use crate::progress::partition_app_id as app_id;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rdkafka::types::RDKafkaErrorCode;
+
+    #[test]
+    fn kafka_errors_are_retryable_when_librdkafka_says_they_pass() {
+        let down = RdError::MetadataFetch(RDKafkaErrorCode::AllBrokersDown);
+        assert!(KafkaError::client("b:9092", "metadata", &down).retryable());
+        let timeout = RdError::MetadataFetch(RDKafkaErrorCode::OperationTimedOut);
+        assert!(KafkaError::client("b:9092", "metadata", &timeout).retryable());
+        let denied = RdError::MetadataFetch(RDKafkaErrorCode::TopicAuthorizationFailed);
+        assert!(!KafkaError::client("b:9092", "metadata", &denied).retryable());
+        assert!(!KafkaError::client("b:9092", "x", &RdError::NoMessageReceived).retryable());
+    }
 }
