@@ -25,6 +25,7 @@ pub mod expr;
 pub mod faults;
 pub mod merge;
 pub mod par;
+pub mod report;
 pub mod source;
 pub mod table;
 pub mod telemetry;

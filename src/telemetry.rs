@@ -29,7 +29,8 @@ use prometheus::{
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::engine::RunReport;
+use crate::config::Strategy;
+use crate::report::RunReport;
 
 /// Why a row was dropped (`changelake_rows_dropped_total{reason}`).
 pub const DROP_REASONS: &[&str] = &[
@@ -416,7 +417,7 @@ pub fn run_committed(r: &RunReport) {
     ] {
         m.rows_dropped.with_label_values(&[t, reason]).inc_by(v);
     }
-    let scd2 = st == "scd2";
+    let scd2 = r.strategy == Strategy::Scd2;
     let (new_versions, in_place) = if scd2 {
         (s.updated, s.updated_in_place + s.restated)
     } else {
@@ -660,7 +661,7 @@ mod tests {
         dead.insert("malformed", 2u64);
         let r = RunReport {
             table: "rc_t".into(),
-            strategy: "scd2".into(),
+            strategy: Strategy::Scd2,
             stats,
             filtered: 4,
             dead_by_reason: dead,
