@@ -1,7 +1,9 @@
 //! changelake: CDC change streams into SCD1/SCD2 Delta Lake tables.
 //!
 //! Data flows config → source → batch → merge → table; `engine` runs one
-//! batch of one table end to end and `cli` wires commands to it.
+//! batch of one table end to end. The command line, the benchmarks and the
+//! demo are the `changelake` binary's (src/main.rs): tools on top of this
+//! library, which depends on none of them.
 
 // glibc malloc spent half of a merge run in malloc/free/consolidate (perf,
 // 1M-key bench): the merge allocates many short-lived cells per batch.
@@ -11,14 +13,10 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 pub mod batch;
-pub mod bench;
-pub mod bench_broker;
-pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod deadletter;
 pub mod decode;
-pub mod demo;
 pub mod engine;
 pub mod error;
 pub mod expr;

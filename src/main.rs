@@ -1,3 +1,6 @@
+mod cli;
+mod tools;
+
 fn main() {
-    std::process::exit(changelake::cli::main());
+    std::process::exit(cli::main());
 }

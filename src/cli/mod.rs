@@ -4,14 +4,16 @@ use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::config::{Config, Format, Strategy, SystemKind};
-use crate::daemon::{self, RunOpts, StartAt};
-use crate::engine::{build_spec, Mark, RunReport, TableRunner};
-use crate::error::{Error, Result};
-use crate::merge::Version;
-use crate::source::file::{content_version, expand, read_csv, read_debezium_jsonl, read_jsonl};
-use crate::source::kafka;
-use crate::value::{cmp_slices, parse_ts, Value};
+use changelake::config::{Config, Format, Strategy, SystemKind};
+use changelake::daemon::{self, RunOpts, StartAt};
+use changelake::engine::{build_spec, Mark, RunReport, TableRunner};
+use changelake::error::{Error, Result};
+use changelake::merge::Version;
+use changelake::source::file::{
+    content_version, expand, read_csv, read_debezium_jsonl, read_jsonl,
+};
+use changelake::source::kafka;
+use changelake::value::{cmp_slices, parse_ts, Value};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -243,7 +245,7 @@ async fn dispatch(cmd: Cmd) -> Result<()> {
             println!("replay done: {committed} commit(s)");
             Ok(())
         }
-        Cmd::Demo { dir } => crate::demo::run(&dir).await,
+        Cmd::Demo { dir } => crate::tools::demo::run(&dir).await,
         Cmd::Bench {
             dir,
             keys,
@@ -261,7 +263,7 @@ async fn dispatch(cmd: Cmd) -> Result<()> {
             load_chunk,
             layout,
         } => {
-            use crate::bench::{BenchOpts, Distribution, Mix, Shape};
+            use crate::tools::bench::{BenchOpts, Distribution, Mix, Shape};
             let distribution = Distribution::parse(&distribution)?;
             let opts = BenchOpts {
                 dir,
@@ -284,7 +286,7 @@ async fn dispatch(cmd: Cmd) -> Result<()> {
                 load_chunk,
                 table_option: layout,
             };
-            crate::bench::run(opts).await
+            crate::tools::bench::run(opts).await
         }
         Cmd::Probe { url } => {
             let body = tokio::task::spawn_blocking(move || probe(&url))
@@ -403,20 +405,20 @@ pub async fn run_files(c: &Config, once: bool) -> Result<()> {
         }
         let mut r = TableRunner::open(c, t).await?;
         r.lock(c)?;
-        crate::telemetry::register_table(&t.name, t.strategy.as_str());
+        changelake::telemetry::register_table(&t.name, t.strategy.as_str());
         runners.push(r);
     }
     let mut shutdown = if once {
         None
     } else {
         daemon::serve_metrics(c, false).await?;
-        crate::telemetry::set_assigned("files", 0);
+        changelake::telemetry::set_assigned("files", 0);
         Some(daemon::signals())
     };
     loop {
         for r in runners.iter_mut() {
             for report in run_table_files(c, r).await? {
-                crate::telemetry::run_committed(&report);
+                changelake::telemetry::run_committed(&report);
             }
         }
         let Some(stop) = shutdown.as_mut() else { return Ok(()) };
@@ -455,8 +457,8 @@ async fn run_table_files(c: &Config, r: &mut TableRunner) -> Result<Vec<RunRepor
             (None, Format::Debezium) => read_debezium_jsonl(
                 &rel,
                 &bytes,
-                &crate::decode::store_paths(&r.cfg, format),
-                Some(&crate::decode::env_paths(&r.cfg, format)),
+                &changelake::decode::store_paths(&r.cfg, format),
+                Some(&changelake::decode::env_paths(&r.cfg, format)),
             ),
         };
         reports.push(r.run_batch(raw, progress).await?);

@@ -18,10 +18,10 @@ use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedPr
 use rdkafka::ClientConfig;
 use serde_json::json;
 
-use crate::bench::{BenchOpts, Workload};
-use crate::config::Config;
-use crate::daemon::{self, RunOpts};
-use crate::error::{Error, Result};
+use crate::tools::bench::{BenchOpts, Workload};
+use changelake::config::Config;
+use changelake::daemon::{self, RunOpts};
+use changelake::error::{Error, Result};
 
 const TOPIC: &str = "crm.public.account";
 const PARTITIONS: i32 = 4;
@@ -87,8 +87,8 @@ pub async fn run(opts: &BenchOpts, rate: u64) -> Result<(serde_json::Value, Stri
     let mut wl = Workload::new(
         opts.seed,
         100_000,
-        crate::bench::Mix { insert: 5, delete: 1, late: 2, duplicate: 2 },
-        crate::bench::Distribution::Recent,
+        crate::tools::bench::Mix { insert: 5, delete: 1, late: 2, duplicate: 2 },
+        crate::tools::bench::Distribution::Recent,
     );
     let ticks: Vec<String> =
         (0..total.div_ceil(per_tick as u64)).map(|_| wl.batch(per_tick)).collect();
@@ -135,7 +135,7 @@ pub async fn run(opts: &BenchOpts, rate: u64) -> Result<(serde_json::Value, Stri
     }));
 
     // Watch the committed offsets (set right after each Delta commit).
-    let m = crate::telemetry::metrics();
+    let m = changelake::telemetry::metrics();
     let mut seen: HashMap<i32, i64> = HashMap::new();
     let mut lat = vec![];
     let t0 = Instant::now();

@@ -27,10 +27,10 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use crate::config::{Config, Format};
-use crate::engine::{Mark, RunReport, TableRunner};
-use crate::error::{Error, Result};
-use crate::source::file::{content_version, read_debezium_jsonl};
+use changelake::config::{Config, Format};
+use changelake::engine::{Mark, RunReport, TableRunner};
+use changelake::error::{Error, Result};
+use changelake::source::file::{content_version, read_debezium_jsonl};
 
 #[derive(Debug, Clone)]
 pub struct BenchOpts {
@@ -424,7 +424,7 @@ async fn apply(
     paths: &[String],
 ) -> Result<(RunReport, f64)> {
     let t0 = Instant::now();
-    let keep = crate::decode::env_paths(&runner.cfg, Format::Debezium);
+    let keep = changelake::decode::env_paths(&runner.cfg, Format::Debezium);
     let raw = read_debezium_jsonl(name, bytes, paths, Some(&keep));
     let decode = t0.elapsed().as_secs_f64();
     let mark = Mark {
@@ -493,7 +493,7 @@ pub async fn run(opts: BenchOpts) -> Result<()> {
                 Error::Usage(format!("--strategies: unknown `{strategy}` (scd1, scd2)"))
             })?
             .clone();
-        let paths = crate::decode::store_paths(&t, Format::Debezium);
+        let paths = changelake::decode::store_paths(&t, Format::Debezium);
         trim();
         let (rss0, _) = rss();
         let mut runner = TableRunner::open(&config, &t).await?;
@@ -670,7 +670,7 @@ pub async fn run(opts: BenchOpts) -> Result<()> {
         results.insert(tname, entry);
     }
     if let Some(rate) = opts.broker_rate {
-        let (j, text) = crate::bench_broker::run(&opts, rate).await?;
+        let (j, text) = crate::tools::bench_broker::run(&opts, rate).await?;
         md.push_str(&text);
         results.insert("broker".into(), j);
     }

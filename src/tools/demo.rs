@@ -16,9 +16,9 @@ use rdkafka::ClientConfig;
 use serde_json::json;
 
 use crate::cli::{render, show, OutFormat};
-use crate::config::Config;
-use crate::daemon::{self, RunOpts};
-use crate::error::{Error, Result};
+use changelake::config::Config;
+use changelake::daemon::{self, RunOpts};
+use changelake::error::{Error, Result};
 
 fn lsn(n: u32) -> String {
     format!("{:08X}:{:08X}:{:04X}", 0x27, n, 1)
@@ -292,7 +292,7 @@ pub async fn run(dir: &Path) -> Result<()> {
         show(&config, table, "all", OutFormat::Table).await?;
         println!();
     }
-    let (header, rows) = crate::deadletter::read_all(&config.dead_letter_uri()).await?;
+    let (header, rows) = changelake::deadletter::read_all(&config.dead_letter_uri()).await?;
     println!("== _dead_letters");
     print!("{}", render(&header, &rows, OutFormat::Table));
     println!(
