@@ -5,13 +5,6 @@
 //! demo are the `changelake` binary's (src/main.rs): tools on top of this
 //! library, which depends on none of them.
 
-// glibc malloc spent half of a merge run in malloc/free/consolidate (perf,
-// 1M-key bench): the merge allocates many short-lived cells per batch.
-// mimalloc's thread-local free lists make that cheap. Declared in the library
-// so the tests run on the allocator the binary ships with.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 pub mod batch;
 pub mod config;
 pub mod daemon;
