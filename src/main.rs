@@ -1,7 +1,9 @@
-//! The `changelake` binary: the command line and the tools (bench, broker
-//! bench, demo) on top of the `changelake` library.
+//! The `changelake` binary: the command line (`cli`), the operator commands
+//! it runs (`commands`) and the tools (`tools`: bench, broker bench, demo),
+//! all on top of the `changelake` library.
 
 mod cli;
+mod commands;
 mod tools;
 
 // glibc malloc spent half of a merge run in malloc/free/consolidate (perf,

@@ -5,3 +5,4 @@
 pub mod bench;
 pub mod bench_broker;
 pub mod demo;
+pub mod workload;
