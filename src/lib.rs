@@ -5,6 +5,8 @@
 //! demo are the `changelake` binary's (src/main.rs): tools on top of this
 //! library, which depends on none of them.
 
+#![forbid(unsafe_code)]
+
 pub mod batch;
 pub mod config;
 pub mod daemon;
