@@ -10,10 +10,13 @@ use crate::batch::{conform, lookup, ConformError};
 use crate::config::{Config, Strategy, TableConfig, ValidTime as CfgValidTime};
 use crate::deadletter::{self, DeadLetter};
 use crate::error::{Error, Result};
-use crate::merge::{self, InRow, Key, KeyMap, Need, RunCtx, Spec, Stats, ValidTime};
+use crate::merge::{self, InRow, Key, KeyMap, Need, RunCtx, Spec, ValidTime};
 use crate::source::{RawBatch, Unparsable};
 use crate::table::{ClosingRows, CommitRequest, TableMeta, TableStore};
 use crate::value::DType;
+
+/// Moved to [`crate::report`] (telemetry reads it too); still reachable here.
+pub use crate::report::RunReport;
 
 /// Resolves a table's merge rules against its current columns.
 pub fn build_spec(t: &TableConfig, columns: &[(String, DType)]) -> Result<Spec> {
@@ -70,33 +73,6 @@ pub fn build_spec(t: &TableConfig, columns: &[(String, DType)]) -> Result<Spec> 
 }
 
 pub use crate::progress::Mark;
-
-/// What one run did.
-#[derive(Debug, Default, Clone)]
-pub struct RunReport {
-    pub table: String,
-    pub strategy: String,
-    /// Seconds spent merging (state loads, rules, file writes) and committing.
-    pub merge_secs: f64,
-    pub commit_secs: f64,
-    pub source: String,
-    pub skipped: bool,
-    pub stats: Stats,
-    pub version: Option<i64>,
-    pub exec: Option<i64>,
-    pub files_added: usize,
-    pub files_removed: usize,
-    /// Files whose deletion vector grew instead of being rewritten (merge-on-read).
-    pub files_masked: usize,
-    pub dead_letters: usize,
-    /// Dead letters by bounded reason (malformed, schema, type, guardrail).
-    pub dead_by_reason: std::collections::BTreeMap<&'static str, u64>,
-    /// Rows dropped by the source filter.
-    pub filtered: u64,
-    /// Source bytes of the batch.
-    pub bytes: u64,
-    pub rejected: Option<String>,
-}
 
 pub struct TableRunner {
     pub cfg: TableConfig,
@@ -201,7 +177,7 @@ impl TableRunner {
         let groups: Vec<deadletter::Group> = progress
             .iter()
             .map(|m| deadletter::Group {
-                app: format!("{}/dead_letters", m.app),
+                app: m.dead_letter_app_id(),
                 version: m.version,
                 by_offset: m.partition.is_some(),
                 rows: dead
@@ -224,7 +200,7 @@ impl TableRunner {
         let t = self.cfg.clone();
         let mut report = RunReport {
             table: t.name.clone(),
-            strategy: t.strategy.as_str().into(),
+            strategy: t.strategy,
             source: "truncate".into(),
             ..Default::default()
         };
@@ -320,7 +296,7 @@ impl TableRunner {
         let started = std::time::Instant::now();
         let mut report = RunReport {
             table: t.name.clone(),
-            strategy: t.strategy.as_str().into(),
+            strategy: t.strategy,
             source: raw.source.clone(),
             ..Default::default()
         };

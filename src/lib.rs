@@ -1,24 +1,17 @@
 //! changelake: CDC change streams into SCD1/SCD2 Delta Lake tables.
 //!
 //! Data flows config → source → batch → merge → table; `engine` runs one
-//! batch of one table end to end and `cli` wires commands to it.
+//! batch of one table end to end. The command line, the benchmarks and the
+//! demo are the `changelake` binary's (src/main.rs): tools on top of this
+//! library, which depends on none of them.
 
-// glibc malloc spent half of a merge run in malloc/free/consolidate (perf,
-// 1M-key bench): the merge allocates many short-lived cells per batch.
-// mimalloc's thread-local free lists make that cheap. Declared in the library
-// so the tests run on the allocator the binary ships with.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+#![forbid(unsafe_code)]
 
 pub mod batch;
-pub mod bench;
-pub mod bench_broker;
-pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod deadletter;
 pub mod decode;
-pub mod demo;
 pub mod engine;
 pub mod error;
 pub mod expr;
@@ -26,6 +19,7 @@ pub mod faults;
 pub mod merge;
 pub mod par;
 pub mod progress;
+pub mod report;
 pub mod source;
 pub mod table;
 pub mod telemetry;

@@ -11,6 +11,7 @@
 //! | Kafka partition | `changelake/<table>/<topic>/<partition>` | next offset to read |
 //! | file | `changelake/<table>/file/<path>` | hash of the file's content |
 //! | execution | `changelake/<table>/_execution` | last `_execution_id` |
+//! | dead letters of a position (in `_dead_letters`) | `<marker's app id>/dead_letters` | the marker's version |
 //!
 //! Kafka topic names cannot contain `/` and a partition is a number, so a
 //! partition marker is told apart from a file marker (`file/...`) and the
@@ -22,6 +23,7 @@ use deltalake::{DeltaTable, DeltaTableError};
 const PREFIX: &str = "changelake";
 const EXECUTION: &str = "_execution";
 const FILE: &str = "file";
+const DEAD_LETTERS: &str = "dead_letters";
 
 /// A progress marker committed with a run: `txn` app id and version.
 #[derive(Debug, Clone, PartialEq)]
@@ -46,6 +48,12 @@ impl Mark {
     /// A file run whose content hashes to `content_version`.
     pub fn file(table: &str, path: &str, content_version: i64) -> Mark {
         Mark { app: file_app_id(table, path), version: content_version, partition: None }
+    }
+
+    /// The app id recording, in the dead-letter table, that this position's
+    /// dead letters were written (so a replay never writes them twice).
+    pub fn dead_letter_app_id(&self) -> String {
+        format!("{}/{DEAD_LETTERS}", self.app)
     }
 
     /// The `txn` action that records this marker in a commit.
@@ -127,6 +135,7 @@ mod tests {
         assert_eq!(parse("account", &f.app), Some(Marker::File { path: "2024/01/a.csv" }));
         assert_eq!(execution_app_id("account"), "changelake/account/_execution");
         assert_eq!(parse("account", &execution_app_id("account")), Some(Marker::Execution));
+        assert_eq!(m.dead_letter_app_id(), "changelake/account/crm.public.account/3/dead_letters");
     }
 
     #[test]

@@ -347,7 +347,7 @@ fn dashboard_queries_only_use_exported_metrics_and_cover_them_all() {
     changelake::telemetry::register_partition("t", "topic", 0, Some(1));
     let committed = changelake::engine::RunReport {
         table: "t".into(),
-        strategy: "scd2".into(),
+        strategy: changelake::config::Strategy::Scd2,
         version: Some(1),
         ..Default::default()
     };

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::{RawBatch, RawRow, Unparsable};
+use crate::decode::json_cell;
 use crate::value::Value;
 
 #[derive(Debug, thiserror::Error)]
@@ -108,20 +109,6 @@ pub fn read_csv(path: &Path, bytes: &[u8], delimiter: u8) -> Result<RawBatch, Fi
         }
     }
     Ok(batch)
-}
-
-/// Converts a JSON value to a cell; nested values are kept as JSON text.
-pub fn json_cell(v: &serde_json::Value) -> Value {
-    match v {
-        serde_json::Value::Null => Value::Null,
-        serde_json::Value::Bool(b) => Value::Bool(*b),
-        serde_json::Value::Number(n) => match n.as_i64() {
-            Some(i) => Value::Int(i),
-            None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
-        },
-        serde_json::Value::String(s) => Value::Str(s.clone()),
-        other => Value::Str(other.to_string()),
-    }
 }
 
 /// A file of Debezium envelopes, one per line (a topic dump): decoded as the

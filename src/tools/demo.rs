@@ -13,12 +13,12 @@ use std::time::Duration;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
-use serde_json::json;
+use serde_json::{json, Value as J};
 
-use crate::cli::{render, show, OutFormat};
-use crate::config::Config;
-use crate::daemon::{self, RunOpts};
-use crate::error::{Error, Result};
+use crate::commands::show::{render, show, OutFormat};
+use changelake::config::Config;
+use changelake::daemon::{self, RunOpts};
+use changelake::error::{Error, Result};
 
 fn lsn(n: u32) -> String {
     format!("{:08X}:{:08X}:{:04X}", 0x27, n, 1)
@@ -57,149 +57,169 @@ type Event = (&'static str, serde_json::Value, Option<String>);
 /// (topic object, key, value), in three waves; the daemon consumes each wave
 /// to the end before the next is produced, so each wave is one batch.
 fn stream() -> Vec<Vec<Event>> {
-    let n = serde_json::Value::Null;
-    let k = |id: i64| json!({ "accountid": id });
-    let kc = |id: i64| json!({ "contactid": id });
-    let acme = |city: &str| account(1, "Acme GmbH", city, "gold", "anna");
+    vec![first_wave(), second_wave(), third_wave()]
+}
+
+fn account_key(id: i64) -> J {
+    json!({ "accountid": id })
+}
+
+fn contact_key(id: i64) -> J {
+    json!({ "contactid": id })
+}
+
+fn acme(city: &str) -> J {
+    account(1, "Acme GmbH", city, "gold", "anna")
+}
+
+/// Snapshot rows and new rows of both tables.
+fn first_wave() -> Vec<Event> {
     vec![
-        vec![
-            ("account", k(1), Some(event("account", "r", n.clone(), acme("Berlin"), 10))),
-            (
+        ("account", account_key(1), Some(event("account", "r", J::Null, acme("Berlin"), 10))),
+        (
+            "account",
+            account_key(2),
+            Some(event(
                 "account",
-                k(2),
-                Some(event(
-                    "account",
-                    "r",
-                    n.clone(),
-                    account(2, "Bolt AG", "Bonn", "silver", "ben"),
-                    11,
-                )),
-            ),
-            (
+                "r",
+                J::Null,
+                account(2, "Bolt AG", "Bonn", "silver", "ben"),
+                11,
+            )),
+        ),
+        (
+            "account",
+            account_key(3),
+            Some(event(
                 "account",
-                k(3),
-                Some(event(
-                    "account",
-                    "c",
-                    n.clone(),
-                    account(3, "Corvid Ltd", "Köln", "bronze", "anna"),
-                    12,
-                )),
-            ),
-            (
+                "c",
+                J::Null,
+                account(3, "Corvid Ltd", "Köln", "bronze", "anna"),
+                12,
+            )),
+        ),
+        (
+            "contact",
+            contact_key(100),
+            Some(event(
                 "contact",
-                kc(100),
-                Some(event(
-                    "contact",
-                    "c",
-                    n.clone(),
-                    contact(100, 1, "jane@acme.example", Some("+49 30 1234")),
-                    13,
-                )),
-            ),
-            (
+                "c",
+                J::Null,
+                contact(100, 1, "jane@acme.example", Some("+49 30 1234")),
+                13,
+            )),
+        ),
+        (
+            "contact",
+            contact_key(101),
+            Some(event("contact", "c", J::Null, contact(101, 2, "max@bolt.example", None), 14)),
+        ),
+    ]
+}
+
+/// Updates, one delivered twice.
+fn second_wave() -> Vec<Event> {
+    vec![
+        (
+            "account",
+            account_key(1),
+            Some(event("account", "u", acme("Berlin"), acme("Hamburg"), 20)),
+        ),
+        // Redelivered duplicate of the same change.
+        (
+            "account",
+            account_key(1),
+            Some(event("account", "u", acme("Berlin"), acme("Hamburg"), 20)),
+        ),
+        (
+            "account",
+            account_key(2),
+            Some(event("account", "u", J::Null, account(2, "Bolt AG", "Bonn", "gold", "ben"), 21)),
+        ),
+        (
+            "contact",
+            contact_key(101),
+            Some(event(
                 "contact",
-                kc(101),
-                Some(event(
-                    "contact",
-                    "c",
-                    n.clone(),
-                    contact(101, 2, "max@bolt.example", None),
-                    14,
-                )),
-            ),
-        ],
-        vec![
-            ("account", k(1), Some(event("account", "u", acme("Berlin"), acme("Hamburg"), 20))),
-            // Redelivered duplicate of the same change.
-            ("account", k(1), Some(event("account", "u", acme("Berlin"), acme("Hamburg"), 20))),
-            (
+                "u",
+                J::Null,
+                contact(101, 2, "max@bolt.example", Some("+49 228 555")),
+                23,
+            )),
+        ),
+    ]
+}
+
+/// An ignored-column change, a late event, a delete and its tombstone, a
+/// NULL key and a poison message.
+fn third_wave() -> Vec<Event> {
+    vec![
+        // Owner-only change: an ignored column, updated in place.
+        (
+            "account",
+            account_key(2),
+            Some(event(
                 "account",
-                k(2),
-                Some(event(
-                    "account",
-                    "u",
-                    n.clone(),
-                    account(2, "Bolt AG", "Bonn", "gold", "ben"),
-                    21,
-                )),
-            ),
-            (
+                "u",
+                J::Null,
+                account(2, "Bolt AG", "Bonn", "gold", "carla"),
+                22,
+            )),
+        ),
+        // A late event: older LSN than the Hamburg change, arriving after it.
+        (
+            "account",
+            account_key(1),
+            Some(event("account", "u", acme("Berlin"), acme("Potsdam"), 15)),
+        ),
+        // Delete of account 3, then its tombstone.
+        (
+            "account",
+            account_key(3),
+            Some(event(
+                "account",
+                "d",
+                account(3, "Corvid Ltd", "Köln", "bronze", "anna"),
+                J::Null,
+                24,
+            )),
+        ),
+        ("account", account_key(3), None),
+        // A row without a business key, and a poison message.
+        (
+            "account",
+            json!({"accountid": null}),
+            Some(event(
+                "account",
+                "c",
+                J::Null,
+                json!({"accountid": null, "name": "Nameless"}),
+                25,
+            )),
+        ),
+        ("account", account_key(4), Some("{\"op\":\"c\",\"after\":{\"accountid\":4,".to_string())),
+        (
+            "account",
+            account_key(4),
+            Some(event(
+                "account",
+                "c",
+                J::Null,
+                account(4, "Delta Corp", "München", "gold", "ben"),
+                26,
+            )),
+        ),
+        (
+            "contact",
+            contact_key(102),
+            Some(event(
                 "contact",
-                kc(101),
-                Some(event(
-                    "contact",
-                    "u",
-                    n.clone(),
-                    contact(101, 2, "max@bolt.example", Some("+49 228 555")),
-                    23,
-                )),
-            ),
-        ],
-        vec![
-            // Owner-only change: an ignored column, updated in place.
-            (
-                "account",
-                k(2),
-                Some(event(
-                    "account",
-                    "u",
-                    n.clone(),
-                    account(2, "Bolt AG", "Bonn", "gold", "carla"),
-                    22,
-                )),
-            ),
-            // A late event: older LSN than the Hamburg change, arriving after it.
-            ("account", k(1), Some(event("account", "u", acme("Berlin"), acme("Potsdam"), 15))),
-            // Delete of account 3, then its tombstone.
-            (
-                "account",
-                k(3),
-                Some(event(
-                    "account",
-                    "d",
-                    account(3, "Corvid Ltd", "Köln", "bronze", "anna"),
-                    n.clone(),
-                    24,
-                )),
-            ),
-            ("account", k(3), None),
-            // A row without a business key, and a poison message.
-            (
-                "account",
-                json!({"accountid": null}),
-                Some(event(
-                    "account",
-                    "c",
-                    n.clone(),
-                    json!({"accountid": null, "name": "Nameless"}),
-                    25,
-                )),
-            ),
-            ("account", k(4), Some("{\"op\":\"c\",\"after\":{\"accountid\":4,".to_string())),
-            (
-                "account",
-                k(4),
-                Some(event(
-                    "account",
-                    "c",
-                    n.clone(),
-                    account(4, "Delta Corp", "München", "gold", "ben"),
-                    26,
-                )),
-            ),
-            (
-                "contact",
-                kc(102),
-                Some(event(
-                    "contact",
-                    "c",
-                    n.clone(),
-                    contact(102, 4, "li@delta.example", Some("+49 89 777")),
-                    27,
-                )),
-            ),
-        ],
+                "c",
+                J::Null,
+                contact(102, 4, "li@delta.example", Some("+49 89 777")),
+                27,
+            )),
+        ),
     ]
 }
 
@@ -292,7 +312,7 @@ pub async fn run(dir: &Path) -> Result<()> {
         show(&config, table, "all", OutFormat::Table).await?;
         println!();
     }
-    let (header, rows) = crate::deadletter::read_all(&config.dead_letter_uri()).await?;
+    let (header, rows) = changelake::deadletter::read_all(&config.dead_letter_uri()).await?;
     println!("== _dead_letters");
     print!("{}", render(&header, &rows, OutFormat::Table));
     println!(

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,14 +18,39 @@ use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::ClientConfig;
 use serde_json::json;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
 
-use crate::bench::{BenchOpts, Workload};
-use crate::config::Config;
-use crate::daemon::{self, RunOpts};
-use crate::error::{Error, Result};
+use changelake::config::Config;
+use changelake::daemon::{self, RunOpts};
+use changelake::engine::RunReport;
+use changelake::error::{Error, Result};
+
+use crate::tools::workload::{Distribution, Mix, Workload};
 
 const TOPIC: &str = "crm.public.account";
 const PARTITIONS: i32 = 4;
+
+/// What the broker bench runs.
+#[derive(Debug, Clone)]
+pub struct BrokerOpts {
+    /// Work directory of this bench (recreated).
+    pub dir: PathBuf,
+    pub seed: u64,
+    /// Events per second to produce, for `secs` seconds.
+    pub rate: u64,
+    pub secs: u64,
+    /// The table's `batching.max_age`.
+    pub max_age_ms: u64,
+    /// Extra table `layout:` options.
+    pub layout: Option<String>,
+}
+
+/// Send times per partition, indexed by offset (one producer, idempotent: in order).
+type SendTimes = Arc<Mutex<Vec<Vec<Instant>>>>;
+
+/// The daemon, running until its stop signal; it returns its reports.
+type Daemon = (oneshot::Sender<()>, JoinHandle<Result<Vec<RunReport>>>);
 
 fn pct(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
@@ -33,43 +59,18 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-pub async fn run(opts: &BenchOpts, rate: u64) -> Result<(serde_json::Value, String)> {
+pub async fn run(opts: &BrokerOpts) -> Result<(serde_json::Value, String)> {
     let cluster = MockCluster::new(1).map_err(|e| Error::Input(format!("mock cluster: {e}")))?;
     cluster
         .create_topic(TOPIC, PARTITIONS, 1)
         .map_err(|e| Error::Input(format!("mock topic: {e}")))?;
     let brokers = cluster.bootstrap_servers();
-    let dir = opts.dir.join("broker");
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).map_err(|e| Error::Input(e.to_string()))?;
-    let max_age = opts.max_age_ms;
-    let layout = opts
-        .table_option
-        .as_deref()
-        .map(|o| format!("\n      layout: {{{o}}}"))
-        .unwrap_or_default();
-    let text = format!(
-        "storage: {{root: ./lake}}\nsystems:\n  crm: {{type: kafka, brokers: \"{brokers}\", topic: \"crm.public.{{object}}\", format: debezium, kafka: {{fetch.wait.max.ms: \"50\"}}}}\n\
-         bronze:\n  tables:\n    account:\n      source: {{system: crm, object: account}}\n      business_key: [accountid]\n      strategy: scd1\n      merge: {{sequence_by: [source.lsn], delete_mode: hard}}{layout}\n\
-         batching: {{max_rows: 100000, max_age: {max_age}ms}}\nshutdown_timeout: 30s\n"
-    );
-    // fetch.wait.max.ms: librdkafka's mock cluster holds every fetch for the
-    // full wait even when records arrive meanwhile (a real broker answers as
-    // soon as fetch.min.bytes is there), which would add up to 500 ms of
-    // mock-only latency (measured: p50 0.97 s -> 0.64 s at 5,000 events/s).
-    let config = Config::parse(&text, &dir)?;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let daemon = tokio::spawn(async move {
-        let shutdown: daemon::Shutdown = Box::pin(async move {
-            let _ = stop_rx.await;
-        });
-        daemon::run(&config, RunOpts::default(), shutdown).await
-    });
+    let _ = std::fs::remove_dir_all(&opts.dir);
+    std::fs::create_dir_all(&opts.dir).map_err(|e| Error::Input(e.to_string()))?;
+    let (stop_tx, daemon) = start_daemon(opts, &brokers)?;
 
-    // Send times per partition, indexed by offset (one producer, idempotent: in order).
-    let sent: Arc<Mutex<Vec<Vec<Instant>>>> =
-        Arc::new(Mutex::new(vec![vec![]; PARTITIONS as usize]));
-    let total = rate * opts.broker_secs;
+    let sent: SendTimes = Arc::new(Mutex::new(vec![vec![]; PARTITIONS as usize]));
+    let total = opts.rate * opts.secs;
     let producer: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
         .set("bootstrap.servers", &brokers)
         .set("enable.idempotence", "true")
@@ -80,20 +81,63 @@ pub async fn run(opts: &BenchOpts, rate: u64) -> Result<(serde_json::Value, Stri
     // Let the daemon assign its partitions first.
     tokio::time::sleep(Duration::from_millis(1500)).await;
 
+    let produce = produce(producer, opts, total, sent.clone());
+    let (mut lat, (n, produce_time)) = watch_commits(&sent, produce, total, opts.secs).await?;
+    let _ = stop_tx.send(());
+    let reports = daemon.await.map_err(|e| Error::Input(e.to_string()))??;
+    lat.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    let commits = reports.iter().filter(|r| r.version.is_some()).count();
+    let out = summary(opts, &lat, n, produce_time, commits);
+    drop(cluster);
+    Ok(out)
+}
+
+/// Starts the daemon on one scd1 table reading [`TOPIC`] from `brokers`.
+fn start_daemon(opts: &BrokerOpts, brokers: &str) -> Result<Daemon> {
+    let max_age = opts.max_age_ms;
+    let layout =
+        opts.layout.as_deref().map(|o| format!("\n      layout: {{{o}}}")).unwrap_or_default();
+    let text = format!(
+        "storage: {{root: ./lake}}\nsystems:\n  crm: {{type: kafka, brokers: \"{brokers}\", topic: \"crm.public.{{object}}\", format: debezium, kafka: {{fetch.wait.max.ms: \"50\"}}}}\n\
+         bronze:\n  tables:\n    account:\n      source: {{system: crm, object: account}}\n      business_key: [accountid]\n      strategy: scd1\n      merge: {{sequence_by: [source.lsn], delete_mode: hard}}{layout}\n\
+         batching: {{max_rows: 100000, max_age: {max_age}ms}}\nshutdown_timeout: 30s\n"
+    );
+    // fetch.wait.max.ms: librdkafka's mock cluster holds every fetch for the
+    // full wait even when records arrive meanwhile (a real broker answers as
+    // soon as fetch.min.bytes is there), which would add up to 500 ms of
+    // mock-only latency (measured: p50 0.97 s -> 0.64 s at 5,000 events/s).
+    let config = Config::parse(&text, &opts.dir)?;
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let daemon = tokio::spawn(async move {
+        let shutdown: daemon::Shutdown = Box::pin(async move {
+            let _ = stop_rx.await;
+        });
+        daemon::run(&config, RunOpts::default(), shutdown).await
+    });
+    Ok((stop_tx, daemon))
+}
+
+/// Produces `total` events at the target rate on a blocking thread, noting
+/// each send time in `sent`; returns the events produced and the time taken.
+fn produce(
+    producer: ThreadedProducer<DefaultProducerContext>,
+    opts: &BrokerOpts,
+    total: u64,
+    sent: SendTimes,
+) -> JoinHandle<(u64, Duration)> {
     // The events are generated before the clock starts: in production the
     // producer runs elsewhere, and generating JSON here would take CPU from
     // the daemon on a small machine.
-    let per_tick = (rate / 100).max(1) as usize;
+    let per_tick = (opts.rate / 100).max(1) as usize;
     let mut wl = Workload::new(
         opts.seed,
         100_000,
-        crate::bench::Mix { insert: 5, delete: 1, late: 2, duplicate: 2 },
-        crate::bench::Distribution::Recent,
+        Mix { insert: 5, delete: 1, late: 2, duplicate: 2 },
+        Distribution::Recent,
     );
     let ticks: Vec<String> =
         (0..total.div_ceil(per_tick as u64)).map(|_| wl.batch(per_tick)).collect();
-    let sent_p = sent.clone();
-    let mut produce = Some(tokio::task::spawn_blocking(move || {
+    tokio::task::spawn_blocking(move || {
         let start = Instant::now();
         let tick = Duration::from_millis(10);
         let mut done = 0u64;
@@ -122,7 +166,7 @@ pub async fn run(opts: &BenchOpts, rate: u64) -> Result<(serde_json::Value, Stri
                         }
                     }
                 }
-                sent_p.lock().unwrap_or_else(|e| e.into_inner())[p as usize].push(Instant::now());
+                sent.lock().unwrap_or_else(|e| e.into_inner())[p as usize].push(Instant::now());
                 done += 1;
             }
             let due = start + tick * (done / per_tick as u64) as u32;
@@ -132,10 +176,20 @@ pub async fn run(opts: &BenchOpts, rate: u64) -> Result<(serde_json::Value, Stri
         }
         let _ = producer.flush(Duration::from_secs(30));
         (done, start.elapsed())
-    }));
+    })
+}
 
-    // Watch the committed offsets (set right after each Delta commit).
-    let m = crate::telemetry::metrics();
+/// Watches the committed offsets (set right after each Delta commit) until
+/// every produced event is committed; returns each event's latency in
+/// seconds, unsorted, and the producer's (events, time).
+async fn watch_commits(
+    sent: &SendTimes,
+    produce: JoinHandle<(u64, Duration)>,
+    total: u64,
+    secs: u64,
+) -> Result<(Vec<f64>, (u64, Duration))> {
+    let m = changelake::telemetry::metrics();
+    let mut produce = Some(produce);
     let mut seen: HashMap<i32, i64> = HashMap::new();
     let mut lat = vec![];
     let t0 = Instant::now();
@@ -168,20 +222,26 @@ pub async fn run(opts: &BenchOpts, rate: u64) -> Result<(serde_json::Value, Stri
                 break;
             }
         }
-        if t0.elapsed() > Duration::from_secs(opts.broker_secs * 4 + 120) {
+        if t0.elapsed() > Duration::from_secs(secs * 4 + 120) {
             return Err(Error::Input(format!(
                 "broker bench: only {committed_all} of {total} events committed"
             )));
         }
     }
-    let _ = stop_tx.send(());
-    let reports = daemon.await.map_err(|e| Error::Input(e.to_string()))??;
-    let (n, produce_time) = produced.unwrap_or((0, Duration::ZERO));
-    lat.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    Ok((lat, produced.unwrap_or((0, Duration::ZERO))))
+}
+
+/// The result as JSON and as a Markdown section; `lat` is sorted.
+fn summary(
+    opts: &BrokerOpts,
+    lat: &[f64],
+    n: u64,
+    produce_time: Duration,
+    commits: usize,
+) -> (serde_json::Value, String) {
+    let (rate, max_age) = (opts.rate, opts.max_age_ms);
     let bound = 2.0 * max_age as f64 / 1000.0;
-    let (p50, p99, max) =
-        (pct(&lat, 0.5), pct(&lat, 0.99), lat.last().copied().unwrap_or(f64::NAN));
-    let commits = reports.iter().filter(|r| r.version.is_some()).count();
+    let (p50, p99, max) = (pct(lat, 0.5), pct(lat, 0.99), lat.last().copied().unwrap_or(f64::NAN));
     let achieved = n as f64 / produce_time.as_secs_f64();
     let mut md = String::new();
     let _ = writeln!(md, "### end to end through the broker (in-process mock cluster, {PARTITIONS} partitions, max_age {max_age} ms)\n");
@@ -202,6 +262,5 @@ pub async fn run(opts: &BenchOpts, rate: u64) -> Result<(serde_json::Value, Stri
         "target_rate": rate, "achieved_rate": achieved, "events": n, "commits": commits, "max_age_ms": max_age,
         "latency_p50_seconds": p50, "latency_p99_seconds": p99, "latency_max_seconds": max, "bound_seconds": bound,
     });
-    drop(cluster);
-    Ok((j, md))
+    (j, md)
 }

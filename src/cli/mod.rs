@@ -1,0 +1,149 @@
+//! Command line (SPEC 10). Exit codes: 0 ok, 1 runtime failure, 2 bad config or usage.
+//!
+//! Parses the arguments ([`args`]), sets up logging and the runtime, and
+//! hands each subcommand to its implementation: the operator commands in
+//! [`crate::commands`], the bench and the demo in [`crate::tools`].
+
+mod args;
+
+use clap::Parser;
+
+use changelake::config::Config;
+use changelake::error::{Error, Result};
+
+use self::args::{Cli, Cmd, LogFormat};
+use crate::commands::{offsets, probe, replay, run, show};
+use crate::tools::bench::{self, BenchOpts};
+use crate::tools::demo;
+use crate::tools::workload::{Distribution, Mix, Shape};
+
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    init_tracing(cli.log_format);
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start runtime: {e}");
+            return 1;
+        }
+    };
+    match rt.block_on(dispatch(cli.cmd)) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("error: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+/// Logs go to stderr. `RUST_LOG` (or `CHANGELAKE_LOG`) sets the filter with
+/// the usual `tracing` directives; the default is `warn,changelake=info`.
+fn init_tracing(f: LogFormat) {
+    let filter = ["RUST_LOG", "CHANGELAKE_LOG"]
+        .iter()
+        .find_map(|v| {
+            std::env::var(v)
+                .ok()
+                .filter(|s| !s.trim().is_empty())
+                .and_then(|s| tracing_subscriber::EnvFilter::try_new(s).ok())
+        })
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("warn,changelake=info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi)
+        .with_writer(std::io::stderr);
+    let _ = match f {
+        LogFormat::Text => b.try_init(),
+        LogFormat::Json => b.json().with_current_span(true).with_span_list(false).try_init(),
+    };
+}
+
+async fn dispatch(cmd: Cmd) -> Result<()> {
+    match cmd {
+        Cmd::Check { config } => {
+            let c = Config::load(&config)?;
+            println!(
+                "{}: ok ({} table{}, {} system{})",
+                config.display(),
+                c.tables.len(),
+                if c.tables.len() == 1 { "" } else { "s" },
+                c.systems.len(),
+                if c.systems.len() == 1 { "" } else { "s" }
+            );
+            Ok(())
+        }
+        Cmd::Run { config, once } => {
+            let c = Config::load(&config)?;
+            run::run(&c, once).await
+        }
+        Cmd::Offsets { config } => {
+            let c = Config::load(&config)?;
+            print!("{}", offsets::offsets(&c).await?);
+            Ok(())
+        }
+        Cmd::Replay { config, table, from_beginning, from_offsets, from_timestamp, reapply } => {
+            let c = Config::load(&config)?;
+            replay::replay(&c, table, from_beginning, from_offsets, from_timestamp, reapply).await
+        }
+        Cmd::Demo { dir } => demo::run(&dir).await,
+        cmd @ Cmd::Bench { .. } => bench::run(bench_opts(cmd)?).await,
+        Cmd::Probe { url } => {
+            let body = tokio::task::spawn_blocking(move || probe::probe(&url))
+                .await
+                .map_err(|e| Error::Input(e.to_string()))??;
+            print!("{body}");
+            Ok(())
+        }
+        Cmd::Show { table, config, view, format } => {
+            let c = Config::load(&config)?;
+            show::show(&c, &table, &view, format).await
+        }
+    }
+}
+
+/// The bench's options from `bench`'s arguments.
+fn bench_opts(cmd: Cmd) -> Result<BenchOpts> {
+    let Cmd::Bench {
+        dir,
+        keys,
+        batch,
+        runs,
+        strategies,
+        distribution,
+        columns,
+        mix,
+        seed,
+        no_deltars,
+        broker_rate,
+        broker_secs,
+        max_age_ms,
+        load_chunk,
+        layout,
+    } = cmd
+    else {
+        unreachable!("dispatch passes only `bench`");
+    };
+    let distribution = Distribution::parse(&distribution)?;
+    Ok(BenchOpts {
+        dir,
+        keys,
+        batch,
+        runs,
+        strategies: strategies
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect(),
+        distribution,
+        shape: Shape::parse(&columns)?,
+        mix: Mix::parse(&mix)?,
+        seed,
+        deltars: !no_deltars,
+        broker_rate,
+        broker_secs,
+        max_age_ms,
+        load_chunk,
+        table_option: layout,
+    })
+}

@@ -1,0 +1,85 @@
+//! Debezium change envelopes on the general path: the message parsed into a
+//! `serde_json::Value` first, so every shape is handled (the schema wrapper
+//! included) and every error is reported. `fast` covers the common shapes
+//! without the tree and falls back to this.
+
+use serde_json::{Map, Value as J};
+
+use super::json::json_cell;
+use super::schema::{field_schema, section_fields, typed, unwrap_schema};
+use super::{stored_name, Decoded};
+use crate::value::Value;
+
+/// An envelope: `after` (or `before` for deletes) as the row, the other
+/// fields flattened one level (`source.lsn`) as `env`, and the `store_paths`
+/// copied into the row under their stored names.
+pub(super) fn debezium(
+    v: J,
+    key: Option<&[u8]>,
+    store_paths: &[String],
+) -> Result<Decoded, String> {
+    let (schema, payload) = unwrap_schema(&v);
+    let p = match payload {
+        J::Null => return Ok(Decoded::Tombstone),
+        J::Object(p) => p,
+        _ => return Err("not a Debezium envelope: payload is not an object".into()),
+    };
+    let op = p.get("op").and_then(J::as_str).ok_or("not a Debezium envelope: no `op` field")?;
+    let (section, is_delete) = match op {
+        "c" | "u" | "r" => ("after", false),
+        "d" => ("before", true),
+        "t" => return Ok(Decoded::Truncate),
+        "m" => return Ok(Decoded::Tombstone),
+        other => return Err(format!("unknown Debezium op `{other}`")),
+    };
+    let field_schemas = schema.and_then(|s| section_fields(s, section));
+    let mut data: Vec<(String, Value)> = match p.get(section) {
+        Some(J::Object(row)) => row
+            .iter()
+            .map(|(k, v)| (k.clone(), typed(v, field_schemas.and_then(|f| field_schema(f, k)))))
+            .collect(),
+        Some(J::Null) | None if is_delete => vec![],
+        _ => return Err(format!("Debezium `{op}` event without `{section}`")),
+    };
+    if is_delete {
+        key_fallback(&mut data, key);
+    }
+    let mut env = vec![];
+    flatten(p, "", &mut env);
+    for path in store_paths {
+        if let Some((_, v)) = env.iter().find(|(n, _)| n == path) {
+            data.push((stored_name(path), v.clone()));
+        }
+    }
+    Ok(Decoded::Row { data, env })
+}
+
+/// Deletes may carry only the key (REPLICA IDENTITY DEFAULT): the message key supplies it.
+pub(super) fn key_fallback(data: &mut Vec<(String, Value)>, key: Option<&[u8]>) {
+    if let Some(k) = key.and_then(|k| serde_json::from_slice::<J>(k).ok()) {
+        let (kschema, kp) = unwrap_schema(&k);
+        if let J::Object(km) = kp {
+            let kf = kschema.and_then(|s| s.get("fields")).and_then(J::as_array);
+            for (name, kv) in km {
+                let have = data.iter().any(|(n, v)| n == name && !v.is_null());
+                if !have {
+                    data.retain(|(n, _)| n != name);
+                    data.push((name.clone(), typed(kv, kf.and_then(|f| field_schema(f, name)))));
+                }
+            }
+        }
+    }
+}
+
+fn flatten(m: &Map<String, J>, prefix: &str, out: &mut Vec<(String, Value)>) {
+    for (k, v) in m {
+        if prefix.is_empty() && (k == "before" || k == "after") {
+            continue;
+        }
+        let name = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+        match v {
+            J::Object(inner) if prefix.is_empty() => flatten(inner, &name, out),
+            other => out.push((name, json_cell(other))),
+        }
+    }
+}

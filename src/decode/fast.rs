@@ -1,0 +1,311 @@
+//! The hot path: envelopes without the schema wrapper (the common JSON
+//! converter setting) and flat rows, deserialised straight into cells — no
+//! intermediate `serde_json::Value` tree per message. Anything unusual
+//! (schema wrapper, invalid JSON) returns None and takes the general path,
+//! which also produces the error messages.
+//!
+//! Its own module because it is most of the decoder's code and all of its
+//! serde visitor machinery; the tests check it against the general path.
+
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+
+use super::envelope::key_fallback;
+use super::{stored_name, Decoded};
+use crate::config::Format;
+use crate::value::Value;
+
+/// One JSON value as a cell, as `json_cell` maps it (nested values become JSON text).
+struct Cell(Value);
+
+impl<'de> Deserialize<'de> for Cell {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(CellVisitor)
+    }
+}
+
+struct CellVisitor;
+
+impl<'de> Visitor<'de> for CellVisitor {
+    type Value = Cell;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Cell, E> {
+        Ok(Cell(Value::Bool(v)))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Cell, E> {
+        Ok(Cell(Value::Int(v)))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Cell, E> {
+        Ok(Cell(i64::try_from(v).map(Value::Int).unwrap_or(Value::Float(v as f64))))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Cell, E> {
+        Ok(Cell(Value::Float(v)))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Cell, E> {
+        Ok(Cell(Value::Str(v.to_string())))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Cell, E> {
+        Ok(Cell(Value::Str(v)))
+    }
+    fn visit_unit<E>(self) -> Result<Cell, E> {
+        Ok(Cell(Value::Null))
+    }
+    fn visit_none<E>(self) -> Result<Cell, E> {
+        Ok(Cell(Value::Null))
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Cell, D::Error> {
+        Cell::deserialize(d)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, m: A) -> Result<Cell, A::Error> {
+        let v = serde_json::Value::deserialize(serde::de::value::MapAccessDeserializer::new(m))?;
+        Ok(Cell(Value::Str(v.to_string())))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, s: A) -> Result<Cell, A::Error> {
+        let v = serde_json::Value::deserialize(serde::de::value::SeqAccessDeserializer::new(s))?;
+        Ok(Cell(Value::Str(v.to_string())))
+    }
+}
+
+/// A JSON object's fields as cells, in document order (`prefix.` prepended).
+/// With `Some(paths)`, only fields whose dotted name is in `paths` are kept.
+struct Fields<'p>(&'p str, Option<&'p [String]>);
+
+/// Is `prefix.k` (or `k` when there is no prefix) one of `paths`?
+fn listed(paths: &[String], prefix: &str, k: &str) -> bool {
+    paths.iter().any(|p| {
+        if prefix.is_empty() {
+            p == k
+        } else {
+            p.len() == prefix.len() + 1 + k.len()
+                && p.starts_with(prefix)
+                && p.as_bytes()[prefix.len()] == b'.'
+                && p.ends_with(k)
+        }
+    })
+}
+
+impl<'de> DeserializeSeed<'de> for Fields<'_> {
+    type Value = Option<Vec<(String, Value)>>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Fields<'_> {
+    type Value = Option<Vec<(String, Value)>>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object or null")
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+        let mut out = Vec::with_capacity(m.size_hint().unwrap_or(24));
+        while let Some(k) = m.next_key::<String>()? {
+            if self.1.is_some_and(|p| !listed(p, self.0, &k)) {
+                m.next_value::<IgnoredAny>()?;
+                continue;
+            }
+            let v: Cell = m.next_value()?;
+            let name = if self.0.is_empty() { k } else { format!("{}.{k}", self.0) };
+            out.push((name, v.0));
+        }
+        Ok(Some(out))
+    }
+    // Any other JSON type: not an object (the general path reports it).
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
+        Err(E::custom("not an object"))
+    }
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<Self::Value, E> {
+        Err(E::custom("not an object"))
+    }
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<Self::Value, E> {
+        Err(E::custom("not an object"))
+    }
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<Self::Value, E> {
+        Err(E::custom("not an object"))
+    }
+    fn visit_str<E: serde::de::Error>(self, _: &str) -> Result<Self::Value, E> {
+        Err(E::custom("not an object"))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<Self::Value, A::Error> {
+        Err(serde::de::Error::custom("not an object"))
+    }
+}
+
+/// A top-level envelope field: an object is flattened one level (`source.lsn`).
+struct EnvField<'k>(String, Option<&'k [String]>);
+
+impl<'de> DeserializeSeed<'de> for EnvField<'_> {
+    type Value = Vec<(String, Value)>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EnvField<'_> {
+    type Value = Vec<(String, Value)>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, m: A) -> Result<Self::Value, A::Error> {
+        Ok(Fields(&self.0, self.1).visit_map(m)?.unwrap_or_default())
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
+        Ok(vec![(self.0, Value::Bool(v))])
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
+        Ok(vec![(self.0, Value::Int(v))])
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
+        Ok(vec![(self.0, i64::try_from(v).map(Value::Int).unwrap_or(Value::Float(v as f64)))])
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
+        Ok(vec![(self.0, Value::Float(v))])
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(vec![(self.0, Value::Str(v.to_string()))])
+    }
+    fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+        Ok(vec![(self.0, Value::Str(v))])
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(vec![(self.0, Value::Null)])
+    }
+    fn visit_none<E>(self) -> Result<Self::Value, E> {
+        Ok(vec![(self.0, Value::Null)])
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, s: A) -> Result<Self::Value, A::Error> {
+        let name = self.0;
+        Ok(vec![(name, CellVisitor.visit_seq(s)?.0)])
+    }
+}
+
+#[derive(Default)]
+struct Envelope {
+    before: Option<Vec<(String, Value)>>,
+    after: Option<Vec<(String, Value)>>,
+    env: Vec<(String, Value)>,
+    /// `schema`/`payload` wrapper present: the general path handles it.
+    wrapped: bool,
+}
+
+/// An envelope; with `Some(paths)` only those envelope fields (and `op`)
+/// are kept, the others are skipped without building values.
+struct EnvelopeSeed<'k>(Option<&'k [String]>);
+
+impl<'de> DeserializeSeed<'de> for EnvelopeSeed<'_> {
+    type Value = Envelope;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Envelope, D::Error> {
+        d.deserialize_map(EnvelopeVisitor(self.0))
+    }
+}
+
+struct EnvelopeVisitor<'k>(Option<&'k [String]>);
+
+impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
+    type Value = Envelope;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a Debezium envelope")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Envelope, A::Error> {
+        let mut e = Envelope::default();
+        while let Some(k) = m.next_key::<String>()? {
+            match k.as_str() {
+                "before" => e.before = m.next_value_seed(Fields("", None))?,
+                "after" => e.after = m.next_value_seed(Fields("", None))?,
+                "schema" | "payload" => {
+                    e.wrapped = true;
+                    m.next_value::<IgnoredAny>()?;
+                }
+                _ if k != "op"
+                    && self.0.is_some_and(|p| {
+                        !p.iter().any(|p| {
+                            p == &k
+                                || (p.starts_with(k.as_str())
+                                    && p.as_bytes().get(k.len()) == Some(&b'.'))
+                        })
+                    }) =>
+                {
+                    m.next_value::<IgnoredAny>()?;
+                }
+                _ => {
+                    let keep = self.0.filter(|_| k != "op");
+                    let f = m.next_value_seed(EnvField(k, keep))?;
+                    e.env.extend(f);
+                }
+            }
+        }
+        Ok(e)
+    }
+}
+
+/// Parses an envelope with simd-json (SIMD structural scan, then the same
+/// visitors): about a third faster than serde_json on CRM envelopes. The
+/// input is copied into a per-thread buffer (simd-json parses in place)
+/// and the parser's buffers are reused across messages. Anything it
+/// refuses takes the general path, which decides and reports.
+fn simd_envelope(value: &[u8], keep: Option<&[String]>) -> Option<Envelope> {
+    thread_local!(static BUF: std::cell::RefCell<(Vec<u8>, simd_json::Buffers)> = std::cell::RefCell::new((Vec::new(), simd_json::Buffers::new(1024))));
+    BUF.with_borrow_mut(|(input, buffers)| {
+        input.clear();
+        input.extend_from_slice(value);
+        let mut de = simd_json::Deserializer::from_slice_with_buffers(input, buffers).ok()?;
+        EnvelopeSeed(keep).deserialize(&mut de).ok()
+    })
+}
+
+pub fn decode(
+    format: Format,
+    key: Option<&[u8]>,
+    value: &[u8],
+    store_paths: &[String],
+    keep: Option<&[String]>,
+) -> Option<Result<Decoded, String>> {
+    match format {
+        Format::Json => {
+            let mut de = serde_json::Deserializer::from_slice(value);
+            let data = Fields("", None).deserialize(&mut de).ok()??;
+            de.end().ok()?;
+            Some(Ok(Decoded::Row { data, env: vec![] }))
+        }
+        Format::Debezium => {
+            let e = simd_envelope(value, keep)?;
+            if e.wrapped {
+                return None;
+            }
+            let op = match e.env.iter().find(|(n, _)| n == "op") {
+                Some((_, Value::Str(op))) => op.clone(),
+                _ => return None,
+            };
+            let (section, is_delete) = match op.as_str() {
+                "c" | "u" | "r" => (e.after, false),
+                "d" => (e.before, true),
+                "t" => return Some(Ok(Decoded::Truncate)),
+                "m" => return Some(Ok(Decoded::Tombstone)),
+                _ => return None,
+            };
+            let mut data = match section {
+                Some(d) => d,
+                None if is_delete => vec![],
+                None => return None,
+            };
+            if is_delete {
+                key_fallback(&mut data, key);
+            }
+            for path in store_paths {
+                if let Some((_, v)) = e.env.iter().find(|(n, _)| n == path) {
+                    data.push((stored_name(path), v.clone()));
+                }
+            }
+            Some(Ok(Decoded::Row { data, env: e.env }))
+        }
+    }
+}

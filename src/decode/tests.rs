@@ -1,0 +1,256 @@
+//! The decoder's tests: documented connector shapes, the fast path against
+//! the general path, and flat rows.
+
+use super::*;
+
+fn get<'a>(pairs: &'a [(String, Value)], k: &str) -> &'a Value {
+    &pairs.iter().find(|(n, _)| n == k).unwrap_or_else(|| panic!("no {k} in {pairs:?}")).1
+}
+
+// Shapes from the Debezium PostgreSQL connector documentation (customers table).
+const PG_UPDATE_NO_SCHEMA: &str = r#"{"before":null,"after":{"id":1,"first_name":"Anne Marie","last_name":"Kretchmar","email":"annek@noanswer.org"},"source":{"version":"2.7.0.Final","connector":"postgresql","name":"PostgreSQL_server","ts_ms":1559033904863,"snapshot":"false","db":"postgres","schema":"public","table":"customers","txId":556,"lsn":24023128,"xmin":null},"op":"u","ts_ms":1465584025523}"#;
+const PG_DELETE_KEY_ONLY: &str = r#"{"before":{"id":1,"first_name":null,"last_name":null,"email":null},"after":null,"source":{"connector":"postgresql","db":"postgres","schema":"public","table":"customers","txId":556,"lsn":46523128},"op":"d","ts_ms":1465581902461}"#;
+
+// Shape from the Debezium SQL Server connector documentation, with the schema wrapper.
+const SQLSERVER_CREATE_WITH_SCHEMA: &str = r#"{"schema":{"type":"struct","fields":[
+  {"type":"struct","optional":true,"field":"before","fields":[{"type":"int32","optional":false,"field":"id"},{"type":"string","optional":false,"field":"first_name"},{"type":"int64","optional":true,"name":"io.debezium.time.Timestamp","field":"created"},{"type":"bytes","optional":true,"name":"org.apache.kafka.connect.data.Decimal","parameters":{"scale":"2"},"field":"balance"},{"type":"int32","optional":true,"name":"io.debezium.time.Date","field":"birthday"}]},
+  {"type":"struct","optional":true,"field":"after","fields":[{"type":"int32","optional":false,"field":"id"},{"type":"string","optional":false,"field":"first_name"},{"type":"int64","optional":true,"name":"io.debezium.time.Timestamp","field":"created"},{"type":"bytes","optional":true,"name":"org.apache.kafka.connect.data.Decimal","parameters":{"scale":"2"},"field":"balance"},{"type":"int32","optional":true,"name":"io.debezium.time.Date","field":"birthday"}]},
+  {"type":"struct","fields":[{"type":"string","field":"change_lsn"},{"type":"string","field":"commit_lsn"}],"optional":false,"name":"io.debezium.connector.sqlserver.Source","field":"source"},
+  {"type":"string","optional":false,"field":"op"},{"type":"int64","optional":true,"field":"ts_ms"}],"optional":false,"name":"server1.testDB.dbo.customers.Envelope"},
+"payload":{"before":null,"after":{"id":1005,"first_name":"john","created":1559729468470,"balance":"AwfQ","birthday":18000},"source":{"version":"2.7.0.Final","connector":"sqlserver","name":"server1","ts_ms":1559729468470,"snapshot":"false","db":"testDB","schema":"dbo","table":"customers","change_lsn":"00000027:00000758:0003","commit_lsn":"00000027:00000758:0005","event_serial_no":"1"},"op":"c","ts_ms":1559729471739}}"#;
+
+#[test]
+fn debezium_update_without_schema_wrapper() {
+    let d = decode(
+        Format::Debezium,
+        None,
+        Some(PG_UPDATE_NO_SCHEMA.as_bytes()),
+        &["source.lsn".into()],
+    )
+    .unwrap();
+    let Decoded::Row { data, env } = d else { panic!() };
+    assert_eq!(get(&data, "first_name"), &Value::Str("Anne Marie".into()));
+    assert_eq!(get(&data, "source_lsn"), &Value::Int(24023128), "sequence path stored as a column");
+    assert_eq!(get(&env, "op"), &Value::Str("u".into()));
+    assert_eq!(get(&env, "source.table"), &Value::Str("customers".into()));
+}
+
+#[test]
+fn debezium_delete_uses_before_and_message_key_fallback() {
+    let d =
+        decode(Format::Debezium, Some(br#"{"id":1}"#), Some(PG_DELETE_KEY_ONLY.as_bytes()), &[])
+            .unwrap();
+    let Decoded::Row { data, env } = d else { panic!() };
+    assert_eq!(get(&data, "id"), &Value::Int(1));
+    assert_eq!(get(&env, "op"), &Value::Str("d".into()));
+    let no_before = r#"{"before":null,"after":null,"source":{"lsn":5},"op":"d"}"#;
+    let key = r#"{"schema":{"type":"struct","fields":[{"type":"int32","field":"id"}]},"payload":{"id":7}}"#;
+    let Decoded::Row { data, .. } =
+        decode(Format::Debezium, Some(key.as_bytes()), Some(no_before.as_bytes()), &[]).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(get(&data, "id"), &Value::Int(7));
+}
+
+#[test]
+fn debezium_schema_wrapper_maps_logical_types() {
+    let Decoded::Row { data, env } =
+        decode(Format::Debezium, None, Some(SQLSERVER_CREATE_WITH_SCHEMA.as_bytes()), &[]).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(get(&data, "created"), &Value::Ts(1_559_729_468_470_000));
+    assert_eq!(get(&data, "balance"), &Value::Float(1986.08), "AwfQ = 0x0307d0 = 198608, scale 2");
+    assert_eq!(get(&data, "birthday"), &Value::Ts(18000 * 86_400_000_000));
+    assert_eq!(get(&env, "source.change_lsn"), &Value::Str("00000027:00000758:0003".into()));
+}
+
+#[test]
+fn debezium_tombstone_truncate_and_garbage() {
+    assert_eq!(decode(Format::Debezium, None, None, &[]).unwrap(), Decoded::Tombstone);
+    assert_eq!(
+        decode(Format::Debezium, None, Some(br#"{"op":"t","source":{}}"#), &[]).unwrap(),
+        Decoded::Truncate
+    );
+    assert!(decode(Format::Debezium, None, Some(b"\x00garbage"), &[]).is_err());
+    assert!(decode(Format::Debezium, None, Some(br#"{"id":1}"#), &[]).is_err());
+}
+
+/// Column mixes of the generated envelopes: text-heavy, numeric, wide.
+#[derive(Clone, Copy)]
+enum Shape {
+    Crm,
+    Narrow,
+    Wide,
+}
+
+/// `n` seeded Debezium envelopes (one JSON line each) of one column mix:
+/// every op (deletes carry `before`), text with escapes and non-ASCII,
+/// integers, floats, flags, timestamps, NULLs and nested values. The
+/// decoder's own generator: the bench's workload lives in the binary.
+fn envelopes(seed: u64, shape: Shape, n: u64) -> String {
+    let mut state = seed;
+    let mut next = move || {
+        // SplitMix64.
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    let cities = ["Berlin", "Köln", "München", "Zoë \"Q\" \\ Bremen"];
+    let mut out = String::new();
+    for i in 0..n {
+        let h = next();
+        let key = h % 500;
+        let ts = format!("2026-{:02}-{:02}T{:02}:00:00Z", 1 + h % 12, 1 + (h >> 8) % 28, h % 24);
+        let phone = if h % 5 == 0 { J::Null } else { format!("+49 {}", h % 10_000).into() };
+        let revenue = -(((h >> 24) % 5_000_000) as f64) / 100.0;
+        let mut row = match shape {
+            Shape::Narrow => serde_json::json!({
+                "accountid": key, "statecode": (h >> 40) % 2,
+                "balance": ((h >> 24) % 50_000_000) as f64 / 100.0,
+                "creditlimit": ((h >> 28) % 1_000) as f64 * 1000.0,
+                "modifiedon": ts, "versionnumber": i,
+            }),
+            Shape::Crm | Shape::Wide => serde_json::json!({
+                "accountid": key, "name": format!("Account {key}"),
+                "accountnumber": format!("AC-{key:08}"),
+                "address1_city": cities[(h % 4) as usize], "address1_country": "DE",
+                "telephone1": phone,
+                "industrycode": (h >> 20) % 40, "revenue": revenue,
+                "numberofemployees": (h >> 32) % 5_000, "donotemail": (h >> 61) % 2 == 1,
+                "ownerid": format!("{:016x}", h.rotate_left(17)), "modifiedon": ts,
+                "description": "segment\n\t\u{1F600}", "versionnumber": i,
+            }),
+        };
+        if let (Shape::Wide, J::Object(m)) = (shape, &mut row) {
+            for c in 0..24u64 {
+                let g = h ^ c.wrapping_mul(0x2545_F491_4F6C_DD1D);
+                let v = match c % 4 {
+                    0 => serde_json::json!(["tag", g % 7, {"nested": g % 3 == 0}]),
+                    1 => serde_json::json!(g % 1_000_000),
+                    2 => serde_json::json!(g % 3 == 0),
+                    _ => serde_json::json!({"at": format!("2025-{:02}-01", 1 + g % 12)}),
+                };
+                m.insert(format!("custom_{c:02}"), v);
+            }
+        }
+        let op = ["c", "u", "u", "d", "r"][((h >> 56) % 5) as usize];
+        let (before, after) = if op == "d" { (row, J::Null) } else { (J::Null, row) };
+        let lsn = 1_000 + i;
+        let envelope = serde_json::json!({
+            "before": before, "after": after,
+            "source": {"version": "2.7.0.Final", "connector": "postgresql", "name": "crm",
+                       "ts_ms": 1_764_000_000_000u64 + lsn, "db": "crm", "schema": "public",
+                       "table": "account", "lsn": lsn, "txId": lsn / 8},
+            "op": op, "ts_ms": 1_764_000_000_040u64 + lsn,
+        });
+        out.push_str(&envelope.to_string());
+        out.push('\n');
+    }
+    out
+}
+
+/// The fast path and the general path agree on every shape they share.
+#[test]
+fn fast_decode_equals_the_general_path_on_generated_workloads() {
+    let paths = vec!["source.lsn".to_string()];
+    for shape in [Shape::Crm, Shape::Narrow, Shape::Wide] {
+        let text = envelopes(11, shape, 300);
+        for line in text.lines() {
+            let fast = fast::decode(Format::Debezium, None, line.as_bytes(), &paths, None)
+                .expect("fast path taken")
+                .unwrap();
+            assert_eq!(
+                fast,
+                debezium(serde_json::from_str(line).unwrap(), None, &paths).unwrap(),
+                "{line}"
+            );
+        }
+    }
+}
+
+#[test]
+fn decode_keeping_drops_only_unread_envelope_fields() {
+    let paths = vec!["source.lsn".to_string()];
+    let keep = vec!["source.lsn".to_string(), "ts_ms".to_string()];
+    let all = decode(Format::Debezium, None, Some(PG_UPDATE_NO_SCHEMA.as_bytes()), &paths).unwrap();
+    let some = decode_keeping(
+        Format::Debezium,
+        None,
+        Some(PG_UPDATE_NO_SCHEMA.as_bytes()),
+        &paths,
+        Some(&keep),
+    )
+    .unwrap();
+    let (Decoded::Row { data: d1, env: e1 }, Decoded::Row { data: d2, env: e2 }) = (all, some)
+    else {
+        panic!("rows")
+    };
+    assert_eq!(d1, d2);
+    let names: Vec<&str> = e2.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, vec!["source.lsn", "op", "ts_ms"]);
+    for (n, v) in &e2 {
+        assert_eq!(Some(v), e1.iter().find(|(m, _)| m == n).map(|(_, v)| v), "{n}");
+    }
+}
+
+#[test]
+fn fast_decode_equals_the_general_path() {
+    let general = |format, key: Option<&[u8]>, v: &str, paths: &[String]| {
+        let j: J = serde_json::from_str(v).unwrap();
+        match format {
+            Format::Debezium => debezium(j, key, paths).unwrap(),
+            Format::Json => match j {
+                J::Object(m) => Decoded::Row {
+                    data: m.iter().map(|(k, v)| (k.clone(), json_cell(v))).collect(),
+                    env: vec![],
+                },
+                _ => unreachable!(),
+            },
+        }
+    };
+    let paths = vec!["source.lsn".to_string(), "ts_ms".to_string()];
+    let nested = r#"{"before":null,"after":{"id":18446744073709551615,"tags":["a",{"b":1}],"meta":{"x":null},"amount":-1.5e3,"ok":true,"name":"Zo\u00eb \"Q\""},"source":{"lsn":7,"table":"t","extra":{"deep":[1]}},"op":"c","ts_ms":1,"transaction":null}"#;
+    for (format, key, v) in [
+        (Format::Debezium, None, PG_UPDATE_NO_SCHEMA),
+        (Format::Debezium, Some(&br#"{"id":1}"#[..]), PG_DELETE_KEY_ONLY),
+        (Format::Debezium, None, nested),
+        (Format::Json, None, r#"{"id":1,"op":"U","amount":2.5,"n":null,"nested":{"a":[1,2]}}"#),
+        (
+            Format::Debezium,
+            None,
+            r#"{"after":{"id":-9223372036854775808,"a":0.1,"b":1e308,"c":5e-324,"d":123456789.123456789,"e":-0.0,"f":2.2250738585072014e-308,"g":9007199254740993,"h":"\ud83d\ude00 \\ \/"},"op":"r","source":{"lsn":1}}"#,
+        ),
+    ] {
+        let fast = fast::decode(format, key, v.as_bytes(), &paths, None)
+            .unwrap_or_else(|| panic!("fast path not taken: {v}"))
+            .unwrap();
+        assert_eq!(fast, general(format, key, v, &paths), "{v}");
+    }
+    // The schema wrapper and bad input take the general path.
+    assert!(fast::decode(
+        Format::Debezium,
+        None,
+        SQLSERVER_CREATE_WITH_SCHEMA.as_bytes(),
+        &paths,
+        None
+    )
+    .is_none());
+    assert!(fast::decode(Format::Debezium, None, b"{not json", &paths, None).is_none());
+    assert!(fast::decode(Format::Debezium, None, br#"{"op":"x"}"#, &paths, None).is_none());
+}
+
+#[test]
+fn flat_json_rows_keep_their_types() {
+    let Decoded::Row { data, env } =
+        decode(Format::Json, None, Some(br#"{"id":1,"op":"U","amount":2.5}"#), &[]).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(get(&data, "op"), &Value::Str("U".into()));
+    assert_eq!(get(&data, "amount"), &Value::Float(2.5));
+    assert!(env.is_empty());
+}

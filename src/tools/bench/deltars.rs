@@ -1,0 +1,62 @@
+//! The other side of the comparison: delta-rs MERGE, driven through
+//! `benches/deltars_merge.py` (Python `deltalake`). It copies our loaded
+//! table, MERGEs every batch file into the copy and reports its timings;
+//! afterwards it checks that both tables hold the same (key, sequence) pairs.
+//! Separate because it is another engine in another process.
+
+use std::path::{Path, PathBuf};
+
+use changelake::error::{Error, Result};
+
+fn script() -> PathBuf {
+    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/deltars_merge.py");
+    if here.exists() {
+        here
+    } else {
+        PathBuf::from("benches/deltars_merge.py")
+    }
+}
+
+/// Runs the delta-rs side (copy of the loaded table, then every batch) and reads its timings.
+pub fn run(dir: &Path, ours: &str, files: &[PathBuf]) -> Result<serde_json::Value> {
+    let mut c = std::process::Command::new("python3");
+    c.arg(script())
+        .arg("merge")
+        .arg("--ours")
+        .arg(ours.trim_start_matches("file://"))
+        .arg("--table")
+        .arg(dir.join("deltars"));
+    c.arg("--out").arg(dir.join("deltars.json"));
+    for f in files {
+        c.arg(f);
+    }
+    let st =
+        c.status().map_err(|e| Error::Input(format!("python3 benches/deltars_merge.py: {e}")))?;
+    if !st.success() {
+        return Err(Error::Input(format!("benches/deltars_merge.py failed ({st})")));
+    }
+    let text = std::fs::read_to_string(dir.join("deltars.json"))
+        .map_err(|e| Error::Input(format!("deltars.json: {e}")))?;
+    serde_json::from_str(&text).map_err(|e| Error::Input(format!("deltars.json: {e}")))
+}
+
+/// Both engines applied the same batches: adds the comparison of the two
+/// tables (`same_result`, `mismatch`, `rows`) to delta-rs' timings `d`.
+pub fn compare(mut d: serde_json::Value, dir: &Path, ours: &str) -> Result<serde_json::Value> {
+    let out = std::process::Command::new("python3")
+        .arg(script())
+        .arg("compare")
+        .arg("--ours")
+        .arg(ours.trim_start_matches("file://"))
+        .arg("--table")
+        .arg(dir.join("deltars"))
+        .output()
+        .map_err(|e| Error::Input(format!("python3: {e}")))?;
+    let c: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|e| {
+        Error::Input(format!("compare: {e}: {}", String::from_utf8_lossy(&out.stderr)))
+    })?;
+    d["same_result"] = c["same_result"].clone();
+    d["mismatch"] = c["mismatch"].clone();
+    d["rows"] = c["rows"].clone();
+    Ok(d)
+}

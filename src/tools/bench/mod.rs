@@ -1,0 +1,280 @@
+//! `changelake bench`: a reproducible CRM workload through the real path, and
+//! the same batches through delta-rs MERGE, side by side in one run.
+//!
+//! Why it is built this way: the claim to check is that a run's cost grows
+//! with the batch, not with the table, and that this beats what a user would
+//! otherwise write (delta-rs MERGE per micro-batch). So the benchmark
+//!
+//! * generates a seeded account workload (about 20 columns, Debezium JSON
+//!   envelopes, a configurable insert/update/delete/late/duplicate mix, uniform
+//!   or "recent" key choice) and writes each update batch to a file;
+//! * loads the table through the file source (`type: jsonl, format: debezium`),
+//!   then runs every batch file through decode → merge → Delta commit exactly
+//!   as `changelake run` does, timing each run and counting rewritten files;
+//! * runs `benches/deltars_merge.py` on the same batch files: it copies the
+//!   loaded table into a delta-rs table, then parses, deduplicates and MERGEs
+//!   each batch, and finally checks that both tables hold the same
+//!   (key, sequence) pairs — a benchmark that compares different results
+//!   compares nothing;
+//! * optionally streams batches through an in-process Kafka cluster at a fixed
+//!   rate and measures produce-to-commit latency.
+//!
+//! Output: a Markdown table on stdout and `bench.json` in the work directory.
+//!
+//! This module runs the steps; the workload is [`crate::tools::workload`]'s,
+//! the memory readings `memory`'s, the delta-rs side `deltars`' and the
+//! report `results`'.
+
+mod deltars;
+mod memory;
+mod opts;
+mod results;
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use changelake::config::{Config, Format, Strategy, TableConfig};
+use changelake::engine::{Mark, RunReport, TableRunner};
+use changelake::error::{Error, Result};
+use changelake::source::file::{content_version, read_debezium_jsonl};
+
+use self::memory::{reset_peak, rss, trim};
+pub use self::opts::BenchOpts;
+use self::results::{Output, RunStat, TableResult};
+use crate::tools::bench_broker::{self, BrokerOpts};
+use crate::tools::workload::Workload;
+
+pub async fn run(opts: BenchOpts) -> Result<()> {
+    let config = prepare(&opts)?;
+    let files = write_batches(&opts)?;
+    let mut out = Output::new(&opts);
+    let mut scd1_eps = None;
+    for strategy in &opts.strategies {
+        bench_table(&config, strategy, &opts, &files, &mut scd1_eps, &mut out).await?;
+    }
+    if let Some(rate) = opts.broker_rate {
+        let broker = BrokerOpts {
+            dir: opts.dir.join("broker"),
+            seed: opts.seed,
+            rate,
+            secs: opts.broker_secs,
+            max_age_ms: opts.max_age_ms,
+            layout: opts.table_option.clone(),
+        };
+        let (j, text) = bench_broker::run(&broker).await?;
+        out.md.push_str(&text);
+        out.json.insert("broker".into(), j);
+    }
+    out.write(&opts.dir)?;
+    print!("{}", out.md);
+    Ok(())
+}
+
+/// Clears the previous run's lake, batches and delta-rs copy, writes
+/// `bench.yaml` and loads it.
+fn prepare(opts: &BenchOpts) -> Result<Config> {
+    let dir = &opts.dir;
+    if dir.join("lake").exists() {
+        std::fs::remove_dir_all(dir.join("lake"))
+            .map_err(|e| Error::Input(format!("{}: {e}", dir.display())))?;
+    }
+    let _ = std::fs::remove_dir_all(dir.join("runs"));
+    let _ = std::fs::remove_dir_all(dir.join("deltars"));
+    std::fs::create_dir_all(dir.join("runs"))
+        .map_err(|e| Error::Input(format!("{}: {e}", dir.display())))?;
+    let cfg_path = dir.join("bench.yaml");
+    std::fs::write(&cfg_path, config_text(opts)).map_err(|e| Error::Input(e.to_string()))?;
+    Ok(Config::load(&cfg_path)?)
+}
+
+/// The bench's tables: one per strategy, both reading the batch files.
+fn config_text(opts: &BenchOpts) -> String {
+    let layout = match opts.table_option.as_deref() {
+        Some(o) => format!("\n      layout: {{{o}}}"),
+        None => String::new(),
+    };
+    format!(
+        "# Written by `changelake bench`; `changelake run --once --config` on it replays the runs.\n\
+         storage: {{root: ./lake}}\n\
+         systems:\n  dump: {{type: jsonl, format: debezium, path: 'runs/{{object}}-*.jsonl'}}\n\
+         bronze:\n  tables:\n\
+         \x20   account_scd1:\n      source: {{system: dump, object: account}}\n      business_key: [accountid]\n      strategy: scd1\n      merge: {{sequence_by: [source.lsn], delete_mode: hard}}{layout}\n\
+         \x20   account_scd2:\n      source: {{system: dump, object: account}}\n      business_key: [accountid]\n      strategy: scd2\n      merge: {{sequence_by: [source.lsn]}}{layout}\n"
+    )
+}
+
+/// The update batches, written once and shared by every engine.
+fn write_batches(opts: &BenchOpts) -> Result<Vec<PathBuf>> {
+    let mut wl =
+        Workload::new(opts.seed, opts.keys, opts.mix, opts.distribution).with_shape(opts.shape);
+    let mut files = vec![];
+    let t_gen = Instant::now();
+    for i in 0..opts.runs {
+        let text = wl.batch(opts.batch);
+        let f = opts.dir.join(format!("runs/account-{:04}.jsonl", i + 1));
+        std::fs::write(&f, text.as_bytes()).map_err(|e| Error::Input(e.to_string()))?;
+        files.push(f);
+    }
+    eprintln!(
+        "generated {} batches of {} events in {:.1}s",
+        opts.runs,
+        opts.batch,
+        t_gen.elapsed().as_secs_f64()
+    );
+    Ok(files)
+}
+
+/// One strategy's table: the load, the timed runs, delta-rs on the same
+/// batches (scd1) and the table's report section. `scd1_eps` carries scd1's
+/// throughput to the scd2 table's section.
+async fn bench_table(
+    config: &Config,
+    strategy: &str,
+    opts: &BenchOpts,
+    files: &[PathBuf],
+    scd1_eps: &mut Option<f64>,
+    out: &mut Output,
+) -> Result<()> {
+    let dir = &opts.dir;
+    let tname = format!("account_{strategy}");
+    let t = config
+        .table(&tname)
+        .ok_or_else(|| Error::Usage(format!("--strategies: unknown `{strategy}` (scd1, scd2)")))?
+        .clone();
+    let paths = changelake::decode::store_paths(&t, Format::Debezium);
+    let (mut runner, load_seconds, per_key) = load(config, &t, opts, &paths).await?;
+    // Delta-rs gets the loaded table before our update runs change it.
+    let deltars_out = if opts.deltars && t.strategy == Strategy::Scd1 {
+        Some(deltars::run(dir, &runner.store.uri, files)?)
+    } else {
+        None
+    };
+    let (_, load_peak) = rss();
+    trim();
+    reset_peak();
+    let stats = timed_runs(&mut runner, files, opts, &paths).await?;
+    let (_, peak) = rss();
+    let deltars_out = match deltars_out {
+        Some(d) => Some(deltars::compare(d, dir, &runner.store.uri)?),
+        None => None,
+    };
+    let result = TableResult { stats, load_seconds, per_key, peak, load_peak };
+    let mean = result.mean();
+    let eps = opts.batch as f64 / mean;
+    if t.strategy == Strategy::Scd1 {
+        *scd1_eps = Some(eps);
+    }
+    let mut entry = out.table(&tname, &result, opts);
+    if let Some(d) = deltars_out {
+        if !out.deltars(&mut entry, &d, mean) {
+            out.json.insert(tname.clone(), entry);
+            out.write(dir)?;
+            return Err(Error::Input(format!(
+                "delta-rs and changelake disagree on the result: {}",
+                d["mismatch"]
+            )));
+        }
+    }
+    if t.strategy == Strategy::Scd2 {
+        if let Some(s1) = *scd1_eps {
+            out.ratio_to_scd1(&mut entry, eps / s1);
+        }
+    }
+    out.json.insert(tname, entry);
+    Ok(())
+}
+
+/// Loads `opts.keys` keys through the same path, in chunks, then reopens the
+/// table as a restarted daemon would. Returns the reopened runner, the load's
+/// seconds and the resident bytes per key after the reopen.
+async fn load(
+    config: &Config,
+    t: &TableConfig,
+    opts: &BenchOpts,
+    paths: &[String],
+) -> Result<(TableRunner, f64, f64)> {
+    trim();
+    let (rss0, _) = rss();
+    let mut runner = TableRunner::open(config, t).await?;
+    // Initial load through the same path, in chunks.
+    let t_load = Instant::now();
+    let mut from = 0;
+    let mut n = 0;
+    while from < opts.keys {
+        let to = (from + opts.load_chunk as u64).min(opts.keys);
+        let text = Workload::new(opts.seed, opts.keys, opts.mix, opts.distribution)
+            .with_shape(opts.shape)
+            .load_chunk(from, to);
+        n += 1;
+        apply(&mut runner, &format!("load-{n:05}"), text.as_bytes(), paths).await?;
+        from = to;
+    }
+    let load_s = t_load.elapsed().as_secs_f64();
+    drop(runner);
+    // Reopen: what a restarted daemon holds (table index only, no load buffers).
+    trim();
+    let runner = TableRunner::open(config, t).await?;
+    trim();
+    let (rss_loaded, _) = rss();
+    let per_key = rss_loaded.saturating_sub(rss0) as f64 / opts.keys.max(1) as f64;
+    eprintln!(
+        "{}: loaded {} keys in {load_s:.1}s; resident {per_key:.0} B/key after reopen",
+        t.name, opts.keys
+    );
+    Ok((runner, load_s, per_key))
+}
+
+/// Runs every batch file through decode → merge → commit, timing each run.
+async fn timed_runs(
+    runner: &mut TableRunner,
+    files: &[PathBuf],
+    opts: &BenchOpts,
+    paths: &[String],
+) -> Result<Vec<RunStat>> {
+    let tname = runner.cfg.name.clone();
+    let mut stats = vec![];
+    for (i, f) in files.iter().enumerate() {
+        let bytes = std::fs::read(f).map_err(|e| Error::Input(e.to_string()))?;
+        let keys_before = runner.store.live_keys().count() as u64;
+        let t0 = Instant::now();
+        let name = f.strip_prefix(&opts.dir).unwrap_or(f).to_string_lossy().to_string();
+        let (r, decode) = apply(runner, &name, &bytes, paths).await?;
+        let secs = t0.elapsed().as_secs_f64();
+        stats.push(RunStat {
+            run: i + 1,
+            events: opts.batch,
+            seconds: secs,
+            decode_seconds: decode,
+            events_per_second: opts.batch as f64 / secs,
+            files_removed: r.files_removed,
+            files_added: r.files_added,
+            files_masked: r.files_masked,
+            table_keys_before: keys_before,
+        });
+        eprintln!(
+            "{tname} run {}: {secs:.3}s ({:.0} events/s), files -{} +{}",
+            i + 1,
+            opts.batch as f64 / secs,
+            r.files_removed,
+            r.files_added
+        );
+    }
+    Ok(stats)
+}
+
+/// Decodes one batch file's bytes and runs it as `changelake run` would;
+/// returns the run's report and the decode seconds.
+async fn apply(
+    runner: &mut TableRunner,
+    name: &str,
+    bytes: &[u8],
+    paths: &[String],
+) -> Result<(RunReport, f64)> {
+    let t0 = Instant::now();
+    let keep = changelake::decode::env_paths(&runner.cfg, Format::Debezium);
+    let raw = read_debezium_jsonl(name, bytes, paths, Some(&keep));
+    let decode = t0.elapsed().as_secs_f64();
+    let mark = Mark::file(&runner.cfg.name, name, content_version(bytes));
+    let r = runner.run_batch(raw, vec![mark]).await?;
+    Ok((r, decode))
+}

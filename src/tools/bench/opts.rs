@@ -1,0 +1,26 @@
+//! What `changelake bench` runs: the parsed command-line options. A module
+//! of its own because every step of the bench reads them, and the report
+//! prints them in its heading.
+
+use std::path::PathBuf;
+
+use crate::tools::workload::{Distribution, Mix, Shape};
+
+#[derive(Debug, Clone)]
+pub struct BenchOpts {
+    pub dir: PathBuf,
+    pub keys: u64,
+    pub batch: usize,
+    pub runs: usize,
+    pub strategies: Vec<String>,
+    pub distribution: Distribution,
+    pub shape: Shape,
+    pub mix: Mix,
+    pub seed: u64,
+    pub deltars: bool,
+    pub broker_rate: Option<u64>,
+    pub broker_secs: u64,
+    pub max_age_ms: u64,
+    pub load_chunk: usize,
+    pub table_option: Option<String>,
+}

@@ -1,0 +1,173 @@
+//! What the bench reports: a Markdown summary (printed and written to
+//! `bench.md`) and the same numbers as `bench.json`. Separate from the steps
+//! that measure, so the measuring code reads as the experiment it is.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde_json::json;
+
+use changelake::error::{Error, Result};
+
+use super::opts::BenchOpts;
+
+/// One timed run of one table.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunStat {
+    pub run: usize,
+    pub events: usize,
+    pub seconds: f64,
+    pub decode_seconds: f64,
+    pub events_per_second: f64,
+    pub files_removed: usize,
+    pub files_added: usize,
+    pub files_masked: usize,
+    pub table_keys_before: u64,
+}
+
+/// One table's measurements: its timed runs and the load before them.
+pub struct TableResult {
+    pub stats: Vec<RunStat>,
+    pub load_seconds: f64,
+    /// Resident bytes per key after reopening the loaded table.
+    pub per_key: f64,
+    /// Peak RSS during the timed runs and while loading.
+    pub peak: u64,
+    pub load_peak: u64,
+}
+
+impl TableResult {
+    /// Mean seconds per run.
+    pub fn mean(&self) -> f64 {
+        self.stats.iter().map(|s| s.seconds).sum::<f64>() / self.stats.len().max(1) as f64
+    }
+}
+
+/// bench.json's object (one entry per table, and `broker`) and bench.md's text.
+pub struct Output {
+    pub json: serde_json::Map<String, serde_json::Value>,
+    pub md: String,
+}
+
+impl Output {
+    /// An empty report under the heading that names the workload.
+    pub fn new(opts: &BenchOpts) -> Output {
+        let mut md = String::new();
+        let _ = writeln!(
+            md,
+            "\n## changelake bench: {} keys, {} runs of {} events, {:?} keys, {:?} columns, mix insert={}% delete={}% late={}% duplicate={}% (rest updates){}\n",
+            opts.keys,
+            opts.runs,
+            opts.batch,
+            opts.distribution,
+            opts.shape,
+            opts.mix.insert,
+            opts.mix.delete,
+            opts.mix.late,
+            opts.mix.duplicate,
+            opts.table_option.as_deref().map(|o| format!(", layout {{{o}}}")).unwrap_or_default()
+        );
+        Output { json: serde_json::Map::new(), md }
+    }
+
+    /// A table's section (its runs, mean, load and memory); returns its JSON entry.
+    pub fn table(&mut self, name: &str, t: &TableResult, opts: &BenchOpts) -> serde_json::Value {
+        let md = &mut self.md;
+        let (mean, per_key, load_s) = (t.mean(), t.per_key, t.load_seconds);
+        let eps = opts.batch as f64 / mean;
+        let _ = writeln!(md, "### {name}\n");
+        let _ = writeln!(
+            md,
+            "| run | seconds | events/s | decode s | files rewritten | files masked (DV) | files added |\n| --- | --- | --- | --- | --- | --- | --- |"
+        );
+        for s in &t.stats {
+            let _ = writeln!(
+                md,
+                "| {} | {:.3} | {:.0} | {:.3} | {} | {} | {} |",
+                s.run,
+                s.seconds,
+                s.events_per_second,
+                s.decode_seconds,
+                s.files_removed,
+                s.files_masked,
+                s.files_added
+            );
+        }
+        let _ = writeln!(
+            md,
+            "\nmean {mean:.3}s per run, {eps:.0} events/s; load {load_s:.1}s; resident {per_key:.0} B/key (table index after reopen); \
+             peak RSS {:.0} MiB during the runs ({:.0} MiB while loading in chunks of {} events)\n",
+            t.peak as f64 / 1048576.0,
+            t.load_peak as f64 / 1048576.0,
+            opts.load_chunk
+        );
+        json!({
+            "runs": t.stats, "mean_seconds": mean, "events_per_second": eps, "load_seconds": load_s,
+            "resident_bytes_per_key": per_key, "peak_rss_bytes": t.peak, "load_peak_rss_bytes": t.load_peak,
+        })
+    }
+
+    /// delta-rs' runs on the same batches next to ours (`mean` seconds per
+    /// run), added to the table's `entry`; returns whether both tables agree.
+    pub fn deltars(
+        &mut self,
+        entry: &mut serde_json::Value,
+        d: &serde_json::Value,
+        mean: f64,
+    ) -> bool {
+        let md = &mut self.md;
+        let merge_mean = mean_of(d, "total_seconds");
+        let merge_only = mean_of(d, "merge_seconds");
+        let _ =
+            writeln!(md, "delta-rs MERGE on the same batches (parse + dedupe + MERGE, per run):\n");
+        let _ = writeln!(
+            md,
+            "| run | parse s | dedupe s | MERGE s | total s |\n| --- | --- | --- | --- | --- |"
+        );
+        for (i, r) in d["runs"].as_array().into_iter().flatten().enumerate() {
+            let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+            let _ = writeln!(
+                md,
+                "| {} | {:.3} | {:.3} | {:.3} | {:.3} |",
+                i + 1,
+                f("parse_seconds"),
+                f("dedupe_seconds"),
+                f("merge_seconds"),
+                f("total_seconds")
+            );
+        }
+        let same = d["same_result"].as_bool().unwrap_or(false);
+        let _ = writeln!(
+            md,
+            "\n**speed-up vs delta-rs: {:.1}x** (end to end per batch; {:.1}x vs the MERGE call alone). Same (key, sequence) pairs in both tables: {}\n",
+            merge_mean / mean,
+            merge_only / mean,
+            if same { "yes" } else { "**NO**" }
+        );
+        entry["deltars"] = d.clone();
+        entry["speedup_vs_deltars"] = json!(merge_mean / mean);
+        entry["speedup_vs_deltars_merge_only"] = json!(merge_only / mean);
+        same
+    }
+
+    /// scd2's throughput relative to scd1's, added to the scd2 table's `entry`.
+    pub fn ratio_to_scd1(&mut self, entry: &mut serde_json::Value, ratio: f64) {
+        let _ = writeln!(self.md, "scd2 / scd1 throughput: {ratio:.2}\n");
+        entry["ratio_to_scd1"] = json!(ratio);
+    }
+
+    /// Writes `bench.json` and `bench.md` into `dir`.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        let text = serde_json::to_string_pretty(&serde_json::Value::Object(self.json.clone()))
+            .expect("json");
+        std::fs::write(dir.join("bench.json"), text).map_err(|e| Error::Input(e.to_string()))?;
+        std::fs::write(dir.join("bench.md"), &self.md).map_err(|e| Error::Input(e.to_string()))?;
+        Ok(())
+    }
+}
+
+fn mean_of(d: &serde_json::Value, k: &str) -> f64 {
+    let v: Vec<f64> =
+        d["runs"].as_array().into_iter().flatten().filter_map(|r| r[k].as_f64()).collect();
+    v.iter().sum::<f64>() / v.len().max(1) as f64
+}

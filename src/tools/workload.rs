@@ -1,0 +1,397 @@
+//! The seeded CRM workload both benchmarks send: Debezium JSON envelopes of
+//! account rows in one of three column mixes, with a configurable
+//! insert/update/delete/late/duplicate mix and key choice.
+//!
+//! Separate from the bench that times it because the broker bench streams
+//! the same events through Kafka: one generator, two consumers.
+
+use std::fmt::Write as _;
+
+use changelake::error::{Error, Result};
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Distribution {
+    Uniform,
+    /// 90% of updates on the newest 10% of keys.
+    Recent,
+    /// Recency-skewed power law: the key `n·u⁴` from the newest (u uniform),
+    /// so half of the updates hit the newest 6% of keys and a tenth the oldest third.
+    Skewed,
+}
+
+impl Distribution {
+    pub fn parse(s: &str) -> Result<Distribution> {
+        Ok(match s {
+            "uniform" => Distribution::Uniform,
+            "recent" => Distribution::Recent,
+            "skewed" => Distribution::Skewed,
+            other => {
+                return Err(Error::Usage(format!(
+                    "--distribution: `{other}` (uniform, recent, skewed)"
+                )))
+            }
+        })
+    }
+}
+
+/// Column mix of the account rows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Shape {
+    /// About 20 columns, mostly short text (the CRM account entity).
+    Crm,
+    /// 6 columns, mostly numbers and timestamps (a ledger-like entity).
+    Narrow,
+    /// The CRM columns plus 24 custom fields (text, numbers, flags, dates): 44 columns.
+    Wide,
+}
+
+impl Shape {
+    pub fn parse(s: &str) -> Result<Shape> {
+        Ok(match s {
+            "crm" => Shape::Crm,
+            "narrow" => Shape::Narrow,
+            "wide" => Shape::Wide,
+            other => return Err(Error::Usage(format!("--columns: `{other}` (crm, narrow, wide)"))),
+        })
+    }
+}
+
+/// Shares of a batch, in percent (the rest are updates).
+#[derive(Debug, Clone, Copy)]
+pub struct Mix {
+    pub insert: u32,
+    pub delete: u32,
+    pub late: u32,
+    pub duplicate: u32,
+}
+
+impl Mix {
+    pub fn parse(s: &str) -> Result<Mix> {
+        let mut m = Mix { insert: 0, delete: 0, late: 0, duplicate: 0 };
+        for part in s.split(',').filter(|p| !p.trim().is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| Error::Usage(format!("--mix: `{part}` is not name=percent")))?;
+            let v: u32 = v.trim().parse().map_err(|_| {
+                Error::Usage(format!("--mix: `{part}`: percent must be an integer"))
+            })?;
+            match k.trim() {
+                "insert" => m.insert = v,
+                "delete" => m.delete = v,
+                "late" => m.late = v,
+                "duplicate" => m.duplicate = v,
+                "update" => {}
+                other => {
+                    return Err(Error::Usage(format!(
+                        "--mix: unknown kind `{other}` (insert, update, delete, late, duplicate)"
+                    )))
+                }
+            }
+        }
+        if m.insert + m.delete + m.late + m.duplicate > 100 {
+            return Err(Error::Usage("--mix: shares add up to more than 100".into()));
+        }
+        Ok(m)
+    }
+}
+
+/// SplitMix64: tiny, seedable, good enough for workload shapes.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next() % n
+        }
+    }
+}
+
+const CITIES: [&str; 12] = [
+    "Berlin",
+    "Hamburg",
+    "Munich",
+    "Cologne",
+    "Frankfurt",
+    "Stuttgart",
+    "Leipzig",
+    "Dresden",
+    "Bremen",
+    "Hanover",
+    "Nuremberg",
+    "Essen",
+];
+const WORDS: [&str; 8] =
+    ["solutions", "logistics", "retail", "energy", "health", "software", "foods", "mobility"];
+
+/// The workload: key space, sequence counter and the mix.
+pub struct Workload {
+    rng: Rng,
+    /// Keys 0..next_key exist (or existed).
+    next_key: u64,
+    lsn: u64,
+    mix: Mix,
+    dist: Distribution,
+    shape: Shape,
+}
+
+impl Workload {
+    pub fn new(seed: u64, keys: u64, mix: Mix, dist: Distribution) -> Workload {
+        // Loaded rows of key k carry lsn 2k+2; a late event for k uses 2k+1,
+        // older than anything ever stored for it. Update lsns start above all of them.
+        Workload {
+            rng: Rng(seed),
+            next_key: keys,
+            lsn: 2 * keys + 1_000_000,
+            mix,
+            dist,
+            shape: Shape::Crm,
+        }
+    }
+
+    pub fn with_shape(mut self, shape: Shape) -> Workload {
+        self.shape = shape;
+        self
+    }
+
+    /// One account row as the Debezium `after` object.
+    fn row(out: &mut String, shape: Shape, key: u64, version: u64) {
+        let h = Rng(key.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ version).next();
+        if shape == Shape::Narrow {
+            let _ = write!(
+                out,
+                "{{\"accountid\":{key},\"statecode\":{},\"balance\":{}.{:02},\"creditlimit\":{}.0,\"modifiedon\":\"2026-{:02}-{:02}T{:02}:{:02}:00Z\",\"versionnumber\":{version}}}",
+                (h >> 40) % 2,
+                (h >> 24) % 50_000_000,
+                (h >> 30) % 100,
+                ((h >> 28) % 1_000) * 1_000,
+                1 + (h >> 44) % 12,
+                1 + (h >> 48) % 28,
+                (h >> 52) % 24,
+                (h >> 56) % 60,
+            );
+            return;
+        }
+        let city = CITIES[(h % 12) as usize];
+        let word = WORDS[((h >> 8) % 8) as usize];
+        let _ = write!(
+            out,
+            "{{\"accountid\":{key},\"name\":\"Account {key} {word}\",\"accountnumber\":\"AC-{key:08}\",\"address1_city\":\"{city}\",\
+             \"address1_country\":\"DE\",\"address1_postalcode\":\"{:05}\",\"telephone1\":\"+49 {} {:07}\",\
+             \"emailaddress1\":\"info@account{key}.example\",\"websiteurl\":\"https://account{key}.example\",\
+             \"industrycode\":{},\"revenue\":{}.{:02},\"numberofemployees\":{},\"statecode\":{},\"ownerid\":\"{:016x}\",\
+             \"createdon\":\"2024-{:02}-{:02}T08:00:00Z\",\"modifiedon\":\"2026-{:02}-{:02}T{:02}:{:02}:00Z\",\
+             \"description\":\"{word} customer in {city}, segment {}\",\"creditlimit\":{}.0,\"donotemail\":{},\"versionnumber\":{version}}}",
+            h % 100_000,
+            30 + h % 70,
+            (h >> 12) % 10_000_000,
+            (h >> 20) % 40,
+            (h >> 24) % 50_000_000,
+            (h >> 30) % 100,
+            (h >> 32) % 5_000,
+            (h >> 40) % 2,
+            h.rotate_left(17),
+            1 + key % 12,
+            1 + key % 28,
+            1 + (h >> 44) % 12,
+            1 + (h >> 48) % 28,
+            (h >> 52) % 24,
+            (h >> 56) % 60,
+            (h >> 36) % 9,
+            ((h >> 28) % 1_000) * 1_000,
+            (h >> 61) % 2 == 1,
+        );
+        if shape == Shape::Wide {
+            out.pop(); // the closing brace
+            for i in 0..24u64 {
+                let g = Rng(h ^ i).next();
+                let _ = match i % 4 {
+                    0 => write!(
+                        out,
+                        ",\"custom_{i:02}\":\"{} {:x}\"",
+                        WORDS[(g % 8) as usize],
+                        g >> 20
+                    ),
+                    1 => write!(out, ",\"custom_{i:02}\":{}", g % 1_000_000),
+                    2 => write!(out, ",\"custom_{i:02}\":{}", g.is_multiple_of(3)),
+                    _ => write!(
+                        out,
+                        ",\"custom_{i:02}\":\"2025-{:02}-{:02}T00:00:00Z\"",
+                        1 + g % 12,
+                        1 + (g >> 8) % 28
+                    ),
+                };
+            }
+            out.push('}');
+        }
+    }
+
+    fn envelope(out: &mut String, shape: Shape, op: char, key: u64, lsn: u64, version: u64) {
+        let ts = 1_764_000_000_000u64 + lsn % 1_000_000_000;
+        out.push_str("{\"before\":");
+        if op == 'd' {
+            Self::row(out, shape, key, version);
+            out.push_str(",\"after\":null");
+        } else {
+            out.push_str("null,\"after\":");
+            Self::row(out, shape, key, version);
+        }
+        let _ = writeln!(
+            out,
+            ",\"source\":{{\"version\":\"2.7.0.Final\",\"connector\":\"postgresql\",\"name\":\"crm\",\"ts_ms\":{ts},\"db\":\"crm\",\"schema\":\"public\",\"table\":\"account\",\"lsn\":{lsn},\"txId\":{}}},\"op\":\"{op}\",\"ts_ms\":{}}}",
+            lsn / 8,
+            ts + 40
+        );
+    }
+
+    /// Snapshot events (`op: r`) for keys `from..to`.
+    pub fn load_chunk(&self, from: u64, to: u64) -> String {
+        let mut out = String::with_capacity(((to - from) * 800) as usize);
+        for k in from..to {
+            Self::envelope(&mut out, self.shape, 'r', k, 2 * k + 2, 0);
+        }
+        out
+    }
+
+    fn pick(&mut self) -> u64 {
+        match self.dist {
+            Distribution::Uniform => self.rng.below(self.next_key),
+            Distribution::Recent => {
+                let n = self.next_key;
+                let hot = (n / 10).max(1);
+                if self.rng.below(100) < 90 {
+                    n - 1 - self.rng.below(hot)
+                } else {
+                    self.rng.below(n)
+                }
+            }
+            Distribution::Skewed => {
+                let n = self.next_key;
+                let u = (self.rng.next() >> 11) as f64 / (1u64 << 53) as f64;
+                n - 1 - ((n as f64 * u.powi(4)) as u64).min(n - 1)
+            }
+        }
+    }
+
+    /// One update batch of `n` events (one JSON line each).
+    pub fn batch(&mut self, n: usize) -> String {
+        let mut out = String::with_capacity(n * 820);
+        let mut starts: Vec<usize> = Vec::with_capacity(n);
+        for _ in 0..n {
+            let roll = self.rng.below(100) as u32;
+            let m = self.mix;
+            let start = out.len();
+            if roll < m.duplicate && !starts.is_empty() {
+                // At-least-once delivery: an exact copy of an earlier event of the batch.
+                let s = starts[self.rng.below(starts.len() as u64) as usize];
+                let end = s + out[s..].find('\n').expect("line") + 1;
+                let line = out[s..end].to_string();
+                out.push_str(&line);
+            } else if roll < m.duplicate + m.insert {
+                let k = self.next_key;
+                self.next_key += 1;
+                self.lsn += 1;
+                Self::envelope(&mut out, self.shape, 'c', k, self.lsn, self.lsn);
+            } else if roll < m.duplicate + m.insert + m.delete {
+                let k = self.pick();
+                self.lsn += 1;
+                Self::envelope(&mut out, self.shape, 'd', k, self.lsn, self.lsn);
+            } else if roll < m.duplicate + m.insert + m.delete + m.late {
+                let k = self.pick();
+                Self::envelope(&mut out, self.shape, 'u', k, 2 * k + 1, 1);
+            } else {
+                let k = self.pick();
+                self.lsn += 1;
+                Self::envelope(&mut out, self.shape, 'u', k, self.lsn, self.lsn);
+            }
+            starts.push(start);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use changelake::source::file::read_debezium_jsonl;
+
+    use super::*;
+
+    #[test]
+    fn workload_is_reproducible_and_follows_the_mix() {
+        let mix = Mix::parse("insert=10,delete=5,late=5,duplicate=10").unwrap();
+        let a = Workload::new(7, 1000, mix, Distribution::Uniform).batch(2000);
+        let b = Workload::new(7, 1000, mix, Distribution::Uniform).batch(2000);
+        assert_eq!(a, b, "same seed, same batch");
+        let lines: Vec<serde_json::Value> =
+            a.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(lines.len(), 2000);
+        let ops = |op: &str| lines.iter().filter(|l| l["op"] == op).count();
+        assert!((150..250).contains(&ops("c")), "inserts {}", ops("c"));
+        assert!((50..150).contains(&ops("d")), "deletes {}", ops("d"));
+        let after =
+            lines.iter().find(|l| l["op"] == "u").unwrap()["after"].as_object().unwrap().len();
+        assert_eq!(after, 20, "about twenty columns");
+        // Late events are older than the loaded row of their key.
+        let late =
+            lines.iter().filter(|l| l["source"]["lsn"].as_u64().unwrap() < 1_000_000).count();
+        assert!(late >= 50, "late {late}");
+    }
+
+    #[test]
+    fn recent_distribution_hits_the_newest_tenth() {
+        let mix = Mix::parse("").unwrap();
+        let text = Workload::new(1, 10_000, mix, Distribution::Recent).batch(5000);
+        let hot = text
+            .lines()
+            .filter(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["after"]["accountid"]
+                    .as_u64()
+                    .unwrap()
+                    >= 9000
+            })
+            .count();
+        assert!(hot > 4400 && hot < 4800, "{hot} of 5000 on the newest 10%");
+    }
+
+    #[test]
+    fn skewed_distribution_favours_the_newest_keys_but_reaches_old_ones() {
+        let text =
+            Workload::new(3, 100_000, Mix::parse("").unwrap(), Distribution::Skewed).batch(10_000);
+        let keys: Vec<u64> = text
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["after"]["accountid"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect();
+        let newest = keys.iter().filter(|&&k| k >= 94_000).count();
+        let oldest = keys.iter().filter(|&&k| k < 33_000).count();
+        assert!(newest > 4700 && newest < 5300, "{newest} of 10000 on the newest 6%");
+        assert!(oldest > 800 && oldest < 1200, "{oldest} of 10000 on the oldest third");
+    }
+
+    #[test]
+    fn column_shapes_have_their_column_counts_and_decode() {
+        for (shape, n) in [(Shape::Crm, 20), (Shape::Narrow, 6), (Shape::Wide, 44)] {
+            let text = Workload::new(5, 100, Mix::parse("").unwrap(), Distribution::Uniform)
+                .with_shape(shape)
+                .batch(50);
+            for l in text.lines() {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                assert_eq!(v["after"].as_object().unwrap().len(), n, "{shape:?}: {l}");
+            }
+            let b = read_debezium_jsonl("x", text.as_bytes(), &["source.lsn".to_string()], None);
+            assert_eq!(b.rows.len(), 50);
+            assert!(b.unparsable.is_empty());
+        }
+    }
+}
