@@ -18,6 +18,7 @@ pub mod expr;
 pub mod faults;
 pub mod merge;
 pub mod par;
+pub mod phases;
 pub mod progress;
 pub mod report;
 pub mod source;

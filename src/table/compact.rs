@@ -11,10 +11,11 @@ use deltalake::arrow::array::{BooleanArray, RecordBatch};
 
 use super::commit::PendingCommit;
 use super::plan;
-use super::stage::{OutFile, Phases};
+use super::stage::OutFile;
 use super::Result;
 use super::TableStore;
 use crate::merge::{Key, Spec};
+use crate::phases::Phases;
 
 impl TableStore {
     /// Stages the compaction of both partitions; None when nothing needs it.

@@ -21,6 +21,7 @@ use super::state::ClosingRows;
 use super::Result;
 use super::{FxMap, FxSet, TableStore};
 use crate::merge::{Key, Output, Spec, Version};
+use crate::phases::Phases;
 
 /// A data file to write: which partition, its keys in row order (current
 /// rows), its rows.
@@ -46,23 +47,6 @@ struct Rewrite<'a> {
     replace: FxMap<&'a Key, &'a Version>,
     /// Removed keys (only looked up when some file is rewritten).
     removes: FxSet<&'a Key>,
-}
-
-/// Milliseconds per staging phase, logged at debug level.
-pub(super) struct Phases {
-    lap: std::time::Instant,
-    done: Vec<(&'static str, f64)>,
-}
-
-impl Phases {
-    pub(super) fn new() -> Phases {
-        Phases { lap: std::time::Instant::now(), done: vec![] }
-    }
-
-    fn mark(&mut self, name: &'static str) {
-        self.done.push((name, self.lap.elapsed().as_secs_f64() * 1e3));
-        self.lap = std::time::Instant::now();
-    }
 }
 
 impl TableStore {
@@ -123,7 +107,7 @@ impl TableStore {
         self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
         phases.mark("closes");
         self.write_files(spec, queue, exec, &mut pc, &mut phases).await?;
-        tracing::debug!(phases_ms = ?phases.done, "stage phases");
+        tracing::debug!(phases_ms = ?phases.done(), "stage phases");
         Ok(pc)
     }
 

@@ -1,0 +1,241 @@
+//! One run of one table: raw batch → typed rows → merge → one Delta commit.
+//!
+//! The same entry point ([`TableRunner::run_batch`], in `run.rs`) serves file
+//! sources (one file = one run) and the Kafka daemon: callers pass the batch
+//! plus the progress markers (`txn` app id → next position) that the commit
+//! must carry. This module holds the runner itself: opening and locking a
+//! table, truncates, dead letters and upkeep after a commit.
+
+mod run;
+mod spec;
+
+use crate::config::{Config, TableConfig};
+use crate::deadletter::{self, DeadLetter};
+use crate::error::{Error, Result};
+use crate::merge::{self, Key, KeyMap, Need, RunCtx};
+use crate::table::{CommitRequest, TableMeta, TableStore};
+use crate::value::DType;
+
+pub use spec::build_spec;
+
+/// Moved to [`crate::report`] (telemetry reads it too); still reachable here.
+pub use crate::report::RunReport;
+
+pub use crate::progress::Mark;
+
+pub struct TableRunner {
+    pub cfg: TableConfig,
+    /// Held while this process writes the table (local lakes), see [`TableRunner::lock`].
+    lock: Option<std::fs::File>,
+    pub store: TableStore,
+    declared: Vec<(String, DType)>,
+    dead_letter_uri: String,
+    /// Version of the last checkpoint this process wrote (see `maintain`).
+    last_checkpoint: i64,
+}
+
+impl TableRunner {
+    pub async fn open(config: &Config, t: &TableConfig) -> Result<TableRunner> {
+        let meta = TableMeta {
+            name: t.name.clone(),
+            strategy: t.strategy,
+            business_key: t.business_key.clone(),
+            reserved: t.reserved.clone(),
+            surrogate_key: t.surrogate_key,
+            layout: t.layout.clone(),
+        };
+        let mut store = TableStore::open(&config.table_uri(&t.name), meta).await?;
+        if store.exists() {
+            store.load_index(&build_spec(t, &store.columns)?).await?;
+        }
+        let declared = config.systems.get(&t.system).map(|s| s.columns.clone()).unwrap_or_default();
+        let last_checkpoint = store.version().unwrap_or(0);
+        Ok(TableRunner {
+            cfg: t.clone(),
+            lock: None,
+            store,
+            declared,
+            dead_letter_uri: config.dead_letter_uri(),
+            last_checkpoint,
+        })
+    }
+
+    /// Claims the table for writing. On a local lake an exclusive file lock
+    /// (`<root>/.changelake/locks/<table>.lock`, released when the process
+    /// ends, even by SIGKILL) makes a second writer fail fast instead of
+    /// racing; on object stores Delta's `txn` conflict check is the guard.
+    pub fn lock(&mut self, config: &Config) -> Result<()> {
+        // CHANGELAKE_NO_WRITER_LOCK (tests): exercise the object-store path, where
+        // only Delta's conflict check separates two writers.
+        if self.lock.is_some()
+            || config.storage_root.contains("://")
+            || std::env::var_os("CHANGELAKE_NO_WRITER_LOCK").is_some()
+        {
+            return Ok(());
+        }
+        let dir = std::path::Path::new(&config.storage_root).join(".changelake/locks");
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| Error::Input(format!("{}: {e}", dir.display())))?;
+        let path = dir.join(format!("{}.lock", self.cfg.name));
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::Input(format!("{}: {e}", path.display())))?;
+        match f.try_lock() {
+            Ok(()) => {
+                self.lock = Some(f);
+                Ok(())
+            }
+            Err(std::fs::TryLockError::WouldBlock) => Err(Error::Input(format!(
+                "table {} is being written by another changelake process (lock {}); stop it first",
+                self.cfg.name,
+                path.display()
+            ))),
+            Err(std::fs::TryLockError::Error(e)) => {
+                Err(Error::Input(format!("{}: {e}", path.display())))
+            }
+        }
+    }
+
+    /// Re-reads the table (after a conflicting commit), keeping the write lock.
+    pub async fn reopen(&mut self, config: &Config) -> Result<()> {
+        let lock = self.lock.take();
+        *self = TableRunner::open(config, &self.cfg.clone()).await?;
+        self.lock = lock;
+        Ok(())
+    }
+
+    /// Has this exact progress marker already been committed?
+    pub async fn already_applied(&self, progress: &[Mark]) -> Result<bool> {
+        if progress.is_empty() {
+            return Ok(false);
+        }
+        for m in progress {
+            if self.store.txn_version(&m.app).await? != Some(m.version) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Dead letters first: their commit is idempotent (txn), so a crash
+    /// before the data commit re-runs the batch without duplicating them.
+    async fn write_dead_letters(&self, progress: &[Mark], dead: &[DeadLetter]) -> Result<()> {
+        let groups: Vec<deadletter::Group> = progress
+            .iter()
+            .map(|m| deadletter::Group {
+                app: m.dead_letter_app_id(),
+                version: m.version,
+                by_offset: m.partition.is_some(),
+                rows: dead
+                    .iter()
+                    .filter(|d| m.partition.is_none_or(|p| p == d.partition))
+                    .cloned()
+                    .collect(),
+            })
+            .collect();
+        // Logged and counted by `telemetry::run_committed` (the report carries them).
+        let n = deadletter::append(&self.dead_letter_uri, groups).await?;
+        tracing::debug!(table = %self.cfg.name, written = n, "dead-letter commit (replayed groups are skipped)");
+        Ok(())
+    }
+
+    /// Applies a source truncate (Debezium `t`, scd1 with `apply_truncates`):
+    /// every live row is deleted per `delete_mode`, in one commit with `progress`.
+    pub async fn truncate(&mut self, progress: Vec<Mark>) -> Result<RunReport> {
+        let started = std::time::Instant::now();
+        let t = self.cfg.clone();
+        let mut report = RunReport {
+            table: t.name.clone(),
+            strategy: t.strategy,
+            source: "truncate".into(),
+            ..Default::default()
+        };
+        if !self.store.exists() {
+            return Ok(report);
+        }
+        let mut spec = build_spec(&t, &self.store.columns)?;
+        spec.snapshot = true;
+        let absent: Vec<Key> = self.store.live_keys().map(Key::from).collect();
+        let needs: KeyMap<Need> = absent.iter().map(|k| (k.clone(), Need::Current)).collect();
+        let loaded = self.store.load_states(&spec, &needs, &[]).await?;
+        let exec = self.store.last_exec + 1;
+        let mut out = merge::apply(
+            &spec,
+            RunCtx { exec, now: chrono::Utc::now().timestamp_micros() },
+            vec![],
+            loaded.states,
+            absent,
+        );
+        let changes = out.has_changes();
+        let pc = self.store.stage(&spec, &mut out, exec, loaded.closing).await?;
+        report.files_added = pc.files_added;
+        report.files_removed = pc.files_removed;
+        report.merge_secs = started.elapsed().as_secs_f64();
+        let info = serde_json::json!({ "source": "truncate" });
+        let committing = std::time::Instant::now();
+        let req = CommitRequest { progress, execution: changes.then_some(exec), info };
+        report.version = Some(self.store.commit(pc, req).await?);
+        report.commit_secs = committing.elapsed().as_secs_f64();
+        report.exec = changes.then_some(exec);
+        report.stats = out.stats;
+        tracing::warn!(table = %t.name, deleted = report.stats.snapshot_deleted, "source truncate applied (apply_truncates)");
+        Ok(report)
+    }
+
+    /// Keeps a long-running table healthy after a data commit: compacts small
+    /// files, and every `checkpoint_interval` versions writes a checkpoint and
+    /// vacuums. None of it changes what a reader sees; a failure is logged and
+    /// retried after a later batch (the data commit already succeeded).
+    async fn maintain(&mut self, spec: &merge::Spec) -> Result<()> {
+        let table = self.cfg.name.clone();
+        match self.store.stage_compaction(spec).await {
+            Ok(Some(pc)) => {
+                let (removed, added) = (pc.files_removed, pc.files_added);
+                let started = std::time::Instant::now();
+                let info = serde_json::json!({ "source": "compaction" });
+                let req = CommitRequest { progress: vec![], execution: None, info };
+                match self.store.commit(pc, req).await {
+                    Ok(v) => crate::telemetry::compacted(
+                        &table,
+                        removed,
+                        added,
+                        v,
+                        started.elapsed().as_secs_f64(),
+                    ),
+                    Err(e) => {
+                        // The commit may be in the log even though it reported an
+                        // error: never stage on top of a layout that may be stale.
+                        crate::telemetry::maintenance_failed(&table, "compaction", &e);
+                        self.reload_store().await?;
+                    }
+                }
+            }
+            Ok(None) => {}
+            Err(e) => crate::telemetry::maintenance_failed(&table, "compaction", &e),
+        }
+        let interval = self.cfg.layout.checkpoint_interval.max(1) as i64;
+        if let Some(v) = self.store.version().filter(|v| *v > 0) {
+            if v / interval > self.last_checkpoint / interval {
+                self.last_checkpoint = v;
+                match self.store.checkpoint_and_vacuum().await {
+                    Ok(vacuumed) => crate::telemetry::checkpointed(&table, v, vacuumed),
+                    Err(e) => crate::telemetry::maintenance_failed(&table, "checkpoint", &e),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Re-reads the table's layout and key index from the Delta log.
+    async fn reload_store(&mut self) -> Result<()> {
+        let mut store = TableStore::open(&self.store.uri, self.store.meta.clone()).await?;
+        if store.exists() {
+            store.load_index(&build_spec(&self.cfg, &store.columns)?).await?;
+        }
+        self.store = store;
+        Ok(())
+    }
+}
