@@ -7,7 +7,7 @@ use serde_json::{Map, Value as J};
 
 use super::json::json_cell;
 use super::schema::{field_schema, section_fields, typed, unwrap_schema};
-use super::{stored_name, Decoded};
+use super::{store_envelope, Decoded, Op};
 use crate::value::Value;
 
 /// An envelope: `after` (or `before` for deletes) as the row, the other
@@ -25,12 +25,12 @@ pub(super) fn debezium(
         _ => return Err("not a Debezium envelope: payload is not an object".into()),
     };
     let op = p.get("op").and_then(J::as_str).ok_or("not a Debezium envelope: no `op` field")?;
-    let (section, is_delete) = match op {
-        "c" | "u" | "r" => ("after", false),
-        "d" => ("before", true),
-        "t" => return Ok(Decoded::Truncate),
-        "m" => return Ok(Decoded::Tombstone),
-        other => return Err(format!("unknown Debezium op `{other}`")),
+    let (section, is_delete) = match Op::parse(op) {
+        Some(Op::Upsert) => ("after", false),
+        Some(Op::Delete) => ("before", true),
+        Some(Op::Truncate) => return Ok(Decoded::Truncate),
+        Some(Op::Message) => return Ok(Decoded::Tombstone),
+        None => return Err(format!("unknown Debezium op `{op}`")),
     };
     let field_schemas = schema.and_then(|s| section_fields(s, section));
     let mut data: Vec<(String, Value)> = match p.get(section) {
@@ -46,11 +46,7 @@ pub(super) fn debezium(
     }
     let mut env = vec![];
     flatten(p, "", &mut env);
-    for path in store_paths {
-        if let Some((_, v)) = env.iter().find(|(n, _)| n == path) {
-            data.push((stored_name(path), v.clone()));
-        }
-    }
+    store_envelope(&mut data, &env, store_paths);
     Ok(Decoded::Row { data, env })
 }
 

@@ -13,7 +13,7 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
 use serde::Deserialize;
 
 use super::envelope::key_fallback;
-use super::{stored_name, Decoded};
+use super::{store_envelope, Decoded, Op};
 use crate::config::Format;
 use crate::value::Value;
 
@@ -285,12 +285,11 @@ pub fn decode(
                 Some((_, Value::Str(op))) => op.clone(),
                 _ => return None,
             };
-            let (section, is_delete) = match op.as_str() {
-                "c" | "u" | "r" => (e.after, false),
-                "d" => (e.before, true),
-                "t" => return Some(Ok(Decoded::Truncate)),
-                "m" => return Some(Ok(Decoded::Tombstone)),
-                _ => return None,
+            let (section, is_delete) = match Op::parse(&op)? {
+                Op::Upsert => (e.after, false),
+                Op::Delete => (e.before, true),
+                Op::Truncate => return Some(Ok(Decoded::Truncate)),
+                Op::Message => return Some(Ok(Decoded::Tombstone)),
             };
             let mut data = match section {
                 Some(d) => d,
@@ -300,11 +299,7 @@ pub fn decode(
             if is_delete {
                 key_fallback(&mut data, key);
             }
-            for path in store_paths {
-                if let Some((_, v)) = e.env.iter().find(|(n, _)| n == path) {
-                    data.push((stored_name(path), v.clone()));
-                }
-            }
+            store_envelope(&mut data, &e.env, store_paths);
             Some(Ok(Decoded::Row { data, env: e.env }))
         }
     }

@@ -45,6 +45,45 @@ pub fn stored_name(path: &str) -> String {
     path.replace('.', "_")
 }
 
+/// Adds a table's stored envelope fields to a decoded row as columns
+/// (`source.lsn` -> `source_lsn`, see [`store_paths`]), unless the row
+/// already has such a column.
+pub fn store_envelope(data: &mut Vec<(String, Value)>, env: &[(String, Value)], paths: &[String]) {
+    for path in paths {
+        let col = stored_name(path);
+        if !data.iter().any(|(n, _)| *n == col) {
+            if let Some((_, v)) = env.iter().find(|(n, _)| n == path) {
+                data.push((col, v.clone()));
+            }
+        }
+    }
+}
+
+/// What a Debezium `op` code means (docs/events.md, Debezium envelopes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Create, update or snapshot read: the row is the `after` image.
+    Upsert,
+    /// Delete: the row is the `before` image (or only the message key).
+    Delete,
+    /// Truncate of the source table.
+    Truncate,
+    /// A transactional message (`m`): carries no row.
+    Message,
+}
+
+impl Op {
+    pub fn parse(code: &str) -> Option<Op> {
+        Some(match code {
+            "c" | "u" | "r" => Op::Upsert,
+            "d" => Op::Delete,
+            "t" => Op::Truncate,
+            "m" => Op::Message,
+            _ => return None,
+        })
+    }
+}
+
 /// Is `name` an envelope path rather than a row column (Debezium only)?
 pub fn is_envelope_path(name: &str) -> bool {
     name.contains('.') || matches!(name, "op" | "ts_ms" | "ts_us" | "ts_ns")

@@ -153,7 +153,7 @@ fn decode_debezium_lines(
     store_paths: &[String],
     keep: Option<&[String]>,
 ) -> (RawBatch, usize) {
-    use crate::decode::{decode_keeping, stored_name, Decoded};
+    use crate::decode::{decode_keeping, store_envelope, Decoded};
     let mut rows = vec![];
     let mut unparsable = vec![];
     let mut truncates = 0;
@@ -164,14 +164,7 @@ fn decode_debezium_lines(
         }
         match decode_keeping(crate::config::Format::Debezium, None, Some(line), store_paths, keep) {
             Ok(Decoded::Row { mut data, env }) => {
-                for p in store_paths {
-                    let col = stored_name(p);
-                    if !data.iter().any(|(n, _)| *n == col) {
-                        if let Some((_, v)) = env.iter().find(|(n, _)| n == p) {
-                            data.push((col, v.clone()));
-                        }
-                    }
-                }
+                store_envelope(&mut data, &env, store_paths);
                 // A line that decoded is UTF-8 (both JSON parsers check); lossy only as a guard.
                 let raw = std::str::from_utf8(line)
                     .map_or_else(|_| String::from_utf8_lossy(line).into_owned(), str::to_owned);
