@@ -1,0 +1,84 @@
+//! Configuration: the YAML file of docs/config.md, loaded into a typed
+//! [`Config`].
+//!
+//! The YAML is walked by hand instead of deserialized with serde derive:
+//! serde stops at the first error, while `changelake check` must report
+//! *every* error at once, each with the YAML path of the offending key
+//! (`bronze.tables.customer.merge.delete_mode: ...`). Every mapping declares the
+//! keys it accepts, so unknown keys are errors too. `${VAR}` is substituted
+//! from the environment in every string value before it is interpreted.
+//!
+//! One module per concern:
+//! - `model`: the typed configuration; `reserved`: the columns changelake
+//!   writes itself; `defaults`: every default value.
+//! - `cx`: the walk's context (error collection, scalar readers), `subst`:
+//!   `${VAR}`, `units`: sizes and durations, `paths`: storage and files.
+//! - One module per section: `document` (the top and the process-wide
+//!   sections), `systems`, `tables`, `layout`, `merge_options`.
+//! - `errors`: how a rejected config is reported.
+
+mod cx;
+mod defaults;
+mod document;
+mod errors;
+mod layout;
+mod merge_options;
+mod model;
+mod paths;
+mod reserved;
+mod subst;
+mod systems;
+mod tables;
+mod units;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+
+use serde_yaml::Value as Y;
+
+pub use errors::ConfigErrors;
+pub use model::{
+    Batching, Config, DeadLetters, DeleteMode, Format, Guardrails, Layout, SchemaPolicy, Strategy,
+    System, SystemKind, TableConfig, ValidTime,
+};
+pub use paths::join_uri;
+pub use reserved::Reserved;
+pub use units::{parse_duration, parse_size};
+
+use cx::Cx;
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigErrors(vec![format!("{}: cannot read: {e}", path.display())]))?;
+        let base = path
+            .parent()
+            .map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p })
+            .unwrap_or(Path::new("."));
+        let base = std::fs::canonicalize(base).unwrap_or_else(|_| base.to_path_buf());
+        Config::parse(&text, &base)
+    }
+
+    pub fn parse(text: &str, base_dir: &Path) -> Result<Config, ConfigErrors> {
+        let doc: Y = serde_yaml::from_str(text)
+            .map_err(|e| ConfigErrors(vec![format!("(document): not valid YAML: {e}")]))?;
+        let mut cx = Cx { errors: vec![] };
+        let cfg = cx.config(&doc, base_dir);
+        if cx.errors.is_empty() {
+            Ok(cfg)
+        } else {
+            Err(ConfigErrors(cx.errors))
+        }
+    }
+
+    /// Does this table read a Kafka system (the daemon's), rather than files?
+    pub fn reads_kafka(&self, t: &TableConfig) -> bool {
+        matches!(self.systems.get(&t.system).map(|s| &s.kind), Some(SystemKind::Kafka { .. }))
+    }
+
+    pub fn table(&self, name: &str) -> Option<&TableConfig> {
+        self.tables.iter().find(|t| t.name == name)
+    }
+}

@@ -1,0 +1,179 @@
+//! The typed configuration: what a loaded, validated config file says.
+//!
+//! Plain data, filled in by the YAML walk (`cx`, `document`, `systems`,
+//! `tables`, ...) and read by the rest of changelake. The keys and their
+//! meaning are documented in docs/config.md; the defaults live in `defaults`,
+//! the reserved column names in `reserved`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::Reserved;
+use crate::expr::Expr;
+use crate::value::DType;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Directory of the config file; relative paths resolve against it.
+    pub base_dir: PathBuf,
+    /// Lake root: an absolute local path or an object-store URL.
+    pub storage_root: String,
+    pub systems: BTreeMap<String, System>,
+    pub tables: Vec<TableConfig>,
+    pub batching: Batching,
+    pub metrics_listen: Option<String>,
+    pub dead_letters: DeadLetters,
+    pub shutdown_timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct DeadLetters {
+    pub table: String,
+    pub topic: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Batching {
+    pub max_rows: usize,
+    pub max_bytes: usize,
+    pub max_age: Duration,
+    pub max_buffered_bytes: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct System {
+    pub name: String,
+    pub kind: SystemKind,
+    /// Declared column types (`columns: {id: integer}`); others are inferred.
+    pub columns: Vec<(String, DType)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Json,
+    Debezium,
+}
+
+#[derive(Debug, Clone)]
+pub enum SystemKind {
+    Kafka {
+        brokers: String,
+        group_id: String,
+        topic: String,
+        format: Format,
+        kafka: BTreeMap<String, String>,
+    },
+    Csv {
+        path: String,
+        delimiter: u8,
+    },
+    /// One event per line: flat JSON rows, or Debezium envelopes (`format: debezium`).
+    Jsonl {
+        path: String,
+        format: Format,
+    },
+}
+
+impl SystemKind {
+    /// The event format of a Kafka or JSONL system (CSV has none).
+    pub fn format(&self) -> Option<Format> {
+        match self {
+            SystemKind::Kafka { format, .. } | SystemKind::Jsonl { format, .. } => Some(*format),
+            SystemKind::Csv { .. } => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Strategy {
+    Scd1,
+    Scd2,
+}
+
+impl Strategy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Scd1 => "scd1",
+            Strategy::Scd2 => "scd2",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteMode {
+    Soft,
+    Hard,
+    Ignore,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchemaPolicy {
+    Additive,
+    Ignore,
+    Strict,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ValidTime {
+    /// `_valid_from/_valid_to` are commit (processing) times.
+    Processing,
+    /// Business time read from a column of the row.
+    Column(String),
+    /// One literal business date for the whole run (microseconds, UTC midnight).
+    Date(i64),
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Guardrails {
+    pub reject_duplicates: bool,
+    pub reject_late: bool,
+}
+
+/// Physical layout knobs (changelake extension, see `table` module docs).
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// Upper bound of rows per data file.
+    pub file_rows: usize,
+    /// Target number of files a large load of new keys is spread over.
+    pub spread: usize,
+    /// A Delta checkpoint every this many commits (readers and restarts
+    /// replay at most this many JSON commits); vacuum runs at the same time.
+    pub checkpoint_interval: usize,
+    /// Compact a partition once it has this many small files (under a
+    /// quarter of `file_rows` and under 1024 rows); 0 disables compaction.
+    pub compact_min_files: usize,
+    /// Data files removed from the table longer ago than this are deleted
+    /// from storage (readers time-travelling further back lose them); None
+    /// disables vacuum.
+    pub vacuum_retention: Option<std::time::Duration>,
+    /// Merge-on-read: updates and deletes mask stored rows with Delta
+    /// deletion vectors instead of rewriting their files (new tables only;
+    /// readers need the `deletionVectors` feature).
+    pub deletion_vectors: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct TableConfig {
+    pub name: String,
+    pub system: String,
+    pub object: String,
+    pub filter: Option<Expr>,
+    pub business_key: Vec<String>,
+    pub strategy: Strategy,
+    pub sequence_by: Vec<String>,
+    pub delete_when: Option<Expr>,
+    pub delete_mode: DeleteMode,
+    pub ignore_columns: Vec<String>,
+    pub track_columns: Option<Vec<String>>,
+    pub snapshot: bool,
+    pub valid_time: ValidTime,
+    pub open_valid_to: Option<i64>,
+    pub surrogate_key: bool,
+    pub intra_batch_all: bool,
+    pub guardrails: Guardrails,
+    pub schema_policy: SchemaPolicy,
+    pub reserved: Reserved,
+    pub apply_truncates: bool,
+    pub layout: Layout,
+}

@@ -1,0 +1,149 @@
+//! `systems`: where events come from — Kafka topics, CSV files or JSONL
+//! files — and the column types a system declares (docs/config.md, systems
+//! and column types; docs/events.md for the event formats).
+
+use std::collections::BTreeMap;
+
+use serde_yaml::Value as Y;
+
+use super::cx::{child, Cx, Mapping};
+use super::{defaults, Format, System, SystemKind};
+use crate::value::DType;
+
+impl Cx {
+    /// Every system of the `systems` section, by name.
+    pub(super) fn systems(&mut self, top: &Mapping) -> BTreeMap<String, System> {
+        let mut systems = BTreeMap::new();
+        match top.get("systems") {
+            None => self.err("systems", "missing: at least one system is required"),
+            Some(v) => {
+                for (name, sv) in self.map(v, "systems", &[]) {
+                    if let Some(s) = self.system(&name, sv) {
+                        systems.insert(name, s);
+                    }
+                }
+            }
+        }
+        systems
+    }
+
+    /// `systems.<name>`; None when its type is missing or unknown.
+    fn system(&mut self, name: &str, v: &Y) -> Option<System> {
+        let path = format!("systems.{name}");
+        let ty = match v.get("type").and_then(|t| t.as_str()) {
+            Some(t) => t.to_string(),
+            None => {
+                self.err(&format!("{path}.type"), "missing: one of kafka, csv, jsonl");
+                self.map(v, &path, &[]);
+                return None;
+            }
+        };
+        let allowed: &[&str] = match ty.as_str() {
+            "kafka" => &["type", "brokers", "group_id", "topic", "format", "kafka", "columns"],
+            "csv" => &["type", "path", "delimiter", "columns"],
+            "jsonl" => &["type", "path", "format", "columns"],
+            other => {
+                self.err(
+                    &format!("{path}.type"),
+                    format!("unknown system type `{other}` (expected kafka, csv or jsonl)"),
+                );
+                return None;
+            }
+        };
+        let m = self.map(v, &path, allowed);
+        let columns = self.declared_columns(&m, &path);
+        let kind = match ty.as_str() {
+            "kafka" => self.kafka_system(name, &m, &path),
+            "csv" => self.csv_system(&m, &path),
+            _ => self.jsonl_system(&m, &path),
+        };
+        Some(System { name: name.to_string(), kind, columns })
+    }
+
+    /// `columns: {id: integer}`: column types the system declares.
+    fn declared_columns(&mut self, m: &Mapping, path: &str) -> Vec<(String, DType)> {
+        let mut columns = vec![];
+        if let Some(c) = m.get("columns") {
+            let cp = format!("{path}.columns");
+            for (col, t) in self.map(c, &cp, &[]) {
+                let tp = child(&cp, &col);
+                match self.string(t, &tp).and_then(|s| DType::parse(&s)) {
+                    Some(dt) => columns.push((col, dt)),
+                    None => self.err(
+                        &tp,
+                        "unknown type (expected integer, float, boolean, timestamp or string)",
+                    ),
+                }
+            }
+        }
+        columns
+    }
+
+    fn kafka_system(&mut self, name: &str, m: &Mapping, path: &str) -> SystemKind {
+        let brokers = self.opt_string(m, "brokers", path).unwrap_or_else(|| {
+            self.err(
+                &format!("{path}.brokers"),
+                "missing: host:port of the Kafka bootstrap servers",
+            );
+            String::new()
+        });
+        let group_id =
+            self.opt_string(m, "group_id", path).unwrap_or_else(|| defaults::kafka_group_id(name));
+        let topic =
+            self.opt_string(m, "topic", path).unwrap_or_else(|| defaults::KAFKA_TOPIC.into());
+        let format = self.format(m, path, defaults::KAFKA_FORMAT);
+        let mut kafka = BTreeMap::new();
+        if let Some(k) = m.get("kafka") {
+            let kp = format!("{path}.kafka");
+            for (key, val) in self.map(k, &kp, &[]) {
+                if let Some(s) = self.string(val, &child(&kp, &key)) {
+                    kafka.insert(key, s);
+                }
+            }
+        }
+        SystemKind::Kafka { brokers, group_id, topic, format, kafka }
+    }
+
+    fn csv_system(&mut self, m: &Mapping, path: &str) -> SystemKind {
+        let delimiter = match self.opt_string(m, "delimiter", path) {
+            None => defaults::CSV_DELIMITER,
+            Some(d) if d.len() == 1 => d.as_bytes()[0],
+            Some(d) if d == "\\t" || d == "\t" => b'\t',
+            Some(_) => {
+                self.err(&format!("{path}.delimiter"), "expected a single character");
+                defaults::CSV_DELIMITER
+            }
+        };
+        let p = self.file_path(m, path);
+        SystemKind::Csv { path: p, delimiter }
+    }
+
+    fn jsonl_system(&mut self, m: &Mapping, path: &str) -> SystemKind {
+        SystemKind::Jsonl {
+            path: self.file_path(m, path),
+            format: self.format(m, path, defaults::JSONL_FORMAT),
+        }
+    }
+
+    fn format(&mut self, m: &Mapping, path: &str, default: Format) -> Format {
+        match self.opt_string(m, "format", path).as_deref() {
+            None => default,
+            Some("debezium") => Format::Debezium,
+            Some("json") => Format::Json,
+            Some(other) => {
+                self.err(
+                    &format!("{path}.format"),
+                    format!("unknown format `{other}` (expected debezium or json)"),
+                );
+                default
+            }
+        }
+    }
+
+    fn file_path(&mut self, m: &Mapping, path: &str) -> String {
+        self.opt_string(m, "path", path).unwrap_or_else(|| {
+            self.err(&format!("{path}.path"), "missing: a file or glob, e.g. data/{object}.csv");
+            String::new()
+        })
+    }
+}

@@ -1,0 +1,210 @@
+//! The config loader's tests: defaults, every rejection with the YAML path
+//! it is reported under, `${VAR}` substitution and path resolution
+//! (docs/config.md).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::*;
+use crate::expr;
+
+fn parse(y: &str) -> Result<Config, ConfigErrors> {
+    Config::parse(y, Path::new("/cfg"))
+}
+
+fn errors(y: &str) -> Vec<String> {
+    parse(y).expect_err("config should be rejected").0
+}
+
+const SEED: &str = r#"
+systems:
+  crm: {type: csv, path: data/customer.csv}
+bronze:
+  tables:
+    customer:
+      source: { system: crm, object: account }
+      business_key: [id]
+      strategy: scd2
+      merge:
+        sequence_by: [seq]
+        delete_when: "op = 'D'"
+        ignore_columns: [modified_on]
+"#;
+
+#[test]
+fn seed_config_loads_with_defaults() {
+    let c = parse(SEED).unwrap();
+    assert_eq!(c.storage_root, "/cfg/lake");
+    let t = c.table("customer").unwrap();
+    assert_eq!(t.strategy, Strategy::Scd2);
+    assert_eq!(t.delete_mode, DeleteMode::Soft);
+    assert_eq!(t.sequence_by, vec!["seq"]);
+    assert_eq!(c.table_uri("customer"), "/cfg/lake/bronze/customer");
+    assert_eq!(c.batching.max_rows, 100_000);
+    assert_eq!(c.batching.max_bytes, 64 << 20);
+}
+
+#[test]
+fn config_rejects_unknown_keys_with_their_path() {
+    let e = errors(&SEED.replace("ignore_columns", "ignore_colums"));
+    assert!(
+        e.iter().any(|m| m.starts_with("bronze.tables.customer.merge.ignore_colums:")),
+        "{e:?}"
+    );
+    let e = errors(&format!("{SEED}\nextra: 1\n"));
+    assert!(e.iter().any(|m| m.starts_with("extra:")), "{e:?}");
+}
+
+#[test]
+fn config_reports_every_error_at_once() {
+    let y = SEED
+        .replace("strategy: scd2", "strategy: scd2\n      schema_policy: loose")
+        .replace(
+            "delete_when: \"op = 'D'\"",
+            "delete_when: \"op = \"\n        delete_mode: hard\n        track_columns: [city]",
+        )
+        .replace("system: crm", "system: nope");
+    let e = errors(&y);
+    for needle in ["schema_policy", "delete_when", "delete_mode", "track_columns", "source.system"]
+    {
+        assert!(e.iter().any(|m| m.contains(needle)), "missing {needle} in {e:?}");
+    }
+}
+
+#[test]
+fn config_rejects_missing_business_key() {
+    let e = errors(&SEED.replace("business_key: [id]", ""));
+    assert!(e.iter().any(|m| m.starts_with("bronze.tables.customer.business_key")), "{e:?}");
+}
+
+#[test]
+fn config_rejects_reserved_business_key() {
+    let e = errors(&SEED.replace("business_key: [id]", "business_key: [id, _is_current]"));
+    assert!(e.iter().any(|m| m.contains("business_key") && m.contains("_is_current")), "{e:?}");
+    let renamed = SEED.replace(
+        "business_key: [id]",
+        "business_key: [is_current]\n      columns: {_is_current: is_current}",
+    );
+    assert!(errors(&renamed).iter().any(|m| m.contains("is_current")));
+}
+
+#[test]
+fn config_rejects_hard_delete_with_scd2() {
+    let e = errors(&SEED.replace("ignore_columns", "delete_mode: hard\n        ignore_columns"));
+    assert!(
+        e.iter().any(
+            |m| m.starts_with("bronze.tables.customer.merge.delete_mode") && m.contains("scd2")
+        ),
+        "{e:?}"
+    );
+    assert!(parse(
+        &SEED
+            .replace("scd2", "scd1")
+            .replace("ignore_columns", "delete_mode: hard\n        ignore_columns")
+    )
+    .is_ok());
+}
+
+#[test]
+fn config_rejects_track_columns_with_ignore_columns() {
+    let e =
+        errors(&SEED.replace("ignore_columns", "track_columns: [city]\n        ignore_columns"));
+    assert!(e.iter().any(|m| m.contains("track_columns") && m.contains("ignore_columns")), "{e:?}");
+}
+
+#[test]
+fn config_rejects_unparsable_delete_when() {
+    let e = errors(&SEED.replace("op = 'D'", "op = = 'D'"));
+    assert!(e.iter().any(|m| m.starts_with("bronze.tables.customer.merge.delete_when")), "{e:?}");
+}
+
+#[test]
+fn config_rejects_unknown_system() {
+    let e = errors(&SEED.replace("system: crm", "system: erp"));
+    assert!(
+        e.iter()
+            .any(|m| m.starts_with("bronze.tables.customer.source.system") && m.contains("erp")),
+        "{e:?}"
+    );
+    let e = errors(&SEED.replace("type: csv", "type: ftp"));
+    assert!(e.iter().any(|m| m.starts_with("systems.crm.type")), "{e:?}");
+}
+
+#[test]
+fn config_rejects_malformed_valid_time() {
+    for bad in
+        ["valid_time: business", "valid_time: \"date:2024-13-01\"", "valid_time: \"column:\""]
+    {
+        let e = errors(&SEED.replace("ignore_columns", &format!("{bad}\n        ignore_columns")));
+        assert!(
+            e.iter().any(|m| m.starts_with("bronze.tables.customer.merge.valid_time")),
+            "{bad}: {e:?}"
+        );
+    }
+    let ok = parse(
+        &SEED.replace("ignore_columns", "valid_time: \"date:2026-01-01\"\n        ignore_columns"),
+    )
+    .unwrap();
+    assert!(matches!(ok.tables[0].valid_time, ValidTime::Date(_)));
+}
+
+#[test]
+fn config_rejects_float_business_key_when_declared() {
+    let y =
+        SEED.replace("path: data/customer.csv}", "path: data/customer.csv, columns: {id: float}}");
+    let e = errors(&y);
+    assert!(e.iter().any(|m| m.contains("business_key") && m.contains("float")), "{e:?}");
+}
+
+#[test]
+fn config_substitutes_environment_variables() {
+    std::env::set_var("CHANGELAKE_TEST_ROOT", "/data/lake");
+    let c = parse(&format!("storage: {{root: \"${{CHANGELAKE_TEST_ROOT}}\"}}\n{SEED}")).unwrap();
+    assert_eq!(c.storage_root, "/data/lake");
+    let e = errors(&format!("storage: {{root: \"${{CHANGELAKE_TEST_UNSET_VAR}}\"}}\n{SEED}"));
+    assert!(
+        e.iter().any(|m| m.starts_with("storage.root") && m.contains("CHANGELAKE_TEST_UNSET_VAR")),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn config_resolves_relative_paths_against_the_config_dir() {
+    let c = parse(&format!("storage: {{root: ../lake}}\n{SEED}")).unwrap();
+    assert_eq!(c.storage_root, "/lake");
+    assert_eq!(c.resolve("data/x.csv"), PathBuf::from("/cfg/data/x.csv"));
+    let c = parse(&format!("storage: {{root: \"s3://bucket/lake\"}}\n{SEED}")).unwrap();
+    assert_eq!(c.table_uri("customer"), "s3://bucket/lake/bronze/customer");
+}
+
+#[test]
+fn config_debezium_default_delete_when_is_op_d() {
+    let y = r#"
+systems:
+  crm: {type: kafka, brokers: "localhost:9092", topic: "crm.dbo.{object}"}
+bronze:
+  tables:
+    account:
+      source: {system: crm, object: account}
+      business_key: [accountid]
+      strategy: scd1
+"#;
+    let c = parse(y).unwrap();
+    assert_eq!(c.tables[0].delete_when, expr::parse("op = 'd'").ok());
+    match &c.systems["crm"].kind {
+        SystemKind::Kafka { group_id, format, .. } => {
+            assert_eq!(group_id, "changelake-crm");
+            assert_eq!(*format, Format::Debezium);
+        }
+        _ => panic!(),
+    }
+}
+
+#[test]
+fn sizes_and_durations_parse() {
+    assert_eq!(parse_size("64MiB"), Some(64 << 20));
+    assert_eq!(parse_size("10kb"), Some(10_000));
+    assert_eq!(parse_duration("5s"), Some(Duration::from_secs(5)));
+    assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+    assert_eq!(parse_size("lots"), None);
+}

@@ -1,0 +1,105 @@
+//! Messages into batches: each message goes to every table reading its
+//! topic — unless that table already has it (docs/commit-protocol.md, where
+//! a run starts; docs/replay.md, skipping versus reapplying) — as a row, a
+//! counted tombstone or truncate (docs/events.md, tombstones and truncates),
+//! or a dead letter (docs/bad-input.md).
+
+use rdkafka::message::{Message, OwnedMessage};
+
+use super::forward::Received;
+use super::slots::Slot;
+use super::RunOpts;
+use crate::decode::{stored_name, Decoded};
+use crate::source::{RawRow, Unparsable};
+use crate::telemetry;
+use crate::value::Value;
+
+/// Hands one message to every table reading its topic. Returns the tables
+/// that must apply a truncate now (after committing what came before it).
+pub(super) fn route(slots: &mut [Slot], opts: &RunOpts, received: Received) -> Vec<usize> {
+    let Received { msg: m, decoded, raw, at } = received;
+    let mut truncates = vec![];
+    let (topic, p, off) = (m.topic(), m.partition(), m.offset());
+    let targets: Vec<usize> =
+        slots.iter().enumerate().filter(|(_, s)| s.topic == topic).map(|(i, _)| i).collect();
+    // A message that does not decode is dead-lettered once, by the first table reading the topic.
+    let owner = targets.first().copied();
+    let mut owned = Some((decoded, raw));
+    for (n, &i) in targets.iter().enumerate() {
+        let s = &mut slots[i];
+        let Some((d, _)) = owned.as_ref() else { break };
+        let replayed = s.stored.get(&p).is_some_and(|&next| off < next);
+        if replayed && !opts.reapply {
+            continue; // already in this table
+        }
+        if s.runner.cfg.apply_truncates && matches!(d, Ok(Decoded::Truncate)) {
+            // Committed on its own, right after the rows before it.
+            s.truncates += 1;
+            truncates.push(i);
+            continue;
+        }
+        let b = &mut s.buf;
+        if b.since.is_none() {
+            b.since = Some(at);
+            telemetry::pending(&s.runner.cfg.name, Some(at));
+        }
+        let next = b.next.entry(p).or_insert(off + 1);
+        *next = (*next).max(off + 1);
+        match d {
+            Ok(Decoded::Row { .. }) => {
+                // The last table reading the topic takes the decoded row; the others get copies.
+                let row = if n + 1 == targets.len() { owned.take() } else { owned.clone() };
+                let Some((Ok(Decoded::Row { mut data, env }), raw)) = row else {
+                    unreachable!("checked: a decoded row")
+                };
+                b.bytes += raw.len() + 64;
+                store_envelope_columns(&s.store_paths, &mut data, &env);
+                let pos = off as u64;
+                let raw_row =
+                    RawRow { cells: vec![], pos, partition: p, raw, extra: env, replayed };
+                b.rows.push((data, raw_row));
+            }
+            Ok(Decoded::Tombstone) => {
+                s.tombstones += 1;
+                telemetry::dropped(&s.runner.cfg.name, "tombstone", topic, p, off);
+            }
+            Ok(Decoded::Truncate) => {
+                s.truncates += 1;
+                telemetry::dropped(&s.runner.cfg.name, "truncate", topic, p, off);
+            }
+            Err(_) if Some(i) != owner => {}
+            Err(e) => {
+                b.bytes += m.payload().map_or(0, |x| x.len());
+                b.dead.push(malformed(&m, e.clone()));
+            }
+        }
+    }
+    truncates
+}
+
+/// This table's stored envelope columns (`source.lsn` -> `source_lsn`).
+fn store_envelope_columns(
+    store_paths: &[String],
+    data: &mut Vec<(String, Value)>,
+    env: &[(String, Value)],
+) {
+    for path in store_paths {
+        let col = stored_name(path);
+        if !data.iter().any(|(n, _)| *n == col) {
+            if let Some((_, v)) = env.iter().find(|(n, _)| n == path) {
+                data.push((col, v.clone()));
+            }
+        }
+    }
+}
+
+/// A message that does not decode, as a dead letter.
+fn malformed(m: &OwnedMessage, error: String) -> Unparsable {
+    Unparsable {
+        partition: m.partition(),
+        pos: m.offset() as u64,
+        raw: m.payload().unwrap_or_default().to_vec(),
+        error,
+        reason: "malformed",
+    }
+}

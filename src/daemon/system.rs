@@ -1,0 +1,385 @@
+//! One Kafka system's consume loop, as named steps: connect, open its
+//! tables, assign every partition at its start offset, forward the partition
+//! queues, then route messages into batches and commit them — on size, on
+//! age, to bound memory — until shutdown or (`--once`) the end, and commit
+//! what is left within the shutdown timeout (docs/operations.md, the daemon
+//! and shutdown; docs/replay.md for `--once` runs).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
+use rdkafka::message::Message;
+use rdkafka::{ClientConfig, TopicPartitionList};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::flush::{apply_truncate, flush};
+use super::forward::{forward, forward_main_queue, Ev, Received};
+use super::probes::Probes;
+use super::route::route;
+use super::slots::{open_slot, start_offset, PartitionKey, Slot, TopicPartitions};
+use super::start::start_positions;
+use super::{RunOpts, Shutdown};
+use crate::config::{Config, Format, SystemKind, TableConfig};
+use crate::engine::RunReport;
+use crate::error::{Error, Result};
+use crate::source::kafka::{client_config, Ctx};
+use crate::telemetry;
+
+/// Decoded messages waiting in the loop's channel above which the daemon is
+/// behind and closes batches by size only (see the age check).
+const BACKLOG_MESSAGES: usize = 1024;
+
+/// Room in the loop's channel for the messages of a commit's duration at
+/// tens of thousands of events/s: partition tasks keep receiving (and
+/// stamping arrival times) while the loop commits.
+const CHANNEL_CAPACITY: usize = 16_384;
+
+/// A Kafka system's settings, as the loop uses them.
+#[derive(Clone, Copy)]
+pub(super) struct KafkaSystem<'a> {
+    pub(super) name: &'a str,
+    pub(super) brokers: &'a str,
+    group_id: &'a str,
+    topic_template: &'a str,
+    pub(super) format: Format,
+    kafka: &'a BTreeMap<String, String>,
+}
+
+impl<'a> KafkaSystem<'a> {
+    fn of(config: &'a Config, name: &'a str) -> Self {
+        let SystemKind::Kafka { brokers, group_id, topic, format, kafka } =
+            &config.systems[name].kind
+        else {
+            unreachable!()
+        };
+        KafkaSystem { name, brokers, group_id, topic_template: topic, format: *format, kafka }
+    }
+
+    /// The topic a table's object is read from.
+    pub(super) fn topic(&self, object: &str) -> String {
+        self.topic_template.replace("{object}", object)
+    }
+}
+
+/// The system's Kafka clients: the consumer the loop reads, and one for
+/// metadata calls (partitions, watermarks, probes).
+struct Clients {
+    config: ClientConfig,
+    consumer: Arc<StreamConsumer<Ctx>>,
+    meta: BaseConsumer<Ctx>,
+}
+
+fn connect(kafka: &KafkaSystem<'_>) -> Result<Clients> {
+    let system = kafka.name;
+    let cc = client_config(kafka.brokers, kafka.group_id, kafka.kafka);
+    let consumer: Arc<StreamConsumer<Ctx>> =
+        Arc::new(cc.create_with_context(Ctx).map_err(|e| {
+            Error::Input(format!("systems.{system}: cannot create Kafka consumer: {e}"))
+        })?);
+    let meta: BaseConsumer<Ctx> =
+        cc.create_with_context(Ctx).map_err(|e| Error::Input(format!("systems.{system}: {e}")))?;
+    Ok(Clients { config: cc, consumer, meta })
+}
+
+/// Runs one Kafka system until shutdown (or, with `once`, the end).
+pub(super) async fn run_system(
+    config: &Config,
+    system: &str,
+    tables: Vec<TableConfig>,
+    opts: RunOpts,
+    shutdown: Shutdown,
+) -> Result<Vec<RunReport>> {
+    let kafka = KafkaSystem::of(config, system);
+    let clients = connect(&kafka)?;
+    let mut slots = vec![];
+    let mut topic_parts = TopicPartitions::new();
+    for t in &tables {
+        slots.push(open_slot(config, t, &kafka, &clients.meta, &mut topic_parts).await?);
+    }
+    let start =
+        start_positions(&clients.config, &clients.meta, kafka.brokers, &topic_parts, &slots, &opts)
+            .await?;
+    assign(&clients.consumer, system, &start.partitions)?;
+    let (tx, mut rx) = mpsc::channel::<Ev>(CHANNEL_CAPACITY);
+    let tasks = spawn_forwarders(&clients.consumer, &topic_parts, kafka.format, &tx);
+    // The daemon keeps the sender to report new topics and partitions; `--once` reads what existed at start.
+    let refresh_tx = if opts.once { None } else { Some(tx.clone()) };
+    drop(tx);
+    let mut run = SystemLoop {
+        config,
+        kafka,
+        opts: &opts,
+        consumer: clients.consumer,
+        slots,
+        topic_parts,
+        unfinished: start.position.keys().cloned().collect(),
+        position: start.position,
+        high_at_start: start.high_at_start,
+        tasks,
+        refresh_tx,
+        probes: Probes::new(Arc::new(clients.meta), system, kafka.brokers),
+        reports: vec![],
+    };
+    run.consume(&mut rx, shutdown).await?;
+    run.finish().await
+}
+
+/// Assigns every partition at its start offset.
+fn assign(
+    consumer: &StreamConsumer<Ctx>,
+    system: &str,
+    partitions: &TopicPartitionList,
+) -> Result<()> {
+    consumer.assign(partitions).map_err(|e| Error::Input(format!("assign: {e}")))?;
+    tracing::info!(system, partitions = partitions.count(), "assigned partitions");
+    telemetry::set_assigned(system, partitions.count());
+    telemetry::broker_probe(system, true, None);
+    Ok(())
+}
+
+/// One forwarding task per partition queue (so EOF events name their
+/// partition), then one for the main queue.
+fn spawn_forwarders(
+    consumer: &Arc<StreamConsumer<Ctx>>,
+    topic_parts: &TopicPartitions,
+    format: Format,
+    tx: &mpsc::Sender<Ev>,
+) -> Vec<JoinHandle<()>> {
+    let mut tasks = vec![];
+    for (topic, ps) in topic_parts {
+        for &p in ps {
+            tasks.extend(forward(consumer, topic, p, format, tx));
+        }
+    }
+    tasks.push(forward_main_queue(consumer, format, tx));
+    tasks
+}
+
+/// Whether the loop goes on after an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flow {
+    Continue,
+    /// `--once` read every partition up to its high watermark at start.
+    Stop,
+}
+
+/// The loop's state: the system's tables and partitions, where each
+/// partition stands, and the reports of the commits made so far.
+struct SystemLoop<'a> {
+    config: &'a Config,
+    kafka: KafkaSystem<'a>,
+    opts: &'a RunOpts,
+    consumer: Arc<StreamConsumer<Ctx>>,
+    slots: Vec<Slot>,
+    topic_parts: TopicPartitions,
+    /// Next offset to read per partition, as far as the loop has seen.
+    position: HashMap<PartitionKey, i64>,
+    /// High watermark per partition when the run started.
+    high_at_start: HashMap<PartitionKey, i64>,
+    /// Partitions not yet read up to their high watermark at start.
+    unfinished: HashSet<PartitionKey>,
+    tasks: Vec<JoinHandle<()>>,
+    /// Reports new topics and partitions; None with `--once`.
+    refresh_tx: Option<mpsc::Sender<Ev>>,
+    probes: Probes,
+    reports: Vec<RunReport>,
+}
+
+impl SystemLoop<'_> {
+    /// Reads events until shutdown, the channel's end or (`--once`) every
+    /// partition's high watermark at start.
+    async fn consume(&mut self, rx: &mut mpsc::Receiver<Ev>, mut shutdown: Shutdown) -> Result<()> {
+        // max_age is honoured to a twentieth of itself (at most 100 ms late).
+        let mut tick = tokio::time::interval(
+            Duration::from_millis(100)
+                .min(self.config.batching.max_age / 20)
+                .max(Duration::from_millis(5)),
+        );
+        let mut stopping = self.once_done();
+        while !stopping {
+            tokio::select! {
+                ev = rx.recv() => match ev {
+                    None => break,
+                    Some(ev) => stopping = self.on_event(ev).await? == Flow::Stop,
+                },
+                _ = tick.tick() => self.on_tick(rx.len()).await?,
+                _ = &mut shutdown => stopping = true,
+            }
+        }
+        Ok(())
+    }
+
+    /// A `--once` run read every partition up to its high watermark at start.
+    fn once_done(&self) -> bool {
+        self.opts.once && self.unfinished.is_empty()
+    }
+
+    async fn on_event(&mut self, ev: Ev) -> Result<Flow> {
+        match ev {
+            Ev::Err(e) => telemetry::kafka_error(self.kafka.name, &e),
+            Ev::Partitions { topic, partitions } => self.assign_new_partitions(topic, partitions),
+            Ev::Eof { topic, partition } => {
+                return Ok(self.on_partition_end(PartitionKey { topic, partition }));
+            }
+            Ev::Msg(received) => self.on_message(received).await?,
+        }
+        Ok(Flow::Continue)
+    }
+
+    /// New partitions of a topic (or a new topic): assigned at their start
+    /// offsets, forwarded, and added to the tables reading them.
+    fn assign_new_partitions(&mut self, topic: String, ps: Vec<i32>) {
+        let known = self.topic_parts.entry(topic.clone()).or_default();
+        let new: Vec<i32> = ps.into_iter().filter(|p| !known.contains(p)).collect();
+        if new.is_empty() {
+            return;
+        }
+        let mut add = TopicPartitionList::new();
+        for &p in &new {
+            add.add_partition_offset(&topic, p, start_offset(&self.slots, &topic, p)).ok();
+        }
+        match self.consumer.incremental_assign(&add) {
+            Ok(()) => {
+                tracing::info!(topic = %topic, partitions = ?new, "assigned new partitions");
+                telemetry::set_assigned(self.kafka.name, new.len());
+                for &p in &new {
+                    known.push(p);
+                    for s in self.slots.iter_mut().filter(|s| s.topic == topic) {
+                        s.partitions.push(p);
+                        telemetry::register_partition(&s.runner.cfg.name, &topic, p, None);
+                    }
+                    self.position.insert(PartitionKey::new(&topic, p), 0);
+                    if let Some(tx) = &self.refresh_tx {
+                        self.tasks.extend(forward(
+                            &self.consumer,
+                            &topic,
+                            p,
+                            self.kafka.format,
+                            tx,
+                        ));
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::warn!(topic = %topic, error = %e, "cannot assign new partitions (will retry)")
+            }
+        }
+    }
+
+    /// A partition reached its end: finished if that is past its high watermark at start.
+    fn on_partition_end(&mut self, key: PartitionKey) -> Flow {
+        let position = self.position.get(&key).copied().unwrap_or(0);
+        if position >= self.high_at_start.get(&key).copied().unwrap_or(0) {
+            self.unfinished.remove(&key);
+        }
+        if self.once_done() {
+            Flow::Stop
+        } else {
+            Flow::Continue
+        }
+    }
+
+    /// Routes a message into its tables' batches; commits what must be committed now.
+    async fn on_message(&mut self, received: Received) -> Result<()> {
+        let (p, off) = (received.msg.partition(), received.msg.offset());
+        self.position.insert(PartitionKey::new(received.msg.topic(), p), off + 1);
+        for i in route(&mut self.slots, self.opts, received) {
+            self.commit(i).await?;
+            self.reports.push(apply_truncate(&mut self.slots[i], p, off).await?);
+        }
+        self.commit_full_batches().await?;
+        self.bound_memory().await
+    }
+
+    /// Commits table `i`'s batch.
+    async fn commit(&mut self, i: usize) -> Result<()> {
+        self.reports.push(flush(&mut self.slots, i, &self.consumer, self.config).await?);
+        Ok(())
+    }
+
+    /// Batches at `max_rows` or `max_bytes` are committed.
+    async fn commit_full_batches(&mut self) -> Result<()> {
+        let batching = &self.config.batching;
+        for i in 0..self.slots.len() {
+            let b = &self.slots[i].buf;
+            if b.rows.len() >= batching.max_rows || b.bytes >= batching.max_bytes {
+                self.commit(i).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Bounded memory: over `max_buffered_bytes`, pause fetching (librdkafka's
+    /// prefetch queues too), commit the biggest buffer, resume.
+    async fn bound_memory(&mut self) -> Result<()> {
+        let max = self.config.batching.max_buffered_bytes;
+        let total: usize = self.slots.iter().map(|s| s.buf.bytes).sum();
+        if total > max {
+            let assigned = self.consumer.assignment().unwrap_or_default();
+            let _ = self.consumer.pause(&assigned);
+            telemetry::paused(assigned.count(), total, max);
+            let i = (0..self.slots.len()).max_by_key(|&i| self.slots[i].buf.bytes).unwrap_or(0);
+            let r = flush(&mut self.slots, i, &self.consumer, self.config).await;
+            let _ = self.consumer.resume(&assigned);
+            telemetry::paused(0, 0, max);
+            self.reports.push(r?);
+        }
+        Ok(())
+    }
+
+    /// The periodic tick: due probes, buffer gauges, batches at `max_age`.
+    /// `waiting` is the number of decoded messages in the loop's channel.
+    async fn on_tick(&mut self, waiting: usize) -> Result<()> {
+        self.probes.spawn_due(&self.slots, &self.topic_parts, self.refresh_tx.as_ref());
+        // Behind (a backlog of decoded messages waiting): keep routing, the
+        // batches close by size. Closing on age here would commit the few
+        // messages routed since the last commit, each already older than
+        // max_age, and the loop would never catch up.
+        let backlog = waiting > BACKLOG_MESSAGES;
+        let max_age = self.config.batching.max_age;
+        for i in 0..self.slots.len() {
+            // Buffer sizes are published here, not per message: a labelled gauge lookup per event costs more than the event's routing.
+            telemetry::buffered(&self.slots[i].runner.cfg.name, self.slots[i].buf.bytes);
+            if !backlog && self.slots[i].buf.since.is_some_and(|s| s.elapsed() >= max_age) {
+                self.commit(i).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Stops fetching, then commits what is buffered within the shutdown
+    /// timeout. Returns the reports of the commits that were made.
+    async fn finish(mut self) -> Result<Vec<RunReport>> {
+        for t in &self.tasks {
+            t.abort();
+        }
+        for t in std::mem::take(&mut self.tasks) {
+            let _ = t.await;
+        }
+        let (slots, consumer, config) = (&mut self.slots, &self.consumer, self.config);
+        let drain = async {
+            let mut out = vec![];
+            for i in 0..slots.len() {
+                out.push(flush(slots, i, consumer, config).await?);
+            }
+            Ok::<_, Error>(out)
+        };
+        let system = self.kafka.name;
+        match tokio::time::timeout(config.shutdown_timeout, drain).await {
+            Ok(r) => self.reports.extend(r?),
+            Err(_) => tracing::warn!(
+                system,
+                "shutdown_timeout reached: open batches abandoned (they will be re-read)"
+            ),
+        }
+        for s in &self.slots {
+            if s.tombstones + s.truncates > 0 {
+                tracing::info!(table = %s.runner.cfg.name, tombstones = s.tombstones, truncates = s.truncates, "skipped tombstones and truncate events");
+            }
+        }
+        Ok(self.reports.into_iter().filter(|r| !r.skipped).collect())
+    }
+}

@@ -1,0 +1,97 @@
+//! The merge rules, one test per rule and per worked example of the rule
+//! pages, named after the rule: docs/batch.md (`batch`), docs/scd1.md
+//! (`scd1`), docs/scd2.md (`scd2`), docs/snapshot.md (`snapshot`), and
+//! properties over random batches (`properties`). They drive [`MemTable`],
+//! which runs the same prepare → classify → apply steps as the engine; the
+//! shared table spec and row builders are here.
+
+use std::sync::atomic::{AtomicU64, Ordering as AO};
+
+use super::memtable::MemTable;
+use super::*;
+use crate::config::{DeleteMode, Strategy};
+
+static ORDER: AtomicU64 = AtomicU64::new(1);
+
+const ID: usize = 0;
+const CITY: usize = 1;
+const SEQ: usize = 2;
+const MOD: usize = 3;
+
+fn spec(strategy: Strategy) -> Spec {
+    Spec {
+        strategy,
+        names: ["id", "city", "seq", "modified_on"].map(String::from).to_vec(),
+        key: vec![ID],
+        seq: vec![SEQ],
+        tracked: vec![false, true, false, true],
+        delete_mode: DeleteMode::Soft,
+        snapshot: false,
+        intra_batch_all: false,
+        valid_time: ValidTime::Processing,
+        open_valid_to: None,
+        surrogate_key: false,
+        reject_duplicates: false,
+        reject_late: false,
+    }
+}
+
+fn table(strategy: Strategy, f: impl FnOnce(&mut Spec)) -> MemTable {
+    let mut s = spec(strategy);
+    f(&mut s);
+    MemTable::new(s)
+}
+
+fn cell_str(c: &str) -> Value {
+    if c.is_empty() {
+        Value::Null
+    } else {
+        Value::Str(c.into())
+    }
+}
+
+fn mk(data: Vec<Value>, delete: bool) -> InRow {
+    InRow { data, delete, order: ORDER.fetch_add(1, AO::Relaxed), replayed: false, hashes: None }
+}
+
+/// An upsert row: id, city, seq, modified_on.
+fn up(id: i64, city: &str, seq: i64) -> InRow {
+    mk(vec![Value::Int(id), cell_str(city), Value::Int(seq), Value::Null], false)
+}
+
+fn up_mod(id: i64, city: &str, seq: i64, modified: i64) -> InRow {
+    mk(vec![Value::Int(id), cell_str(city), Value::Int(seq), Value::Int(modified)], false)
+}
+
+fn del(id: i64, seq: i64) -> InRow {
+    mk(vec![Value::Int(id), Value::Null, Value::Int(seq), Value::Null], true)
+}
+
+fn city(v: &Version) -> String {
+    v.data[CITY].to_string()
+}
+
+/// (id, city, current, deleted) of every row in show order.
+fn state(t: &MemTable) -> Vec<(i64, String, bool, bool)> {
+    t.rows()
+        .iter()
+        .map(|v| match v.data[ID] {
+            Value::Int(i) => (i, city(v), v.current, v.deleted),
+            _ => (-1, city(v), v.current, v.deleted),
+        })
+        .collect()
+}
+
+fn s(id: i64, c: &str, cur: bool, d: bool) -> (i64, String, bool, bool) {
+    (id, c.to_string(), cur, d)
+}
+
+fn exec_of(t: &MemTable, id: i64) -> Vec<i64> {
+    t.rows().iter().filter(|v| v.data[ID] == Value::Int(id)).map(|v| v.exec).collect()
+}
+
+mod batch;
+mod properties;
+mod scd1;
+mod scd2;
+mod snapshot;
