@@ -14,7 +14,8 @@ use super::slots::Slot;
 use crate::config::Config;
 use crate::engine::{Mark, RunReport};
 use crate::error::Result;
-use crate::source::kafka::{app_id, Ctx};
+use crate::progress::partition_app_id;
+use crate::source::kafka::Ctx;
 use crate::source::RawBatch;
 use crate::telemetry;
 
@@ -33,10 +34,9 @@ pub(super) async fn flush(
     let mut marks: Vec<Mark> = buf
         .next
         .iter()
-        .map(|(&p, &next)| Mark {
-            app: app_id(&s.runner.cfg.name, &s.topic, p),
-            version: next.max(s.stored.get(&p).copied().unwrap_or(0)),
-            partition: Some(p),
+        .map(|(&p, &next)| {
+            let next = next.max(s.stored.get(&p).copied().unwrap_or(0));
+            Mark::partition(&s.runner.cfg.name, &s.topic, p, next)
         })
         .collect();
     let table = s.runner.cfg.name.clone();
@@ -97,7 +97,7 @@ async fn catch_up_with_table(s: &mut Slot, marks: &mut [Mark], batch: &mut RawBa
     // skip must know what the other writer committed everywhere.
     for p in s.partitions.clone() {
         if let Some(stored) =
-            s.runner.store.txn_version(&app_id(&s.runner.cfg.name, &s.topic, p)).await?
+            s.runner.store.txn_version(&partition_app_id(&s.runner.cfg.name, &s.topic, p)).await?
         {
             s.stored.insert(p, stored.max(s.stored.get(&p).copied().unwrap_or(0)));
         }
@@ -143,8 +143,7 @@ fn commit_group_offsets(
 /// own (the rows before it are already committed).
 pub(super) async fn apply_truncate(s: &mut Slot, p: i32, offset: i64) -> Result<RunReport> {
     let next = offset + 1;
-    let mark =
-        Mark { app: app_id(&s.runner.cfg.name, &s.topic, p), version: next, partition: Some(p) };
+    let mark = Mark::partition(&s.runner.cfg.name, &s.topic, p, next);
     let report = s.runner.truncate(vec![mark]).await?;
     s.stored.insert(p, next);
     telemetry::run_committed(&report);

@@ -159,5 +159,5 @@ pub(super) async fn meta_call<T: Send + 'static>(
     f: impl FnOnce(&BaseConsumer<Ctx>) -> std::result::Result<T, KafkaError>,
 ) -> Result<T> {
     // Metadata calls block; they are short and rare (start-up only).
-    tokio::task::block_in_place(|| f(meta)).map_err(|e| Error::Input(e.to_string()))
+    tokio::task::block_in_place(|| f(meta)).map_err(Error::from)
 }

@@ -9,10 +9,9 @@ use rdkafka::message::{Message, OwnedMessage};
 use super::forward::Received;
 use super::slots::Slot;
 use super::RunOpts;
-use crate::decode::{stored_name, Decoded};
+use crate::decode::{store_envelope, Decoded};
 use crate::source::{RawRow, Unparsable};
 use crate::telemetry;
-use crate::value::Value;
 
 /// Hands one message to every table reading its topic. Returns the tables
 /// that must apply a truncate now (after committing what came before it).
@@ -53,7 +52,7 @@ pub(super) fn route(slots: &mut [Slot], opts: &RunOpts, received: Received) -> V
                     unreachable!("checked: a decoded row")
                 };
                 b.bytes += raw.len() + 64;
-                store_envelope_columns(&s.store_paths, &mut data, &env);
+                store_envelope(&mut data, &env, &s.store_paths);
                 let pos = off as u64;
                 let raw_row =
                     RawRow { cells: vec![], pos, partition: p, raw, extra: env, replayed };
@@ -75,22 +74,6 @@ pub(super) fn route(slots: &mut [Slot], opts: &RunOpts, received: Received) -> V
         }
     }
     truncates
-}
-
-/// This table's stored envelope columns (`source.lsn` -> `source_lsn`).
-fn store_envelope_columns(
-    store_paths: &[String],
-    data: &mut Vec<(String, Value)>,
-    env: &[(String, Value)],
-) {
-    for path in store_paths {
-        let col = stored_name(path);
-        if !data.iter().any(|(n, _)| *n == col) {
-            if let Some((_, v)) = env.iter().find(|(n, _)| n == path) {
-                data.push((col, v.clone()));
-            }
-        }
-    }
 }
 
 /// A message that does not decode, as a dead letter.

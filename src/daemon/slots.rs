@@ -15,7 +15,8 @@ use crate::config::{Config, TableConfig};
 use crate::decode::store_paths;
 use crate::engine::TableRunner;
 use crate::error::Result;
-use crate::source::kafka::{app_id, partitions, Ctx};
+use crate::progress::partition_app_id;
+use crate::source::kafka::{partitions, Ctx};
 use crate::source::{RawRow, Unparsable};
 use crate::telemetry;
 use crate::value::Value;
@@ -83,7 +84,7 @@ pub(super) async fn open_slot(
     let mut stored = HashMap::new();
     telemetry::register_table(&t.name, t.strategy.as_str());
     for &p in &topic_parts[&topic] {
-        let v = runner.store.txn_version(&app_id(&t.name, &topic, p)).await?;
+        let v = runner.store.txn_version(&partition_app_id(&t.name, &topic, p)).await?;
         telemetry::register_partition(&t.name, &topic, p, v);
         if let Some(v) = v {
             stored.insert(p, v);

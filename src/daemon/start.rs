@@ -13,7 +13,7 @@ use super::probes::meta_call;
 use super::slots::{stored_min, PartitionKey, Slot, TopicPartitions};
 use super::{RunOpts, StartAt};
 use crate::error::{Error, Result};
-use crate::source::kafka::{watermarks, Ctx};
+use crate::source::kafka::{watermarks, Ctx, KafkaError};
 
 /// Every partition's start, and how far each reached when the run started.
 pub(super) struct Assignment {
@@ -94,7 +94,8 @@ async fn timestamp_offsets(
     let r = tokio::task::spawn_blocking(move || c2.offsets_for_times(q, Duration::from_secs(10)))
         .await
         .expect("join");
-    Ok(r.map_err(|e| Error::Input(format!("offsets for timestamp: {e}")))?
+    let brokers = cc.get("bootstrap.servers").unwrap_or_default();
+    Ok(r.map_err(|e| KafkaError::client(brokers, "offsets for timestamp", &e))?
         .elements()
         .iter()
         .map(|e| (PartitionKey::new(e.topic(), e.partition()), e.offset()))
