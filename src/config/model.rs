@@ -114,12 +114,16 @@ pub enum SchemaPolicy {
     Strict,
 }
 
+/// How scd2 stamps `_valid_from/_valid_to` (docs/scd2.md, business time).
+/// The config names the column (`C = String`); the merge, which works on
+/// column positions, uses the same enum resolved to an index
+/// (`merge::ValidTime`).
 #[derive(Debug, Clone, PartialEq)]
-pub enum ValidTime {
+pub enum ValidTime<C = String> {
     /// `_valid_from/_valid_to` are commit (processing) times.
     Processing,
     /// Business time read from a column of the row.
-    Column(String),
+    Column(C),
     /// One literal business date for the whole run (microseconds, UTC midnight).
     Date(i64),
 }

@@ -41,15 +41,9 @@ pub fn key_from<'a>(vals: impl Iterator<Item = &'a Value> + Clone) -> Option<Key
     Some(out.into_boxed_slice())
 }
 
-/// How `_valid_from/_valid_to` are stamped (scd2).
-#[derive(Debug, Clone, PartialEq)]
-pub enum ValidTime {
-    Processing,
-    /// Business time from this data column.
-    Column(usize),
-    /// One business date for the whole run.
-    Date(i64),
-}
+/// How `_valid_from/_valid_to` are stamped (scd2): the config's rule with
+/// its column resolved to a position in the data.
+pub type ValidTime = crate::config::ValidTime<usize>;
 
 /// The merge rules of one table, resolved against its current columns.
 #[derive(Debug, Clone)]
