@@ -1,4 +1,4 @@
-//! From a raw batch to typed rows aligned with the table's columns (SPEC 7).
+//! From a raw batch to typed rows aligned with the table's columns (docs/schema.md).
 //!
 //! Existing columns keep their stored type and incoming cells are converted to
 //! it; only genuinely new columns are typed by declaration or inference. A cell

@@ -2,7 +2,7 @@
 //!
 //! The merge engine compares, hashes and orders individual cells (sequence
 //! columns, business keys, tracked columns), so values are a small closed enum
-//! rather than Arrow arrays: the rules of SPEC sections 3-6 are per key, and a
+//! rather than Arrow arrays: the rules of docs/batch.md, scd1.md, scd2.md and snapshot.md are per key, and a
 //! per-key representation keeps them readable and unit-testable. Conversion to
 //! and from Arrow happens only at the table edge (`table` module).
 
@@ -45,7 +45,7 @@ impl DType {
     }
 }
 
-/// One cell. `Null` sorts lowest (SPEC 3.2).
+/// One cell. `Null` sorts lowest (docs/batch.md, deduplication and ordering).
 #[derive(Debug, Clone)]
 pub enum Value {
     Null,
@@ -330,7 +330,7 @@ pub fn unify(a: Option<DType>, b: Option<DType>) -> Option<DType> {
     }
 }
 
-/// Compares two value slices column by column (composite sequences, SPEC 3.2).
+/// Compares two value slices column by column (composite sequences, docs/batch.md).
 pub fn cmp_slices(a: &[Value], b: &[Value]) -> Ordering {
     for (x, y) in a.iter().zip(b) {
         let o = x.total_cmp(y);

@@ -213,7 +213,7 @@ fn unconvertible_values_go_to_the_dead_letter_table_and_the_batch_commits() {
     assert!(errors[0].contains("seq"), "{errors:?}");
 }
 
-/// SPEC layout: a run touching 1% of the keys rewrites only the files holding them.
+/// Layout (src/table/plan.rs): a run touching 1% of the keys rewrites only the files holding them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn layout_one_percent_update_rewrites_only_files_holding_touched_keys() {
     for strategy in ["scd1", "scd2"] {

@@ -79,7 +79,7 @@ batching: {max_rows: 100000, max_age: 60s}
 }
 
 /// Live rows: with deletes in the stream, whether a key created and deleted
-/// shows as a soft-deleted row depends on the batch cuts (SPEC 3.2 dedups
+/// shows as a soft-deleted row depends on the batch cuts (docs/batch.md: deduplication
 /// within a batch), so crash runs and reference runs compare live rows.
 fn live(rows: Vec<serde_json::Value>) -> Vec<serde_json::Value> {
     rows.into_iter().filter(|r| r["_is_deleted"] == false).collect()

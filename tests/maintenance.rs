@@ -437,7 +437,7 @@ print(len({a["deletionVector"]["pathOrInlineDv"] for a in t if a and a.get("dele
 /// Late scd2 rows need their keys' closed versions. Every file carries
 /// parquet bloom filters on the business key, so a run reads only the
 /// history files that may hold the late keys: the cost follows the batch,
-/// not the table's age. The outcome is the rule's (SPEC 5, late row).
+/// not the table's age. The outcome is the rule's (docs/scd2.md, late rows).
 #[test]
 fn late_rows_read_only_the_history_files_that_may_hold_their_keys() {
     let tmp = tempfile::tempdir().unwrap();
@@ -509,7 +509,7 @@ import os; os._exit(0)
 /// from a few columns of the history files, reading only the newest deleted
 /// versions in full: an older row for such a key stays a late, closed
 /// version instead of opening the key, and a row at or above the deleted
-/// version's sequence reopens it (SPEC 5, deletes).
+/// version's sequence reopens it (docs/scd2.md, deletes).
 #[test]
 fn restarted_scd2_knows_deleted_keys_from_history() {
     let tmp = tempfile::tempdir().unwrap();

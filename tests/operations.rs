@@ -369,7 +369,7 @@ fn compose_config_loads_the_sample_crm_events() {
     assert!(log.contains("dropped rows with a NULL business key"), "{log}");
     let account = show(&cfg, "account", &["_execution_id"]);
     // Account 5 is created and deleted within the one batch: its latest event is
-    // a delete of a key the table never held, which is ignored (SPEC 4).
+    // a delete of a key the table never held, which is ignored (docs/scd1.md, deletes).
     assert_eq!(account.len(), 5, "{account:?}");
     assert!(account.iter().all(|r| r["accountid"] != 5 && r["_is_deleted"] == false));
     let by_id = |rows: &[serde_json::Value], col: &str, id: i64| {

@@ -1,4 +1,4 @@
-//! What the command line accepts (SPEC 10): the `clap` definitions of every
+//! What the command line accepts (docs/cli.md): the `clap` definitions of every
 //! subcommand and option, apart from the code that runs them.
 
 use std::path::PathBuf;
@@ -49,7 +49,7 @@ pub enum Cmd {
         #[arg(long)]
         config: PathBuf,
     },
-    /// Re-read a table's topic from a position (SPEC 9).
+    /// Re-read a table's topic from a position.
     Replay {
         #[arg(long)]
         config: PathBuf,

@@ -1,4 +1,4 @@
-//! Command line (SPEC 10). Exit codes: 0 ok, 1 runtime failure, 2 bad config or usage.
+//! Command line (docs/cli.md). Exit codes: 0 ok, 1 runtime failure, 2 bad config or usage.
 //!
 //! Parses the arguments ([`args`]), sets up logging and the runtime, and
 //! hands each subcommand to its implementation: the operator commands in

@@ -1,4 +1,4 @@
-//! `replay`: re-read one table's topic from a position (SPEC 9): the
+//! `replay`: re-read one table's topic from a position (docs/replay.md): the
 //! beginning, given offsets or a timestamp.
 
 use changelake::config::Config;

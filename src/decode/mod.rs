@@ -1,4 +1,4 @@
-//! Message decoding: flat JSON rows and Debezium change envelopes (SPEC 2).
+//! Message decoding: flat JSON rows and Debezium change envelopes (docs/events.md).
 //!
 //! A decoded row has two parts: `data`, the columns that become table
 //! columns (Debezium `after`, or `before` for deletes), and `env`, the

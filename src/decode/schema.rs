@@ -36,7 +36,7 @@ pub(super) fn field_schema<'a>(fields: &'a [J], name: &str) -> Option<&'a J> {
     fields.iter().find(|f| f.get("field").and_then(J::as_str) == Some(name))
 }
 
-/// Maps a JSON value with its Kafka Connect schema to a cell (SPEC 2).
+/// Maps a JSON value with its Kafka Connect schema to a cell (docs/events.md).
 pub(super) fn typed(v: &J, schema: Option<&J>) -> Value {
     let Some(s) = schema else { return json_cell(v) };
     if v.is_null() {

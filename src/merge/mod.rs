@@ -1,4 +1,4 @@
-//! The merge engine: SPEC sections 3-6 as pure functions.
+//! The merge engine: the rules of docs/batch.md, scd1.md, scd2.md and snapshot.md as pure functions.
 //!
 //! No I/O, no async, no Delta: the table module hands in the batch rows and
 //! the stored versions of exactly the keys that need them, and gets back the
@@ -6,11 +6,11 @@
 //! more of the table than it must:
 //!
 //! 1. [`prepare`] drops NULL keys and ignored deletes and deduplicates the
-//!    batch (SPEC 3.1-3.2).
+//!    batch (docs/batch.md: NULL business keys, deduplication and ordering).
 //! 2. [`classify`] decides per key, from the in-memory key index alone
 //!    ([`Summary`]), whether the stored row is needed at all. Older rows and
 //!    exact replays are settled here without reading any data file, which is
-//!    what makes a replay cheap and a no-op (SPEC 3.6).
+//!    what makes a replay cheap and a no-op (docs/batch.md, replaying a batch is a no-op).
 //! 3. [`apply`] runs the scd1 or scd2 rules against the loaded versions.
 
 pub mod scd1;
@@ -101,7 +101,7 @@ pub struct Version {
 }
 
 /// What the key index remembers per key: enough to settle most rows
-/// without reading the table (SPEC "key index").
+/// without reading the table (the key index, `table::index`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Summary {
     /// Sequence of the latest version (scd1: of the row, including a soft delete's).
@@ -424,7 +424,7 @@ impl Spec {
     }
 }
 
-/// SPEC 3.1-3.2: drop NULL keys, drop deletes under `delete_mode: ignore`,
+/// docs/batch.md: drop NULL keys, drop deletes under `delete_mode: ignore`,
 /// keep the row with the highest sequence per key (ties: later position).
 pub fn prepare(spec: &Spec, rows: Vec<InRow>) -> Prepared {
     let mut p = Prepared::default();
@@ -498,7 +498,7 @@ pub fn classify(
     // An already-applied row (replay --reapply) may only re-merge onto the
     // very version it produced: the first pass's batch boundaries decided
     // which intermediate versions and keys exist, and a reapply must not
-    // second-guess them (SPEC 9: the result equals a single pass).
+    // second-guess them (docs/replay.md: the result equals a single pass).
     if rows.iter().all(|r| r.replayed) {
         let same = stored.is_some_and(|s| {
             !s.deleted

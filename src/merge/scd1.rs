@@ -1,4 +1,4 @@
-//! scd1 (SPEC section 4, seed 001): one row per key, updated in place.
+//! scd1 (docs/scd1.md and its worked example): one row per key, updated in place.
 
 use std::cmp::Ordering;
 
@@ -53,7 +53,7 @@ pub(super) fn apply_key(
         }
         return;
     };
-    // SPEC 3.3: an older row is ignored, deletes included; a tie goes to the later batch.
+    // docs/batch.md, ordering across runs: an older row is ignored, deletes included; a tie goes to the later batch.
     if !spec.seq.is_empty() && spec.cmp_seq(&r.data, &cur.data) == Ordering::Less {
         out.stats.older_ignored += 1;
         return;
@@ -108,7 +108,7 @@ pub(super) fn apply_key(
     out.upserts.push((key, next));
 }
 
-/// SPEC 6: a stored, live key missing from a snapshot batch.
+/// docs/snapshot.md: a stored, live key missing from a snapshot batch.
 pub(super) fn snapshot_delete(
     spec: &Spec,
     ctx: &RunCtx,

@@ -1,4 +1,4 @@
-//! scd2 (SPEC section 5, seeds 000, 002, 003): one row per version.
+//! scd2 (docs/scd2.md and its worked examples): one row per version.
 //!
 //! Processing time (default): versions of a key are ordered by sequence, then
 //! by run, never by the `_valid_from` clock. A late row becomes a closed
@@ -8,7 +8,7 @@
 //! Business time (`valid_time: column:<c>` / `date:<d>`): the business date is
 //! the version order. An equal `_valid_from` is a restatement (overwrite in
 //! place); a backdated row is inserted between its neighbours and the earlier
-//! neighbour is shortened, so intervals stay contiguous (seed 002).
+//! neighbour is shortened, so intervals stay contiguous (docs/scd2.md, worked example: business dates).
 
 use std::cmp::Ordering;
 
@@ -339,7 +339,7 @@ fn finish(run: KeyRun<'_>, out: &mut Output) {
     }
 }
 
-/// SPEC 6: a stored key missing from a snapshot batch is closed and marked deleted.
+/// docs/snapshot.md: a stored key missing from a snapshot batch is closed and marked deleted.
 pub(super) fn snapshot_delete(
     spec: &Spec,
     ctx: &RunCtx,
