@@ -1,5 +1,5 @@
 //! Milliseconds per phase of a run or of staging, for the debug logs that
-//! show where a batch spends its time (`RUST_LOG=changelake::engine=debug`).
+//! show where a batch spends its time (engine and table targets at debug level).
 
 use std::time::Instant;
 

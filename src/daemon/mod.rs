@@ -27,6 +27,7 @@ mod flush;
 mod forward;
 mod probes;
 mod route;
+mod settings;
 mod shutdown;
 mod slots;
 mod start;

@@ -13,8 +13,7 @@ use tokio::sync::mpsc;
 
 use super::forward::Ev;
 use super::slots::{PartitionKey, Slot, TopicPartitions};
-use crate::error::{Error, Result};
-use crate::source::kafka::{partitions, watermarks, Ctx, KafkaError};
+use crate::source::kafka::{partitions, watermarks, Ctx};
 use crate::telemetry;
 
 /// Re-read topic metadata this often (daemon only).
@@ -151,13 +150,4 @@ fn spawn_broker_probe(meta: Arc<BaseConsumer<Ctx>>, system: String, busy: Arc<At
         }
         busy.store(false, Ordering::Release);
     });
-}
-
-/// A metadata call on the loop's task (start-up only).
-pub(super) async fn meta_call<T: Send + 'static>(
-    meta: &BaseConsumer<Ctx>,
-    f: impl FnOnce(&BaseConsumer<Ctx>) -> std::result::Result<T, KafkaError>,
-) -> Result<T> {
-    // Metadata calls block; they are short and rare (start-up only).
-    tokio::task::block_in_place(|| f(meta)).map_err(Error::from)
 }

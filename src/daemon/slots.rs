@@ -9,8 +9,8 @@ use std::time::Instant;
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::Offset;
 
-use super::probes::meta_call;
-use super::system::KafkaSystem;
+use super::settings::meta_call;
+use super::settings::KafkaSystem;
 use crate::config::{Config, TableConfig};
 use crate::decode::store_paths;
 use crate::engine::TableRunner;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::probes::meta_call;
+use super::settings::meta_call;
 use super::slots::{stored_min, PartitionKey, Slot, TopicPartitions};
 use super::{RunOpts, StartAt};
 use crate::error::{Error, Result};

@@ -5,7 +5,7 @@
 //! what is left within the shutdown timeout (docs/operations.md, the daemon
 //! and shutdown; docs/replay.md for `--once` runs).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,10 +19,11 @@ use super::flush::{apply_truncate, flush};
 use super::forward::{forward, forward_main_queue, Ev, Received};
 use super::probes::Probes;
 use super::route::route;
+use super::settings::KafkaSystem;
 use super::slots::{open_slot, start_offset, PartitionKey, Slot, TopicPartitions};
 use super::start::start_positions;
 use super::{RunOpts, Shutdown};
-use crate::config::{Config, Format, SystemKind, TableConfig};
+use crate::config::{Config, Format, TableConfig};
 use crate::engine::RunReport;
 use crate::error::{Error, Result};
 use crate::source::kafka::{client_config, Ctx};
@@ -36,33 +37,6 @@ const BACKLOG_MESSAGES: usize = 1024;
 /// tens of thousands of events/s: partition tasks keep receiving (and
 /// stamping arrival times) while the loop commits.
 const CHANNEL_CAPACITY: usize = 16_384;
-
-/// A Kafka system's settings, as the loop uses them.
-#[derive(Clone, Copy)]
-pub(super) struct KafkaSystem<'a> {
-    pub(super) name: &'a str,
-    pub(super) brokers: &'a str,
-    group_id: &'a str,
-    topic_template: &'a str,
-    pub(super) format: Format,
-    kafka: &'a BTreeMap<String, String>,
-}
-
-impl<'a> KafkaSystem<'a> {
-    fn of(config: &'a Config, name: &'a str) -> Self {
-        let SystemKind::Kafka { brokers, group_id, topic, format, kafka } =
-            &config.systems[name].kind
-        else {
-            unreachable!()
-        };
-        KafkaSystem { name, brokers, group_id, topic_template: topic, format: *format, kafka }
-    }
-
-    /// The topic a table's object is read from.
-    pub(super) fn topic(&self, object: &str) -> String {
-        self.topic_template.replace("{object}", object)
-    }
-}
 
 /// The system's Kafka clients: the consumer the loop reads, and one for
 /// metadata calls (partitions, watermarks, probes).

@@ -13,10 +13,10 @@ use std::sync::Arc;
 
 use deltalake::arrow::array::{BooleanArray, RecordBatch, TimestampMicrosecondArray};
 
+use super::commit::OutFile;
 use super::files::SelectedRows;
 use super::index::Location;
 use super::plan;
-use super::stage::OutFile;
 use super::state::ClosingRows;
 use super::Result;
 use super::TableStore;

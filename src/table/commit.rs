@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use deltalake::arrow::array::RecordBatch;
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
 use deltalake::kernel::{
     Action, DeletionVectorDescriptor, MetadataExt, Protocol, StructType, Transaction,
@@ -70,6 +71,14 @@ pub(super) struct DvUpdate {
     pub(super) file: u32,
     pub(super) dv: roaring::RoaringTreemap,
     pub(super) descriptor: DeletionVectorDescriptor,
+}
+
+/// A data file to write: which partition, its keys in row order (current
+/// rows), its rows.
+pub(super) struct OutFile {
+    pub(super) current: bool,
+    pub(super) keys: Vec<Key>,
+    pub(super) batch: RecordBatch,
 }
 
 /// An encoded data file ready to store.

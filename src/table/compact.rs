@@ -9,9 +9,9 @@
 
 use deltalake::arrow::array::{BooleanArray, RecordBatch};
 
+use super::commit::OutFile;
 use super::commit::PendingCommit;
 use super::plan;
-use super::stage::OutFile;
 use super::Result;
 use super::TableStore;
 use crate::merge::{Key, Spec};

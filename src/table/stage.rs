@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use deltalake::arrow::array::{BooleanBuilder, RecordBatch};
 
 use super::closes::CloseAt;
-use super::commit::{EncodedFile, PendingCommit};
+use super::commit::{EncodedFile, OutFile, PendingCommit};
 use super::index::{Location, NO_FILE};
 use super::parquet::{encode_all, key_columns};
 use super::plan;
@@ -22,14 +22,6 @@ use super::Result;
 use super::{FxMap, FxSet, TableStore};
 use crate::merge::{Key, Output, Spec, Version};
 use crate::phases::Phases;
-
-/// A data file to write: which partition, its keys in row order (current
-/// rows), its rows.
-pub(super) struct OutFile {
-    pub(super) current: bool,
-    pub(super) keys: Vec<Key>,
-    pub(super) batch: RecordBatch,
-}
 
 /// The output's upserts and removes, located by the key index.
 struct Located<'a> {
