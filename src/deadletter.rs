@@ -13,7 +13,7 @@ use deltalake::arrow::datatypes::{DataType as ArrowType, Field, Schema, TimeUnit
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
 use deltalake::kernel::{DataType, PrimitiveType, StructField, StructType, Transaction};
 use deltalake::protocol::{DeltaOperation, SaveMode};
-use deltalake::{DeltaTableBuilder, Path};
+use deltalake::{DeltaTable, DeltaTableBuilder, Path};
 use object_store::ObjectStoreExt;
 
 use crate::table::{
@@ -48,16 +48,74 @@ pub async fn append(uri: &str, groups: Vec<Group>) -> Result<usize, TableError> 
         |e: deltalake::DeltaTableError| TableError::Delta { uri: uri.to_string(), source: e };
     let data_err = |msg: String| TableError::Data { uri: uri.to_string(), msg };
     let existing = open_existing(uri).await?;
+    let (rows, txns) = fresh_rows(uri, existing.as_ref(), groups).await?;
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    // The same parquet settings as data tables (no business key to filter on).
+    let buf = encode_parquet(&to_batch(&rows).map_err(data_err)?, &[]).map_err(data_err)?;
+    let name = format!("part-{}.parquet", uuid::Uuid::new_v4());
+    let file = FileAction {
+        path: &name,
+        partition_values: HashMap::new(),
+        size: buf.len() as i64,
+        rows: rows.len(),
+        deletion_vector: None,
+    };
+    let add = crate::table::add(file, DataChange::Rows);
+    let props = CommitProperties::default().with_application_transactions(txns);
+    let store = match &existing {
+        Some(t) => t.object_store(),
+        None => DeltaTableBuilder::from_url(table_url(uri)?)
+            .map_err(derr)?
+            .build_storage()
+            .map_err(derr)?
+            .object_store(None),
+    };
+    store.put(&Path::from(name.as_str()), buf.into()).await.map_err(|e| data_err(e.to_string()))?;
+    match existing {
+        None => {
+            let new = NewTable {
+                name: "_dead_letters",
+                schema: delta_schema(),
+                partition: None,
+                properties: HashMap::new(),
+                deletion_vectors: false,
+            };
+            create_table(uri, new, vec![add], props).await?;
+        }
+        Some(t) => {
+            let snap = t.snapshot().map_err(derr)?;
+            let op = DeltaOperation::Write {
+                mode: SaveMode::Append,
+                partition_by: None,
+                predicate: None,
+            };
+            CommitBuilder::from(props)
+                .with_actions(vec![add])
+                .build(Some(snap), t.log_store(), op)
+                .await
+                .map_err(derr)?;
+        }
+    }
+    Ok(rows.len())
+}
+
+/// The rows of each group not recorded yet, and the `txn` actions that will
+/// record them: below a Kafka group's stored next offset everything was
+/// written; a file group was written iff its stored version is equal.
+async fn fresh_rows(
+    uri: &str,
+    existing: Option<&DeltaTable>,
+    groups: Vec<Group>,
+) -> Result<(Vec<DeadLetter>, Vec<Transaction>), TableError> {
     let mut rows: Vec<DeadLetter> = vec![];
     let mut txns = vec![];
     for g in groups {
-        let stored = match &existing {
-            Some(t) => t
-                .snapshot()
-                .map_err(derr)?
-                .transaction_version(t.log_store().as_ref(), &g.app)
+        let stored = match existing {
+            Some(t) => crate::progress::stored_version(t, &g.app)
                 .await
-                .map_err(derr)?,
+                .map_err(|e| TableError::Delta { uri: uri.to_string(), source: e })?,
             None => None,
         };
         let fresh: Vec<DeadLetter> = match (stored, g.by_offset) {
@@ -70,10 +128,11 @@ pub async fn append(uri: &str, groups: Vec<Group>) -> Result<usize, TableError> 
             txns.push(Transaction::new(&g.app, g.version));
         }
     }
-    if rows.is_empty() {
-        return Ok(0);
-    }
-    let rows = &rows;
+    Ok((rows, txns))
+}
+
+/// Dead letters as one Arrow batch (raw bytes as base64, written now).
+fn to_batch(rows: &[DeadLetter]) -> Result<RecordBatch, String> {
     let now = chrono::Utc::now().timestamp_micros();
     let b64 = base64::engine::general_purpose::STANDARD;
     let schema = Arc::new(Schema::new(vec![
@@ -97,58 +156,7 @@ pub async fn append(uri: &str, groups: Vec<Group>) -> Result<usize, TableError> 
                 .with_timezone("UTC"),
         ),
     ];
-    let batch = RecordBatch::try_new(schema, cols).map_err(|e| data_err(e.to_string()))?;
-    // The same parquet settings as data tables (no business key to filter on).
-    let buf = encode_parquet(&batch, &[]).map_err(data_err)?;
-    let name = format!("part-{}.parquet", uuid::Uuid::new_v4());
-    let file = FileAction {
-        path: &name,
-        partition_values: HashMap::new(),
-        size: buf.len() as i64,
-        rows: rows.len(),
-        deletion_vector: None,
-    };
-    let add = crate::table::add(file, DataChange::Rows);
-    let props = CommitProperties::default().with_application_transactions(txns);
-    match existing {
-        None => {
-            let store = DeltaTableBuilder::from_url(table_url(uri)?)
-                .map_err(derr)?
-                .build_storage()
-                .map_err(derr)?
-                .object_store(None);
-            store
-                .put(&Path::from(name.as_str()), buf.into())
-                .await
-                .map_err(|e| data_err(e.to_string()))?;
-            let new = NewTable {
-                name: "_dead_letters",
-                schema: delta_schema(),
-                partition: None,
-                properties: HashMap::new(),
-                deletion_vectors: false,
-            };
-            create_table(uri, new, vec![add], props).await?;
-        }
-        Some(t) => {
-            t.object_store()
-                .put(&Path::from(name.as_str()), buf.into())
-                .await
-                .map_err(|e| data_err(e.to_string()))?;
-            let snap = t.snapshot().map_err(derr)?;
-            let op = DeltaOperation::Write {
-                mode: SaveMode::Append,
-                partition_by: None,
-                predicate: None,
-            };
-            CommitBuilder::from(props)
-                .with_actions(vec![add])
-                .build(Some(snap), t.log_store(), op)
-                .await
-                .map_err(derr)?;
-        }
-    }
-    Ok(rows.len())
+    RecordBatch::try_new(schema, cols).map_err(|e| e.to_string())
 }
 
 /// The dead-letter table's Delta schema (the Arrow one in `append`).
