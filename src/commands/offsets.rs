@@ -31,9 +31,8 @@ pub async fn offsets(c: &Config) -> Result<String> {
                 .store
                 .txn_version(&changelake::progress::partition_app_id(&t.name, &topic, p))
                 .await?;
-            let (low, high) =
-                tokio::task::block_in_place(|| kafka::watermarks(&consumer, &topic, p, brokers))
-                    .map_err(|e| Error::Input(e.to_string()))?;
+            let kafka::Watermarks { low, high } =
+                tokio::task::block_in_place(|| kafka::watermarks(&consumer, &topic, p, brokers))?;
             let lag = high - stored.unwrap_or(low).max(low);
             rows.push(vec![
                 Value::Str(t.name.clone()),

@@ -2,7 +2,7 @@
 //! beginning, given offsets or a timestamp.
 
 use changelake::config::Config;
-use changelake::daemon::{self, RunOpts, StartAt};
+use changelake::daemon::{self, RunOpts, StartAt, StartOffset};
 use changelake::error::{Error, Result};
 use changelake::value::parse_ts;
 
@@ -48,14 +48,18 @@ fn start_at(
     })
 }
 
-fn parse_offsets(s: &str) -> Result<Vec<(String, i32, i64)>> {
+fn parse_offsets(s: &str) -> Result<Vec<StartOffset>> {
     s.split(',')
         .map(|part| {
             let bad =
                 || Error::Usage(format!("--from-offsets: `{part}` is not topic:PARTITION=OFFSET"));
             let (topic, rest) = part.trim().rsplit_once(':').ok_or_else(bad)?;
             let (p, o) = rest.split_once('=').ok_or_else(bad)?;
-            Ok((topic.to_string(), p.parse().map_err(|_| bad())?, o.parse().map_err(|_| bad())?))
+            Ok(StartOffset {
+                topic: topic.to_string(),
+                partition: p.parse().map_err(|_| bad())?,
+                offset: o.parse().map_err(|_| bad())?,
+            })
         })
         .collect()
 }

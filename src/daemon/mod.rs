@@ -59,9 +59,17 @@ pub struct RunOpts {
 #[derive(Debug, Clone)]
 pub enum StartAt {
     Beginning,
-    Offsets(Vec<(String, i32, i64)>),
+    Offsets(Vec<StartOffset>),
     /// Milliseconds since the epoch.
     Timestamp(i64),
+}
+
+/// `--from-offsets`: where one partition starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartOffset {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
 }
 
 /// Serves `/metrics` on `metrics.listen`, or on 127.0.0.1:9464 for a

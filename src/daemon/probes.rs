@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 
 use super::forward::Ev;
 use super::slots::{PartitionKey, Slot, TopicPartitions};
-use crate::source::kafka::{partitions, watermarks, Ctx};
+use crate::source::kafka::{partitions, watermarks, Ctx, Watermarks};
 use crate::telemetry;
 
 /// Re-read topic metadata this often (daemon only).
@@ -120,7 +120,7 @@ fn spawn_lag_probe(meta: Arc<BaseConsumer<Ctx>>, slots: &[Slot], brokers: String
         })
         .collect();
     tokio::task::spawn_blocking(move || {
-        let mut seen: HashMap<PartitionKey, (i64, i64)> = HashMap::new();
+        let mut seen: HashMap<PartitionKey, Watermarks> = HashMap::new();
         for LagTarget { table, topic, partition: p, stored } in targets {
             let key = PartitionKey::new(&topic, p);
             let marks = match seen.get(&key) {
@@ -129,7 +129,7 @@ fn spawn_lag_probe(meta: Arc<BaseConsumer<Ctx>>, slots: &[Slot], brokers: String
                     seen.insert(key, m);
                 }),
             };
-            if let Some((low, high)) = marks {
+            if let Some(Watermarks { low, high }) = marks {
                 telemetry::high_watermark(&topic, p, high);
                 telemetry::lag(&table, &topic, p, stored.unwrap_or(low).max(low));
             }

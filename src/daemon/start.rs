@@ -13,7 +13,7 @@ use super::settings::meta_call;
 use super::slots::{stored_min, PartitionKey, Slot, TopicPartitions};
 use super::{RunOpts, StartAt};
 use crate::error::{Error, Result};
-use crate::source::kafka::{watermarks, Ctx, KafkaError};
+use crate::source::kafka::{watermarks, Ctx, KafkaError, Watermarks};
 
 /// Every partition's start, and how far each reached when the run started.
 pub(super) struct Assignment {
@@ -53,15 +53,16 @@ pub(super) async fn start_positions(
                 Some(StartAt::Beginning) => Offset::Beginning,
                 Some(StartAt::Offsets(list)) => list
                     .iter()
-                    .find(|(t, pp, _)| t == topic && *pp == p)
-                    .map(|(_, _, o)| Offset::Offset(*o))
+                    .find(|s| s.topic == *topic && s.partition == p)
+                    .map(|s| Offset::Offset(s.offset))
                     .unwrap_or(Offset::Beginning),
                 Some(StartAt::Timestamp(_)) => ts_offsets.get(&key).copied().unwrap_or(Offset::End),
             };
             a.partitions
                 .add_partition_offset(topic, p, start)
                 .map_err(|e| Error::Input(e.to_string()))?;
-            let (low, high) = meta_call(meta, |m| watermarks(m, topic, p, brokers)).await?;
+            let Watermarks { low, high } =
+                meta_call(meta, |m| watermarks(m, topic, p, brokers)).await?;
             if let Some(stored) = stored_min.filter(|s| *s > high) {
                 warn_stored_beyond_end(topic, p, stored, high);
             }

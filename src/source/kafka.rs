@@ -116,16 +116,26 @@ pub fn partitions(
         .collect())
 }
 
-/// (low, high) watermarks of one partition.
+/// The offsets a partition holds: `low` is its first, `high` the next one
+/// to be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Watermarks {
+    pub low: i64,
+    pub high: i64,
+}
+
+/// The watermarks of one partition.
 pub fn watermarks(
     consumer: &BaseConsumer<Ctx>,
     topic: &str,
     partition: i32,
     brokers: &str,
-) -> Result<(i64, i64), KafkaError> {
-    consumer.fetch_watermarks(topic, partition, METADATA_TIMEOUT).map_err(|e| {
-        KafkaError::client(brokers, format_args!("watermarks of {topic}/{partition}"), &e)
-    })
+) -> Result<Watermarks, KafkaError> {
+    let (low, high) =
+        consumer.fetch_watermarks(topic, partition, METADATA_TIMEOUT).map_err(|e| {
+            KafkaError::client(brokers, format_args!("watermarks of {topic}/{partition}"), &e)
+        })?;
+    Ok(Watermarks { low, high })
 }
 
 /// The `txn` app id recording a table's next offset in one partition (built
