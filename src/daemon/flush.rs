@@ -40,7 +40,7 @@ pub(super) async fn flush(
         })
         .collect();
     let table = s.runner.cfg.name.clone();
-    let span = tracing::info_span!("batch", table = %table, topic = %s.topic, rows = buf.rows.len() + buf.dead.len(), bytes = buf.bytes);
+    let span = tracing::info_span!(target: "changelake::daemon", "batch", table = %table, topic = %s.topic, rows = buf.rows.len() + buf.dead.len(), bytes = buf.bytes);
     let mut batch = RawBatch::from_maps(s.topic.clone(), buf.rows);
     batch.unparsable = buf.dead;
     let report = commit_with_retries(s, config, batch, &mut marks, &span).await?;
@@ -134,7 +134,7 @@ fn commit_group_offsets(
     }
     if tpl.count() > 0 {
         if let Err(e) = consumer.commit(&tpl, CommitMode::Async) {
-            tracing::warn!(topic = %topic, error = %e, "consumer-group offset commit failed (lag dashboards only)");
+            tracing::warn!(target: "changelake::daemon", topic = %topic, error = %e, "consumer-group offset commit failed (lag dashboards only)");
         }
     }
 }

@@ -16,7 +16,7 @@ pub fn signals() -> Shutdown {
         if let Ok(mut hup) = signal(SignalKind::hangup()) {
             tokio::spawn(async move {
                 while hup.recv().await.is_some() {
-                    tracing::warn!("SIGHUP ignored: config reload is not supported; restart the daemon to apply a changed config");
+                    tracing::warn!(target: "changelake::daemon", "SIGHUP ignored: config reload is not supported; restart the daemon to apply a changed config");
                 }
             });
         }
@@ -32,12 +32,12 @@ pub fn signals() -> Shutdown {
                     let _ = tokio::signal::ctrl_c().await;
                 }
             }
-            tracing::info!("shutdown requested: stop fetching, commit open batches");
+            tracing::info!(target: "changelake::daemon", "shutdown requested: stop fetching, commit open batches");
         })
     }
     #[cfg(not(unix))]
     Box::pin(async {
         let _ = tokio::signal::ctrl_c().await;
-        tracing::info!("shutdown requested: stop fetching, commit open batches");
+        tracing::info!(target: "changelake::daemon", "shutdown requested: stop fetching, commit open batches");
     })
 }

@@ -77,7 +77,7 @@ pub(super) async fn open_slot(
     if !topic_parts.contains_key(&topic) {
         let m = meta_call(meta, |m| partitions(m, &topic, kafka.brokers)).await?;
         if m.is_empty() {
-            tracing::warn!(table = %t.name, topic = %topic, "topic does not exist (yet); nothing to read");
+            tracing::warn!(target: "changelake::daemon", table = %t.name, topic = %topic, "topic does not exist (yet); nothing to read");
         }
         topic_parts.insert(topic.clone(), m);
     }

@@ -107,6 +107,7 @@ async fn timestamp_offsets(
 /// would be taken for replays and skipped.
 fn warn_stored_beyond_end(topic: &str, p: i32, stored: i64, high: i64) {
     tracing::error!(
+        target: "changelake::daemon",
         topic = %topic, partition = p, stored_next_offset = stored, high_watermark = high,
         "stored offset is beyond the partition's end (topic recreated?); new events below it are skipped as replays. \
          Re-read them with `changelake replay --from-offsets {topic}:{p}=0 --reapply`"

@@ -108,7 +108,7 @@ fn assign(
     partitions: &TopicPartitionList,
 ) -> Result<()> {
     consumer.assign(partitions).map_err(|e| Error::Input(format!("assign: {e}")))?;
-    tracing::info!(system, partitions = partitions.count(), "assigned partitions");
+    tracing::info!(target: "changelake::daemon", system, partitions = partitions.count(), "assigned partitions");
     telemetry::set_assigned(system, partitions.count());
     telemetry::broker_probe(system, true, None);
     Ok(())
@@ -217,7 +217,7 @@ impl SystemLoop<'_> {
         }
         match self.consumer.incremental_assign(&add) {
             Ok(()) => {
-                tracing::info!(topic = %topic, partitions = ?new, "assigned new partitions");
+                tracing::info!(target: "changelake::daemon", topic = %topic, partitions = ?new, "assigned new partitions");
                 telemetry::set_assigned(self.kafka.name, new.len());
                 for &p in &new {
                     known.push(p);
@@ -238,7 +238,7 @@ impl SystemLoop<'_> {
                 }
             }
             Err(e) => {
-                tracing::warn!(topic = %topic, error = %e, "cannot assign new partitions (will retry)")
+                tracing::warn!(target: "changelake::daemon", topic = %topic, error = %e, "cannot assign new partitions (will retry)")
             }
         }
     }
@@ -345,13 +345,14 @@ impl SystemLoop<'_> {
         match tokio::time::timeout(config.shutdown_timeout, drain).await {
             Ok(r) => self.reports.extend(r?),
             Err(_) => tracing::warn!(
+                target: "changelake::daemon",
                 system,
                 "shutdown_timeout reached: open batches abandoned (they will be re-read)"
             ),
         }
         for s in &self.slots {
             if s.tombstones + s.truncates > 0 {
-                tracing::info!(table = %s.runner.cfg.name, tombstones = s.tombstones, truncates = s.truncates, "skipped tombstones and truncate events");
+                tracing::info!(target: "changelake::daemon", table = %s.runner.cfg.name, tombstones = s.tombstones, truncates = s.truncates, "skipped tombstones and truncate events");
             }
         }
         Ok(self.reports.into_iter().filter(|r| !r.skipped).collect())

@@ -115,7 +115,7 @@ impl TableRunner {
             return self.finish_without_key(run, &conformed, &progress).await;
         }
         if !conformed.ignored_columns.is_empty() {
-            tracing::info!(table = %t.name, columns = ?conformed.ignored_columns, "schema_policy ignore: dropped new columns");
+            tracing::info!(target: "changelake::engine", table = %t.name, columns = ?conformed.ignored_columns, "schema_policy ignore: dropped new columns");
         }
         let spec = build_spec(&t, &conformed.columns)?;
         let filtered = filter_rows(&t, &conformed.columns, conformed.rows, text);
@@ -296,7 +296,7 @@ impl TableRunner {
             let req = CommitRequest { progress: c.progress, execution, info };
             report.version = Some(self.store.commit(pc, req).await?);
             phases.mark("commit");
-            tracing::debug!(table = %self.cfg.name, phases_ms = ?phases.done(), "batch phases");
+            tracing::debug!(target: "changelake::engine", table = %self.cfg.name, phases_ms = ?phases.done(), "batch phases");
             report.commit_secs = committing.elapsed().as_secs_f64();
             report.exec = execution;
             self.maintain(spec).await?;

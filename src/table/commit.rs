@@ -238,6 +238,7 @@ impl TableStore {
     pub async fn commit(&mut self, pc: PendingCommit, req: CommitRequest) -> Result<i64> {
         use tracing::Instrument;
         let span = tracing::info_span!(
+            target: "changelake::table",
             "commit",
             table = %self.meta.name,
             files_added = pc.files_added,
@@ -250,7 +251,7 @@ impl TableStore {
         span.record("duration_ms", started.elapsed().as_millis() as u64);
         if let Ok(v) = &r {
             span.record("version", v);
-            span.in_scope(|| tracing::debug!("delta commit written"));
+            span.in_scope(|| tracing::debug!(target: "changelake::table", "delta commit written"));
         }
         r
     }

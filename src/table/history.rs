@@ -137,7 +137,7 @@ impl TableStore {
         let filter = match loaded {
             Ok(f) => f.map(Arc::new),
             Err(e) => {
-                tracing::warn!(file = %f.path, error = %e, "key bloom filters unreadable; the file is scanned");
+                tracing::warn!(target: "changelake::table", file = %f.path, error = %e, "key bloom filters unreadable; the file is scanned");
                 None
             }
         };
@@ -245,6 +245,7 @@ impl TableStore {
             }
         }
         tracing::debug!(
+            target: "changelake::table",
             late_keys = late.len(),
             history_files,
             scanned = todo.len(),

@@ -99,7 +99,7 @@ impl TableStore {
         self.cache.lock().unwrap_or_else(|e| e.into_inner()).clear();
         phases.mark("closes");
         self.write_files(spec, queue, exec, &mut pc, &mut phases).await?;
-        tracing::debug!(phases_ms = ?phases.done(), "stage phases");
+        tracing::debug!(target: "changelake::table", phases_ms = ?phases.done(), "stage phases");
         Ok(pc)
     }
 

@@ -196,6 +196,7 @@ impl TableStore {
         let t1 = std::time::Instant::now();
         self.take_current_versions(&read, &reads.keys_at, &mut states)?;
         tracing::debug!(
+            target: "changelake::table",
             read_ms = (t1 - t0).as_secs_f64() * 1e3,
             versions_ms = t1.elapsed().as_secs_f64() * 1e3,
             "load_states phases"

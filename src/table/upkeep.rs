@@ -158,7 +158,7 @@ impl TableStore {
         let bytes = match store.get(&checkpoint).await {
             Ok(r) => r.bytes().await.map_err(|e| data_err(format!("reading {checkpoint}: {e}")))?,
             Err(e) => {
-                tracing::debug!(%checkpoint, error = %e, "no single-file checkpoint; deletion vectors and orphans not swept this time");
+                tracing::debug!(target: "changelake::table", %checkpoint, error = %e, "no single-file checkpoint; deletion vectors and orphans not swept this time");
                 return Ok(0);
             }
         };
