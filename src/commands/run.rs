@@ -73,7 +73,8 @@ async fn run_table_files(c: &Config, r: &mut TableRunner) -> Result<Vec<RunRepor
         let rel = file.strip_prefix(&c.base_dir).unwrap_or(&file).to_string_lossy().to_string();
         let progress = vec![Mark::file(&r.cfg.name, &rel, content_version(&bytes))];
         if r.already_applied(&progress).await? {
-            tracing::debug!(table = %r.cfg.name, file = %rel, "unchanged since its last run, skipped");
+            // The target it had before the command moved out of `cli` (log filters name it).
+            tracing::debug!(target: "changelake::cli", table = %r.cfg.name, file = %rel, "unchanged since its last run, skipped");
             continue;
         }
         let raw = match (csv_delim, format) {

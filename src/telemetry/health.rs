@@ -7,6 +7,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::registry::metrics;
+use super::LOG_TARGET;
 
 #[derive(Default)]
 struct Health {
@@ -38,9 +39,9 @@ pub fn broker_probe(system: &str, ok: bool, error: Option<&str>) {
     let e = h.systems.entry(system.to_string()).or_insert((false, true));
     if e.1 != ok {
         if ok {
-            tracing::info!(system, "broker reachable again");
+            tracing::info!(target: LOG_TARGET, system, "broker reachable again");
         } else {
-            tracing::warn!(system, error = error.unwrap_or(""), "broker unreachable; not ready");
+            tracing::warn!(target: LOG_TARGET, system, error = error.unwrap_or(""), "broker unreachable; not ready");
         }
     }
     e.1 = ok;

@@ -9,6 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::health::readiness;
 use super::registry::metrics;
+use super::LOG_TARGET;
 
 /// The whole registry in the Prometheus text exposition format.
 pub fn render() -> String {
@@ -27,7 +28,7 @@ pub async fn serve(addr: &str) -> std::io::Result<()> {
     }
     let listener = tokio::net::TcpListener::bind(addr).await?;
     SERVING.lock().unwrap_or_else(|e| e.into_inner()).push(addr.to_string());
-    tracing::info!(%addr, "metrics on http://{addr}/metrics");
+    tracing::info!(target: LOG_TARGET, %addr, "metrics on http://{addr}/metrics");
     tokio::spawn(async move {
         loop {
             let Ok((mut sock, _)) = listener.accept().await else { continue };
