@@ -211,12 +211,14 @@ mod tag {
 }
 
 /// Appends an integer exactly as [`Value::encode`] encodes `Value::Int`.
+#[inline]
 pub fn encode_int(i: i64, out: &mut Vec<u8>) {
     out.push(tag::INT);
     out.extend_from_slice(&i.to_be_bytes());
 }
 
 /// Appends a string exactly as [`Value::encode`] encodes `Value::Str`.
+#[inline]
 pub fn encode_str(s: &str, out: &mut Vec<u8>) {
     out.push(tag::STR);
     out.extend_from_slice(&(s.len() as u32).to_be_bytes());

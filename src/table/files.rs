@@ -47,6 +47,7 @@ pub(super) struct SelectedRows {
 }
 
 impl FileMeta {
+    #[inline]
     pub(super) fn deleted(&self, row: u32) -> bool {
         self.dv.as_ref().is_some_and(|d| d.contains(row as u64))
     }

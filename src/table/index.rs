@@ -25,6 +25,7 @@ const _: () = assert!(std::mem::size_of::<IndexKey>() == 16);
 const _: () = assert!(std::mem::size_of::<(IndexKey, Entry)>() == 72);
 
 impl IndexKey {
+    #[inline]
     pub(super) fn new(k: &[u8]) -> IndexKey {
         if k.len() <= 14 {
             let mut b = [0u8; 14];
@@ -35,6 +36,7 @@ impl IndexKey {
         }
     }
 
+    #[inline]
     pub(super) fn as_slice(&self) -> &[u8] {
         match self {
             IndexKey::Inline(n, b) => &b[..*n as usize],
@@ -44,18 +46,21 @@ impl IndexKey {
 }
 
 impl std::borrow::Borrow<[u8]> for IndexKey {
+    #[inline]
     fn borrow(&self) -> &[u8] {
         self.as_slice()
     }
 }
 
 impl std::hash::Hash for IndexKey {
+    #[inline]
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
         self.as_slice().hash(h)
     }
 }
 
 impl PartialEq for IndexKey {
+    #[inline]
     fn eq(&self, o: &IndexKey) -> bool {
         self.as_slice() == o.as_slice()
     }
@@ -83,6 +88,7 @@ pub(super) struct Entry {
 }
 
 impl Entry {
+    #[inline]
     fn location(&self) -> Location {
         Location { file: self.file, row: self.row }
     }
@@ -107,10 +113,12 @@ impl KeyIndex {
         self.map.len()
     }
 
+    #[inline]
     pub(super) fn get(&self, key: &[u8]) -> Option<&Entry> {
         self.map.get(key)
     }
 
+    #[inline]
     pub(super) fn contains(&self, key: &[u8]) -> bool {
         self.map.contains_key(key)
     }

@@ -8,25 +8,25 @@
 //! | module | job |
 //! | --- | --- |
 //! | `mod.rs` | open a table, check it is ours and fits the config |
-//! | [`index`] | the key index: where each key's row lives, what it holds |
-//! | [`files`] | reading data files, the run's cache of decoded files |
-//! | [`state`] | building the index at open, loading what the merge needs |
-//! | [`history`] | finding closed scd2 versions without decoding history |
-//! | [`plan`] | pure layout decisions: rewrite or mask, waves, file sizes |
-//! | [`stage`] | turning a merge output into files and actions |
-//! | [`closes`] | scd2 closes copied into history at the Arrow level |
-//! | [`masks`] | merge-on-read: staging grown deletion vectors |
-//! | [`dv`] | the deletion-vector codec |
-//! | [`actions`] | `add` / `remove` actions |
-//! | [`commit`] | the commit, table creation, updating state after it |
-//! | [`compact`] | small-file compaction |
-//! | [`upkeep`] | checkpoints, vacuum and the orphan sweep |
-//! | [`convert`] | Arrow <-> values, Delta and Arrow schemas |
-//! | [`parquet`] | parquet encoding and the key bloom filters |
+//! | `index.rs` | the key index: where each key's row lives, what it holds |
+//! | `files.rs` | reading data files, the run's cache of decoded files |
+//! | `state.rs` | building the index at open, loading what the merge needs |
+//! | `history.rs` | finding closed scd2 versions without decoding history |
+//! | `plan.rs` | pure layout decisions: rewrite or mask, waves, file sizes |
+//! | `stage.rs` | turning a merge output into files and actions |
+//! | `closes.rs` | scd2 closes copied into history at the Arrow level |
+//! | `masks.rs` | merge-on-read: staging grown deletion vectors |
+//! | `dv.rs` | the deletion-vector codec |
+//! | `actions.rs` | `add` / `remove` actions |
+//! | `commit.rs` | the commit, table creation, updating state after it |
+//! | `compact.rs` | small-file compaction |
+//! | `upkeep.rs` | checkpoints, vacuum and the orphan sweep |
+//! | `convert.rs` | Arrow <-> values, Delta and Arrow schemas |
+//! | `parquet.rs` | parquet encoding and the key bloom filters |
 //!
 //! Hash-bucketing was considered for the layout and rejected: it spreads the
 //! hot, recent keys across every bucket, so a 1% update would rewrite every
-//! file (see [`plan`] for the layout that was chosen).
+//! file (see `plan.rs` for the layout that was chosen).
 
 mod actions;
 mod closes;
