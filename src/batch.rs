@@ -74,24 +74,59 @@ pub fn conform(
             return Err(ConformError::MissingKey { column: k.clone(), input: raw.source });
         }
     }
-    let mut out = Conformed { columns: table.to_vec(), ..Default::default() };
+    let plan = plan_columns(&raw, table, declared, policy);
+    for (k, t) in &plan.columns {
+        if keys.contains(k) && *t == DType::Float {
+            return Err(ConformError::FloatKey { column: k.clone() });
+        }
+    }
+    let (rows, dead) = type_rows(raw, &plan);
+    let ColumnPlan { columns, new_columns, ignored_columns, .. } = plan;
+    Ok(Conformed { columns, new_columns, rows, dead, ignored_columns })
+}
+
+/// Where each raw column of a batch goes, and the table's columns after it.
+struct ColumnPlan {
+    /// The table's columns, then the new ones.
+    columns: Vec<(String, DType)>,
+    new_columns: Vec<(String, DType)>,
+    ignored_columns: Vec<String>,
+    /// Per raw column: its index in `columns`, or None (dropped / unknown).
+    target: Vec<Option<usize>>,
+    /// Raw columns unknown to a `schema_policy: strict` table.
+    unknown_strict: Vec<usize>,
+}
+
+/// Existing columns keep their type; a new column takes its declared type,
+/// or the type its cells infer to (string if none), unless the policy
+/// ignores or refuses new columns of an existing table.
+fn plan_columns(
+    raw: &RawBatch,
+    table: &[(String, DType)],
+    declared: &[(String, DType)],
+    policy: SchemaPolicy,
+) -> ColumnPlan {
+    let mut plan = ColumnPlan {
+        columns: table.to_vec(),
+        new_columns: vec![],
+        ignored_columns: vec![],
+        target: vec![],
+        unknown_strict: vec![],
+    };
     let table_exists = !table.is_empty();
-    // Where each raw column goes: Some(index into out.columns) or None (dropped / unknown).
-    let mut target: Vec<Option<usize>> = vec![];
-    let mut unknown_strict: Vec<usize> = vec![];
     for (ci, name) in raw.columns.iter().enumerate() {
-        if let Some(i) = out.columns.iter().position(|(n, _)| n == name) {
-            target.push(Some(i));
+        if let Some(i) = plan.columns.iter().position(|(n, _)| n == name) {
+            plan.target.push(Some(i));
             continue;
         }
         if table_exists && policy == SchemaPolicy::Ignore {
-            out.ignored_columns.push(name.clone());
-            target.push(None);
+            plan.ignored_columns.push(name.clone());
+            plan.target.push(None);
             continue;
         }
         if table_exists && policy == SchemaPolicy::Strict {
-            unknown_strict.push(ci);
-            target.push(None);
+            plan.unknown_strict.push(ci);
+            plan.target.push(None);
             continue;
         }
         let t = declared.iter().find(|(n, _)| n == name).map(|(_, t)| *t).unwrap_or_else(|| {
@@ -100,18 +135,21 @@ pub fn conform(
                 .fold(None, |acc, r| unify(acc, cell_type(&r.cells[ci], raw.text)))
                 .unwrap_or(DType::Str)
         });
-        target.push(Some(out.columns.len()));
-        out.columns.push((name.clone(), t));
-        out.new_columns.push((name.clone(), t));
+        plan.target.push(Some(plan.columns.len()));
+        plan.columns.push((name.clone(), t));
+        plan.new_columns.push((name.clone(), t));
     }
-    for (k, t) in &out.columns {
-        if keys.contains(k) && *t == DType::Float {
-            return Err(ConformError::FloatKey { column: k.clone() });
-        }
-    }
-    // Typing is per row: on all cores, rows and dead letters kept in input order.
-    let columns = &out.columns;
-    let (target, unknown_strict, names, text) = (&target, &unknown_strict, &raw.columns, raw.text);
+    plan
+}
+
+/// Converts every row's cells to their column's type. Typing is per row: on
+/// all cores, rows and dead letters kept in input order. A row with a cell
+/// that does not convert, or a value in a column a strict table does not
+/// know, is a dead letter.
+fn type_rows(raw: RawBatch, plan: &ColumnPlan) -> (Vec<TypedRow>, Vec<Unparsable>) {
+    let columns = &plan.columns;
+    let (target, unknown_strict) = (&plan.target, &plan.unknown_strict);
+    let (names, text) = (&raw.columns, raw.text);
     let parts = crate::par::par_map(crate::par::split(raw.rows, 8), |rows| {
         let (mut typed, mut dead_rows) = (Vec::with_capacity(rows.len()), vec![]);
         'rows: for r in rows {
@@ -156,11 +194,12 @@ pub fn conform(
         }
         (typed, dead_rows)
     });
-    for (typed, dead) in parts {
-        out.rows.extend(typed);
-        out.dead.extend(dead);
+    let (mut rows, mut dead) = (vec![], vec![]);
+    for (typed, d) in parts {
+        rows.extend(typed);
+        dead.extend(d);
     }
-    Ok(out)
+    (rows, dead)
 }
 
 /// Looks up a column or dotted path for predicates: typed value if stored,

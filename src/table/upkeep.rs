@@ -9,7 +9,7 @@
 
 use super::dv::dv_file;
 use super::Result;
-use super::{TableError, TableStore};
+use super::TableStore;
 use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use deltalake::{DeltaTable, ObjectStore, Path};
 use object_store::ObjectStoreExt;
@@ -154,9 +154,10 @@ impl TableStore {
         let Some(version) = t.version() else { return Ok(0) };
         let store = self.store()?;
         let checkpoint = Path::from(format!("_delta_log/{version:020}.checkpoint.parquet"));
-        let data_err = |msg: String| TableError::Data { uri: self.uri.clone(), msg };
         let bytes = match store.get(&checkpoint).await {
-            Ok(r) => r.bytes().await.map_err(|e| data_err(format!("reading {checkpoint}: {e}")))?,
+            Ok(r) => {
+                r.bytes().await.map_err(|e| self.data_err(format!("reading {checkpoint}: {e}")))?
+            }
             Err(e) => {
                 tracing::debug!(target: "changelake::table", %checkpoint, error = %e, "no single-file checkpoint; deletion vectors and orphans not swept this time");
                 return Ok(0);
@@ -167,63 +168,22 @@ impl TableStore {
         // What is live comes from the checkpoint (the snapshot at this
         // version, other writers' commits included), not from our own view.
         let (adds, tombs) =
-            checkpoint_files(bytes).map_err(|e| data_err(format!("{checkpoint}: {e}")))?;
-        let mut keep: HashSet<String> = HashSet::new();
-        for f in adds {
-            keep.extend(f.dv);
-            keep.insert(f.path);
-        }
-        let mut expired: HashSet<String> = HashSet::new();
-        for t in &tombs {
-            keep.insert(t.path.clone());
-            if let Some(dv) = &t.dv {
-                if t.removed_at < cutoff {
-                    expired.insert(dv.clone());
-                } else {
-                    keep.insert(dv.clone());
-                }
-            }
-        }
-        let mut doomed: Vec<String> = expired.difference(&keep).cloned().collect();
+            checkpoint_files(bytes).map_err(|e| self.data_err(format!("{checkpoint}: {e}")))?;
+        let needed = Needed::from_checkpoint(adds, &tombs, cutoff);
+        let mut doomed: Vec<String> = needed.expired.difference(&needed.keep).cloned().collect();
         let tombstone_retention = t
             .snapshot()
             .map_err(|e| self.delta(e))?
             .table_config()
             .deleted_file_retention_duration();
         if retention.to_std().is_ok_and(|r| r <= tombstone_retention) {
-            let ours = |name: &str| {
-                (name.starts_with("part-") && name.ends_with(".parquet"))
-                    || (name.starts_with("deletion_vector_") && name.ends_with(".bin"))
-            };
-            let top = store
-                .list_with_delimiter(None)
-                .await
-                .map_err(|e| data_err(format!("listing the table: {e}")))?;
-            let mut objects = top.objects;
-            for dir in top.common_prefixes {
-                if dir.filename().is_some_and(|d| {
-                    self.meta.partition().is_some_and(|p| d.starts_with(&format!("{p}=")))
-                }) {
-                    objects.extend(
-                        store
-                            .list_with_delimiter(Some(&dir))
-                            .await
-                            .map_err(|e| data_err(format!("listing {dir}: {e}")))?
-                            .objects,
-                    );
-                }
-            }
             // Another writer's file may wait a while for its commit: never
             // take one younger than an hour for an orphan, whatever the retention.
             let orphan_cutoff = cutoff.min(now - ORPHAN_MIN_AGE_MS);
-            for o in objects {
+            for o in self.list_own_files(store.as_ref()).await? {
                 let path = o.location.to_string();
                 let old = o.last_modified.timestamp_millis() < orphan_cutoff;
-                if o.location.filename().is_some_and(ours)
-                    && old
-                    && !keep.contains(&path)
-                    && !expired.contains(&path)
-                {
+                if old && !needed.keep.contains(&path) && !needed.expired.contains(&path) {
                     doomed.push(path);
                 }
             }
@@ -233,9 +193,102 @@ impl TableStore {
             match store.delete(&Path::from(file.as_str())).await {
                 Ok(()) => deleted += 1,
                 Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(data_err(format!("deleting {file}: {e}"))),
+                Err(e) => return Err(self.data_err(format!("deleting {file}: {e}"))),
             }
         }
         Ok(deleted)
+    }
+
+    /// Files under this crate's own names (`part-*.parquet`,
+    /// `deletion_vector_*.bin`) in the table directory and its
+    /// `_is_current=` partitions; never a nested table or a foreign file.
+    async fn list_own_files(
+        &self,
+        store: &dyn ObjectStore,
+    ) -> Result<Vec<object_store::ObjectMeta>> {
+        let ours = |name: &str| {
+            (name.starts_with("part-") && name.ends_with(".parquet"))
+                || (name.starts_with("deletion_vector_") && name.ends_with(".bin"))
+        };
+        let top = store
+            .list_with_delimiter(None)
+            .await
+            .map_err(|e| self.data_err(format!("listing the table: {e}")))?;
+        let mut objects = top.objects;
+        for dir in top.common_prefixes {
+            let partition =
+                |d: &str| self.meta.partition().is_some_and(|p| d.starts_with(&format!("{p}=")));
+            if dir.filename().is_some_and(partition) {
+                let listed = store
+                    .list_with_delimiter(Some(&dir))
+                    .await
+                    .map_err(|e| self.data_err(format!("listing {dir}: {e}")))?;
+                objects.extend(listed.objects);
+            }
+        }
+        objects.retain(|o| o.location.filename().is_some_and(ours));
+        Ok(objects)
+    }
+}
+
+/// What a checkpoint says is still needed: live files and their deletion
+/// vectors, tombstoned files (vacuum's business) and deletion vectors
+/// replaced within the retention (`keep`); and deletion vectors whose
+/// replacement is older than the retention (`expired`, deleted unless also
+/// in `keep`).
+struct Needed {
+    keep: HashSet<String>,
+    expired: HashSet<String>,
+}
+
+impl Needed {
+    fn from_checkpoint(adds: Vec<CheckpointFile>, tombs: &[CheckpointFile], cutoff: i64) -> Needed {
+        let mut keep: HashSet<String> = HashSet::new();
+        for f in adds {
+            keep.extend(f.dv);
+            keep.insert(f.path);
+        }
+        let mut expired: HashSet<String> = HashSet::new();
+        for t in tombs {
+            keep.insert(t.path.clone());
+            if let Some(dv) = &t.dv {
+                if t.removed_at < cutoff {
+                    expired.insert(dv.clone());
+                } else {
+                    keep.insert(dv.clone());
+                }
+            }
+        }
+        Needed { keep, expired }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(path: &str, removed_at: i64, dv: Option<&str>) -> CheckpointFile {
+        CheckpointFile { path: path.into(), removed_at, dv: dv.map(str::to_string) }
+    }
+
+    #[test]
+    fn vacuum_deletes_a_replaced_deletion_vector_only_once_no_reader_can_need_it() {
+        let adds =
+            vec![file("a.parquet", 0, Some("dv2.bin")), file("b.parquet", 0, Some("dv1.bin"))];
+        let tombs = vec![
+            // a's first DV, replaced long ago: expired.
+            file("a.parquet", 100, Some("dv0.bin")),
+            // b's old DV dv1 expired, but b still uses it: kept.
+            file("b.parquet", 100, Some("dv1.bin")),
+            // c's DV replaced within the retention: kept.
+            file("c.parquet", 900, Some("dv3.bin")),
+        ];
+        let n = Needed::from_checkpoint(adds, &tombs, 500);
+        let mut doomed: Vec<&String> = n.expired.difference(&n.keep).collect();
+        doomed.sort();
+        assert_eq!(doomed, vec!["dv0.bin"]);
+        for live in ["a.parquet", "b.parquet", "c.parquet", "dv1.bin", "dv2.bin", "dv3.bin"] {
+            assert!(n.keep.contains(live), "{live}");
+        }
     }
 }
