@@ -1,9 +1,26 @@
 //! changelake: CDC change streams into SCD1/SCD2 Delta Lake tables.
 //!
-//! Data flows config → source → batch → merge → table; `engine` runs one
-//! batch of one table end to end. The command line, the benchmarks and the
-//! demo are the `changelake` binary's (src/main.rs): tools on top of this
-//! library, which depends on none of them.
+//! Modules follow the data:
+//!
+//! | module | job |
+//! | --- | --- |
+//! | `config` | the YAML config, validated and typed |
+//! | `source` | files and Kafka plumbing: raw rows and their positions |
+//! | `decode` | flat JSON rows and Debezium envelopes into cells |
+//! | `batch` | a raw batch typed and aligned with the table's columns |
+//! | `merge` | the batch, scd1, scd2 and snapshot rules, pure (no I/O) |
+//! | `table` | the Delta table: layout, key index, staging, commit, upkeep |
+//! | `progress` | every `txn` progress marker, built and read in one place |
+//! | `deadletter` | the `_dead_letters` table |
+//! | `engine` | one run of one table, end to end |
+//! | `daemon` | the Kafka loop: micro-batches per table, shutdown, probes |
+//! | `telemetry`, `report` | what a run did, as logs and Prometheus metrics |
+//! | `value`, `expr`, `par`, `phases`, `faults`, `error` | shared small pieces |
+//!
+//! The rules are written down in `docs/` (start at `docs/README.md`). The
+//! command line, the benchmarks and the demo are the `changelake` binary's
+//! (src/main.rs): tools on top of this library, which depends on none of
+//! them.
 
 #![forbid(unsafe_code)]
 
