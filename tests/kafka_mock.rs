@@ -155,6 +155,17 @@ fn demo_runs_in_one_command_under_a_minute() {
         hist.iter().any(|r| r["city"] == "Potsdam" && r["_is_current"] == false),
         "the late event is a closed version"
     );
+    // The command the demo suggests next works as printed, in a shell
+    // without the demo's broker variable (`show` never talks to Kafka).
+    let next = text.lines().find_map(|l| l.strip_prefix("next: changelake ")).expect("a next hint");
+    let out = std::process::Command::new(BIN)
+        .args(next.split_whitespace())
+        .env_remove("CHANGELAKE_DEMO_BROKERS")
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "`{next}`: {shown}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(shown.contains("city") && shown.contains("row"), "`{next}` printed:\n{shown}");
 }
 
 /// `show` for the demo's config, which reads its brokers from the environment.

@@ -8,7 +8,7 @@ mod args;
 
 use clap::Parser;
 
-use changelake::config::Config;
+use changelake::config::{Config, Needs};
 use changelake::error::{Error, Result};
 
 use self::args::{Cli, Cmd, LogFormat};
@@ -96,7 +96,8 @@ async fn dispatch(cmd: Cmd) -> Result<()> {
             Ok(())
         }
         Cmd::Show { table, config, view, format } => {
-            let c = Config::load(&config)?;
+            // `show` reads the lake only: source settings need not resolve.
+            let c = Config::load_for(&config, Needs::TablesOnly)?;
             show::show(&c, &table, &view, format).await
         }
     }

@@ -17,6 +17,9 @@ pub(super) type Mapping<'a> = BTreeMap<String, &'a Y>;
 
 pub(super) struct Cx {
     pub(super) errors: Vec<String>,
+    /// Positions in `errors` of unset `${VAR}`s under `systems.*`: settings
+    /// only the commands that connect to a source need (see `Needs`).
+    pub(super) unset_in_systems: Vec<usize>,
 }
 
 /// The YAML path of `key` under `path` (`bronze.tables` + `x`).
@@ -72,7 +75,13 @@ impl Cx {
     }
 
     pub(super) fn subst(&mut self, s: &str, path: &str) -> String {
-        substitute(s, |var| self.err(path, format!("environment variable `{var}` is not set")))
+        let in_systems = path.starts_with("systems.");
+        substitute(s, |var| {
+            if in_systems {
+                self.unset_in_systems.push(self.errors.len());
+            }
+            self.err(path, format!("environment variable `{var}` is not set"))
+        })
     }
 
     pub(super) fn string(&mut self, v: &Y, path: &str) -> Option<String> {

@@ -49,8 +49,24 @@ pub use units::{parse_duration, parse_size};
 
 use cx::Cx;
 
+/// Which settings a command needs resolved. Commands that never connect to
+/// a source (`show`) read the lake with a config whose source settings may
+/// name `${VAR}`s of another environment (the demo's brokers, a deployment's
+/// secrets); everything else needs every setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Needs {
+    Everything,
+    /// Unset `${VAR}`s under `systems.*` are left empty instead of failing.
+    TablesOnly,
+}
+
 impl Config {
     pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+        Config::load_for(path, Needs::Everything)
+    }
+
+    /// [`Config::load`] for a command that needs only `needs`.
+    pub fn load_for(path: &Path, needs: Needs) -> Result<Config, ConfigErrors> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| ConfigErrors(vec![format!("{}: cannot read: {e}", path.display())]))?;
         let base = path
@@ -58,18 +74,29 @@ impl Config {
             .map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p })
             .unwrap_or(Path::new("."));
         let base = std::fs::canonicalize(base).unwrap_or_else(|_| base.to_path_buf());
-        Config::parse(&text, &base)
+        Config::parse_for(&text, &base, needs)
     }
 
     pub fn parse(text: &str, base_dir: &Path) -> Result<Config, ConfigErrors> {
+        Config::parse_for(text, base_dir, Needs::Everything)
+    }
+
+    fn parse_for(text: &str, base_dir: &Path, needs: Needs) -> Result<Config, ConfigErrors> {
         let doc: Y = serde_yaml::from_str(text)
             .map_err(|e| ConfigErrors(vec![format!("(document): not valid YAML: {e}")]))?;
-        let mut cx = Cx { errors: vec![] };
+        let mut cx = Cx { errors: vec![], unset_in_systems: vec![] };
         let cfg = cx.config(&doc, base_dir);
-        if cx.errors.is_empty() {
+        let errors: Vec<String> = match needs {
+            Needs::Everything => cx.errors,
+            Needs::TablesOnly => (cx.errors.into_iter().enumerate())
+                .filter(|(i, _)| !cx.unset_in_systems.contains(i))
+                .map(|(_, e)| e)
+                .collect(),
+        };
+        if errors.is_empty() {
             Ok(cfg)
         } else {
-            Err(ConfigErrors(cx.errors))
+            Err(ConfigErrors(errors))
         }
     }
 

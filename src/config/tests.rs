@@ -208,3 +208,28 @@ fn sizes_and_durations_parse() {
     assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
     assert_eq!(parse_size("lots"), None);
 }
+
+#[test]
+fn unset_source_variables_fail_every_command_but_those_that_only_read_the_lake() {
+    let y = r#"
+storage: { root: /lake }
+systems:
+  crm: { type: kafka, brokers: "${CHANGELAKE_TEST_UNSET_BROKERS}", topic: "t.{object}" }
+bronze:
+  tables:
+    account:
+      source: { system: crm, object: account }
+      business_key: [id]
+      strategy: scd1
+"#;
+    let e = errors(y);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(e[0].starts_with("systems.crm.brokers: environment variable"), "{e:?}");
+    let c = Config::parse_for(y, Path::new("/cfg"), Needs::TablesOnly).expect("tables only");
+    assert_eq!(c.tables[0].name, "account");
+    // Anything outside the systems still has to resolve.
+    let lake = y.replace("/lake", r#""${CHANGELAKE_TEST_UNSET_ROOT}""#);
+    let e = Config::parse_for(&lake, Path::new("/cfg"), Needs::TablesOnly).unwrap_err().0;
+    assert!(e.iter().any(|m| m.starts_with("storage.root")), "{e:?}");
+    assert!(!e.iter().any(|m| m.starts_with("systems.")), "{e:?}");
+}
