@@ -13,11 +13,11 @@ use deltalake::arrow::datatypes::{DataType as ArrowType, Field, Schema, TimeUnit
 use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
 use deltalake::kernel::{DataType, PrimitiveType, StructField, StructType, Transaction};
 use deltalake::protocol::{DeltaOperation, SaveMode};
-use deltalake::{DeltaTable, DeltaTableBuilder, Path};
+use deltalake::{DeltaTable, Path};
 use object_store::ObjectStoreExt;
 
 use crate::table::{
-    create_table, encode_parquet, open_existing, table_url, DataChange, FileAction, NewTable,
+    create_table, encode_parquet, object_store_at, open_existing, DataChange, FileAction, NewTable,
     TableError,
 };
 
@@ -66,11 +66,7 @@ pub async fn append(uri: &str, groups: Vec<Group>) -> Result<usize, TableError> 
     let props = CommitProperties::default().with_application_transactions(txns);
     let store = match &existing {
         Some(t) => t.object_store(),
-        None => DeltaTableBuilder::from_url(table_url(uri)?)
-            .map_err(derr)?
-            .build_storage()
-            .map_err(derr)?
-            .object_store(None),
+        None => object_store_at(uri)?,
     };
     store.put(&Path::from(name.as_str()), buf.into()).await.map_err(|e| data_err(e.to_string()))?;
     match existing {

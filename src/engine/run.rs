@@ -17,13 +17,12 @@ use crate::phases::Phases;
 use crate::source::{RawBatch, Unparsable};
 use crate::table::{ClosingRows, CommitRequest};
 
-/// The bookkeeping of one run: its report and its dead letters.
+/// The bookkeeping of one run: its report (which names the table and the
+/// source) and its dead letters.
 struct Run {
     started: std::time::Instant,
     report: RunReport,
     dead: Vec<DeadLetter>,
-    table: String,
-    source: String,
 }
 
 impl Run {
@@ -40,21 +39,15 @@ impl Run {
                 .sum(),
             ..Default::default()
         };
-        let mut run = Run {
-            started: std::time::Instant::now(),
-            report,
-            dead: vec![],
-            table: t.name.clone(),
-            source: raw.source.clone(),
-        };
+        let mut run = Run { started: std::time::Instant::now(), report, dead: vec![] };
         run.add_dead(&raw.unparsable);
         run
     }
 
     fn dead_letter(&self, u: &Unparsable) -> DeadLetter {
         DeadLetter {
-            table: self.table.clone(),
-            topic: self.source.clone(),
+            table: self.report.table.clone(),
+            topic: self.report.source.clone(),
             partition: u.partition,
             offset: u.pos as i64,
             raw: u.raw.clone(),
@@ -281,7 +274,8 @@ impl TableRunner {
         phases: &mut Phases,
     ) -> Result<()> {
         let changes = out.has_changes();
-        let info = serde_json::json!({ "source": run.source, "stats": format!("{:?}", c.stats) });
+        let info =
+            serde_json::json!({ "source": run.report.source, "stats": format!("{:?}", c.stats) });
         let report = &mut run.report;
         if changes || !self.store.exists() {
             self.store.add_columns(&c.columns);

@@ -153,7 +153,7 @@ fn decode_debezium_lines(
     store_paths: &[String],
     keep: Option<&[String]>,
 ) -> (RawBatch, usize) {
-    use crate::decode::{decode_keeping, store_envelope, Decoded};
+    use crate::decode::{decode_keeping, Decoded};
     let mut rows = vec![];
     let mut unparsable = vec![];
     let mut truncates = 0;
@@ -163,8 +163,8 @@ fn decode_debezium_lines(
             continue;
         }
         match decode_keeping(crate::config::Format::Debezium, None, Some(line), store_paths, keep) {
-            Ok(Decoded::Row { mut data, env }) => {
-                store_envelope(&mut data, &env, store_paths);
+            // Decoding already stored the table's envelope columns.
+            Ok(Decoded::Row { data, env }) => {
                 // A line that decoded is UTF-8 (both JSON parsers check); lossy only as a guard.
                 let raw = std::str::from_utf8(line)
                     .map_or_else(|_| String::from_utf8_lossy(line).into_owned(), str::to_owned);

@@ -20,8 +20,9 @@ pub(crate) fn partition_values(
 
 /// Whether an action changes the table's rows. Compaction only rearranges
 /// them (`dataChange: false`), so streaming readers skip its commits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum DataChange {
+    #[default]
     Rows,
     Rearrange,
 }

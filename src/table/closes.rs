@@ -36,10 +36,6 @@ struct Close<'a> {
 pub(super) struct CloseAt<'a>(BTreeMap<u32, Vec<Close<'a>>>);
 
 impl<'a> CloseAt<'a> {
-    pub(super) fn new() -> Self {
-        Self::default()
-    }
-
     pub(super) fn add(&mut self, at: Location, valid_to: i64, deleted: bool, key: &'a Key) {
         self.0.entry(at.file).or_default().push(Close { row: at.row, valid_to, deleted, key });
     }

@@ -43,7 +43,7 @@ pub struct PendingCommit {
     /// Files whose deletion vector grew (merge-on-read) instead of being rewritten.
     pub files_masked: usize,
     /// Compaction: files are rearranged, no row changes (`dataChange: false`).
-    pub(super) change: Option<DataChange>,
+    pub(super) change: DataChange,
     /// Merge-on-read: files whose deletion vector grows.
     pub(super) dv_updates: Vec<DvUpdate>,
 }
@@ -51,11 +51,7 @@ pub struct PendingCommit {
 impl PendingCommit {
     /// A write set that only rearranges rows (compaction).
     pub(super) fn rearrange() -> PendingCommit {
-        PendingCommit { change: Some(DataChange::Rearrange), ..Default::default() }
-    }
-
-    pub(super) fn data_change(&self) -> DataChange {
-        self.change.unwrap_or(DataChange::Rows)
+        PendingCommit { change: DataChange::Rearrange, ..Default::default() }
     }
 }
 
@@ -205,7 +201,7 @@ impl TableStore {
         let pv = actions::partition_values(self.meta.partition(), current);
         let file =
             FileAction { path: &path, partition_values: pv, size, rows, deletion_vector: None };
-        pc.actions.push(actions::add(file, pc.data_change()));
+        pc.actions.push(actions::add(file, pc.change));
         pc.rows_written += rows;
         pc.files_added += 1;
         let meta = FileMeta { path, rows, size, current, dv: None, dv_desc: None };
@@ -216,7 +212,7 @@ impl TableStore {
     /// Stages the `remove` of a live file.
     pub(super) fn remove_file(&self, id: u32, pc: &mut PendingCommit) {
         let f = self.files[id as usize].as_ref().expect("live file");
-        pc.actions.push(actions::remove(self.file_action(f), pc.data_change()));
+        pc.actions.push(actions::remove(self.file_action(f), pc.change));
         pc.removed.push(id);
         pc.files_removed += 1;
     }

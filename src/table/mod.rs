@@ -173,6 +173,17 @@ pub fn table_url(uri: &str) -> Result<Url> {
     }
 }
 
+/// An object store rooted at a table's location, for writing its first
+/// files before the commit that creates it.
+pub(crate) fn object_store_at(uri: &str) -> Result<Arc<dyn ObjectStore>> {
+    let delta = |e| TableError::Delta { uri: uri.to_string(), source: e };
+    let storage = deltalake::DeltaTableBuilder::from_url(table_url(uri)?)
+        .map_err(delta)?
+        .build_storage()
+        .map_err(delta)?;
+    Ok(storage.object_store(None))
+}
+
 /// Opens a Delta table if one exists at `uri`.
 pub async fn open_existing(uri: &str) -> Result<Option<DeltaTable>> {
     if !uri.contains("://") && !std::path::Path::new(uri).join("_delta_log").exists() {
@@ -321,14 +332,7 @@ impl TableStore {
     fn store(&self) -> Result<Arc<dyn ObjectStore>> {
         match &self.table {
             Some(t) => Ok(t.object_store()),
-            None => {
-                let url = table_url(&self.uri)?;
-                let storage = deltalake::DeltaTableBuilder::from_url(url)
-                    .map_err(|e| self.delta(e))?
-                    .build_storage()
-                    .map_err(|e| self.delta(e))?;
-                Ok(storage.object_store(None))
-            }
+            None => object_store_at(&self.uri),
         }
     }
 

@@ -121,7 +121,7 @@ impl TableStore {
 
     /// scd2 closes (`Need::Close`): where each closed open version lives.
     fn locate_closes<'a>(&self, out: &'a Output) -> Result<CloseAt<'a>> {
-        let mut close_at = CloseAt::new();
+        let mut close_at = CloseAt::default();
         let found = self.index.locate(&out.closes, |(k, _, _)| k);
         for ((k, to, deleted), at) in out.closes.iter().zip(found) {
             match at.filter(|at| at.file != NO_FILE) {
