@@ -23,6 +23,9 @@ pub enum Error {
     Input(String),
     #[error("{0}")]
     Usage(String),
+    /// Writing the output of a command failed.
+    #[error("output: {0}")]
+    Io(#[from] std::io::Error),
 }
 
 impl From<TableError> for Error {

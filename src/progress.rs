@@ -17,8 +17,12 @@
 //! partition marker is told apart from a file marker (`file/...`) and the
 //! execution marker (`_execution`, no partition) by its shape.
 
+use std::collections::BTreeMap;
+
+use deltalake::arrow::array::Array;
 use deltalake::kernel::Transaction;
-use deltalake::{DeltaTable, DeltaTableError};
+use deltalake::{DeltaTable, DeltaTableError, ObjectStore, Path};
+use object_store::{ObjectMeta, ObjectStoreExt};
 
 const PREFIX: &str = "changelake";
 const EXECUTION: &str = "_execution";
@@ -115,6 +119,70 @@ pub async fn stored_version(
 ) -> Result<Option<i64>, DeltaTableError> {
     let snap = table.snapshot()?;
     snap.transaction_version(table.log_store().as_ref(), app_id).await
+}
+
+/// Every progress marker a table's log holds at `version` (app id ->
+/// version), for reports; runs ask for one marker with [`stored_version`].
+/// Read from the checkpoint at `checkpoint` (its `txn` columns only) and the
+/// JSON commits after it, as the Delta protocol reconciles them: the newest
+/// `txn` of an app id wins. `log` is a listing of `_delta_log`.
+pub async fn read_markers(
+    store: &dyn ObjectStore,
+    log: &[ObjectMeta],
+    checkpoint: Option<i64>,
+    version: i64,
+) -> Result<BTreeMap<String, i64>, String> {
+    use deltalake::arrow::array::AsArray;
+    use deltalake::arrow::datatypes::Int64Type;
+    use deltalake::parquet::arrow::{
+        arrow_reader::ParquetRecordBatchReaderBuilder, ProjectionMask,
+    };
+    let get = |path: Path| async move {
+        let got = store.get(&path).await.map_err(|e| format!("reading {path}: {e}"))?;
+        got.bytes().await.map_err(|e| format!("reading {path}: {e}"))
+    };
+    let mut out = BTreeMap::new();
+    if let Some(cp) = checkpoint {
+        let prefix = format!("{cp:020}.checkpoint.");
+        for part in
+            log.iter().filter(|o| o.location.filename().is_some_and(|n| n.starts_with(&prefix)))
+        {
+            let bytes = get(part.location.clone()).await?;
+            let b = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| e.to_string())?;
+            let mask = ProjectionMask::columns(b.parquet_schema(), ["txn.appId", "txn.version"]);
+            for batch in b.with_projection(mask).build().map_err(|e| e.to_string())? {
+                let batch = batch.map_err(|e| e.to_string())?;
+                let Some(txn) = batch.column_by_name("txn").and_then(|c| c.as_struct_opt()) else {
+                    continue;
+                };
+                let app = txn.column_by_name("appId").and_then(|c| c.as_string_opt::<i32>());
+                let ver =
+                    txn.column_by_name("version").and_then(|c| c.as_primitive_opt::<Int64Type>());
+                let (Some(app), Some(ver)) = (app, ver) else { continue };
+                for i in 0..batch.num_rows() {
+                    if txn.is_valid(i) && app.is_valid(i) && ver.is_valid(i) {
+                        out.insert(app.value(i).to_string(), ver.value(i));
+                    }
+                }
+            }
+        }
+    }
+    for v in checkpoint.map_or(0, |c| c + 1)..=version {
+        let bytes = get(Path::from(format!("_delta_log/{v:020}.json"))).await?;
+        for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            let action: serde_json::Value =
+                serde_json::from_slice(line).map_err(|e| format!("commit {v}: {e}"))?;
+            if let Some(txn) = action.get("txn") {
+                if let (Some(app), Some(ver)) = (
+                    txn.get("appId").and_then(|a| a.as_str()),
+                    txn.get("version").and_then(|v| v.as_i64()),
+                ) {
+                    out.insert(app.to_string(), ver);
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

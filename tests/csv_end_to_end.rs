@@ -211,6 +211,26 @@ fn unconvertible_values_go_to_the_dead_letter_table_and_the_batch_commits() {
         .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
     assert_eq!(errors.len(), 1);
     assert!(errors[0].contains("seq"), "{errors:?}");
+    // The dead-letter table is shown like any other, with --where.
+    let dead = show(&cfg, "_dead_letters");
+    assert_eq!(dead.lines().count(), 1, "{dead}");
+    let row: serde_json::Value = serde_json::from_str(dead.lines().next().unwrap()).unwrap();
+    assert_eq!(row["error"].as_str(), Some(errors[0].as_str()));
+    let none = Command::new(BIN)
+        .args([
+            "show",
+            "_dead_letters",
+            "--where",
+            "topic = 'no such source'",
+            "--format",
+            "csv",
+            "--config",
+        ])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert!(none.status.success(), "{}", String::from_utf8_lossy(&none.stderr));
+    assert_eq!(String::from_utf8_lossy(&none.stdout).lines().count(), 1, "the header alone");
 }
 
 /// Layout (src/table/plan.rs): a run touching 1% of the keys rewrites only the files holding them.

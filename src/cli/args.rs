@@ -6,22 +6,31 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::commands::show::OutFormat;
+use crate::commands::tables::TablesFormat;
 
 #[derive(Parser, Debug)]
 #[command(
     name = "changelake",
-    version,
-    about = "CDC change streams into SCD1/SCD2 Delta Lake tables, exactly once"
+    about = "CDC change streams into SCD1/SCD2 Delta Lake tables, exactly once",
+    long_about = "changelake reads op-coded change events (Debezium or flat JSON) from Kafka or \
+files, micro-batches them per table, deduplicates them, applies SCD type 1 or type 2 rules \
+and commits Delta Lake tables together with the source positions they consumed.",
+    after_help = "\
+Start here:
+  changelake demo                                  # the whole pipeline, no services needed
+  changelake check --config changelake.yaml        # validate a config
+  changelake run --config changelake.yaml --once   # one pass over the input
+  changelake tables --config changelake.yaml       # health of every table"
 )]
 pub struct Cli {
-    /// Log format on stderr.
+    /// Log format on stderr: text (human-readable) or json (one object per line).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     #[command(subcommand)]
     pub cmd: Cmd,
 }
 
-#[derive(ValueEnum, Clone, Copy, Debug)]
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq)]
 pub enum LogFormat {
     /// Human-readable lines (also accepted as `human`).
     #[value(alias = "human")]
@@ -32,52 +41,111 @@ pub enum LogFormat {
 
 #[derive(Subcommand, Debug)]
 pub enum Cmd {
-    /// Run the pipeline; with --once, one pass over the input, then exit.
+    /// Run the pipeline until stopped (SIGTERM/SIGINT commit open batches first);
+    /// with --once, one pass over the input, then exit.
+    #[command(after_help = "\
+Examples:
+  changelake run --config changelake.yaml           # the daemon
+  changelake run --config changelake.yaml --once    # read up to the end seen at start, then exit
+
+With --once on a terminal, a progress line per table shows files or offsets
+done, events per second and the time left.")]
     Run {
-        #[arg(long)]
+        /// The changelake YAML config.
+        #[arg(long, value_name = "FILE")]
         config: PathBuf,
+        /// One pass: Kafka up to the high watermarks seen at start, each
+        /// matching file once; then exit 0.
         #[arg(long)]
         once: bool,
     },
-    /// Validate the config and report every error (exit 2 if any).
+    /// Validate the config and report every error with its YAML path (exit 2 if any).
+    #[command(after_help = "\
+Example:
+  changelake check --config changelake.yaml
+  changelake.yaml: ok (2 tables, 1 system)")]
     Check {
-        #[arg(long)]
+        /// The changelake YAML config.
+        #[arg(long, value_name = "FILE")]
         config: PathBuf,
+    },
+    /// One line of health numbers per table: version, rows, files, small files,
+    /// masked rows, last commit and checkpoint, log files, stored positions.
+    #[command(after_help = "\
+Examples:
+  changelake tables --config changelake.yaml
+  changelake tables --config changelake.yaml --format json | jq '.[].stats.small_files'
+
+Read from the Delta logs only: no broker and no data file is needed.")]
+    Tables {
+        /// The changelake YAML config (only storage and table settings are read).
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = TablesFormat::Table)]
+        format: TablesFormat,
     },
     /// Stored next offset, high watermark and lag per table, topic and partition.
+    #[command(after_help = "\
+Example:
+  changelake offsets --config changelake.yaml
+
+Asks the brokers for watermarks; consumes nothing.")]
     Offsets {
-        #[arg(long)]
+        /// The changelake YAML config.
+        #[arg(long, value_name = "FILE")]
         config: PathBuf,
     },
-    /// Re-read a table's topic from a position.
+    /// Re-read a table's topic from an earlier position, then exit.
+    #[command(after_help = "\
+Examples:
+  changelake replay --config changelake.yaml --table account --from-beginning
+  changelake replay --config changelake.yaml --table account --from-offsets crm.account:0=1200,crm.account:1=980
+  changelake replay --config changelake.yaml --table account --from-timestamp 2024-03-01T00:00:00Z
+
+Events at or below the stored offsets are skipped unless --reapply is given;
+the table ends the same either way.")]
     Replay {
-        #[arg(long)]
+        /// The changelake YAML config.
+        #[arg(long, value_name = "FILE")]
         config: PathBuf,
+        /// The table to replay (its topic is re-read; other tables are untouched).
         #[arg(long)]
         table: String,
+        /// Start at each partition's first offset still in the topic.
         #[arg(long, conflicts_with_all = ["from_offsets", "from_timestamp"])]
         from_beginning: bool,
-        /// topic:PARTITION=OFFSET,... (unlisted partitions start at the beginning)
-        #[arg(long, conflicts_with = "from_timestamp")]
+        /// Start offsets, TOPIC:PARTITION=OFFSET,... (unlisted partitions start at the beginning).
+        #[arg(long, value_name = "TOPIC:PARTITION=OFFSET,...", conflicts_with = "from_timestamp")]
         from_offsets: Option<String>,
-        /// RFC 3339 timestamp
-        #[arg(long)]
+        /// Start at the first event at or after this RFC 3339 timestamp.
+        #[arg(long, value_name = "RFC3339")]
         from_timestamp: Option<String>,
         /// Merge events at or below the stored offsets again (the result is the same).
         #[arg(long)]
         reapply: bool,
     },
     /// Start an in-process Kafka cluster, stream sample CRM changes, print the tables.
+    #[command(after_help = "\
+Example:
+  changelake demo
+  changelake show account_history --config changelake-demo/changelake.yaml --view active")]
     Demo {
         /// Where to leave the lake and the generated config.
-        #[arg(long, default_value = "changelake-demo")]
+        #[arg(long, value_name = "DIR", default_value = "changelake-demo")]
         dir: PathBuf,
     },
     /// Benchmark: a seeded CRM workload through decode → merge → commit, and
     /// the same batches through delta-rs MERGE (Python `deltalake`), side by side.
+    #[command(after_help = "\
+Examples:
+  changelake bench --keys 1000000 --runs 3
+  changelake bench --keys 100000 --strategies scd2 --distribution recent --no-deltars
+
+Writes bench.json, bench.md and bench.svg (seconds per run, both engines) to --dir.")]
     Bench {
-        /// Work directory (tables, batch files, bench.json, bench.md).
-        #[arg(long, default_value = "bench-out")]
+        /// Work directory (tables, batch files, bench.json, bench.md, bench.svg).
+        #[arg(long, value_name = "DIR", default_value = "bench-out")]
         dir: PathBuf,
         /// Keys in the table before the timed runs.
         #[arg(long, default_value_t = 1_000_000)]
@@ -85,6 +153,7 @@ pub enum Cmd {
         /// Events per batch (one batch = one run = one commit).
         #[arg(long, default_value_t = 100_000)]
         batch: usize,
+        /// Timed runs per strategy.
         #[arg(long, default_value_t = 3)]
         runs: usize,
         /// Comma-separated: scd1, scd2.
@@ -101,14 +170,16 @@ pub enum Cmd {
         /// Percent shares besides updates: insert=5,delete=2,late=3,duplicate=5
         #[arg(long, default_value = "insert=5,delete=2,late=3,duplicate=5")]
         mix: String,
+        /// Seed of the workload generator (same seed, same events).
         #[arg(long, default_value_t = 42)]
         seed: u64,
         /// Skip the delta-rs MERGE comparison.
         #[arg(long)]
         no_deltars: bool,
         /// Also stream through an in-process broker at this many events/s.
-        #[arg(long)]
+        #[arg(long, value_name = "EVENTS_PER_SEC")]
         broker_rate: Option<u64>,
+        /// How long the broker run streams, in seconds.
         #[arg(long, default_value_t = 20)]
         broker_secs: u64,
         /// batching.max_age for the broker run, in milliseconds.
@@ -118,23 +189,75 @@ pub enum Cmd {
         #[arg(long, default_value_t = 250_000)]
         load_chunk: usize,
         /// Extra table `layout:` options, e.g. "file_rows: 200000".
-        #[arg(long)]
+        #[arg(long, value_name = "YAML")]
         layout: Option<String>,
     },
     /// Exit 0 when an HTTP endpoint answers 200 (container health checks without curl).
+    #[command(after_help = "\
+Example (a container health check):
+  changelake probe http://127.0.0.1:9464/readyz")]
     Probe {
+        /// The endpoint to ask.
         #[arg(default_value = "http://127.0.0.1:9464/readyz")]
         url: String,
     },
     /// Print a table ordered by business key, then version order.
+    #[command(after_help = "\
+Examples:
+  changelake show account --config changelake.yaml --limit 10
+  changelake show account_history --config changelake.yaml --key 42
+  changelake show account_history --config changelake.yaml --view as-of=2024-03-01T00:00:00Z
+  changelake show account --config changelake.yaml --where \"country = 'FR' AND _is_deleted = false\" --format csv
+  changelake show _dead_letters --config changelake.yaml --where \"reason = 'type'\"
+
+Only the files that may hold the rows asked for are read; output streams, a
+page of keys at a time, so memory follows the page, not the table.")]
     Show {
+        /// Table name from the config's `bronze.tables`, or the dead-letter table (`_dead_letters`).
         table: String,
+        /// The changelake YAML config (only storage and table settings are read).
         #[arg(long)]
         config: PathBuf,
-        /// all | active | as-of=<RFC 3339 timestamp>
+        /// all: every version; active: scd1 rows not soft-deleted, scd2 current
+        /// versions; as-of=<RFC 3339 timestamp>: scd2 versions valid then.
         #[arg(long, default_value = "all")]
         view: String,
+        /// Print at most N rows (the N first in key order).
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+        /// Only rows where this SQL predicate is true, over the printed columns
+        /// (the language of `delete_when`: =, <>, <, >, IN, BETWEEN, IS NULL, AND, OR, NOT).
+        #[arg(long = "where", value_name = "PREDICATE")]
+        filter: Option<String>,
+        /// Only the rows of one business key: one value per key column, comma-separated.
+        #[arg(long, value_name = "VALUE[,VALUE]")]
+        key: Option<String>,
+        /// Output format.
         #[arg(long, value_enum, default_value_t = OutFormat::Table)]
         format: OutFormat,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn every_command_and_argument_has_help_text_and_every_command_an_example() {
+        let cli = Cli::command();
+        cli.clone().debug_assert();
+        for a in cli.get_arguments() {
+            assert!(a.get_help().is_some(), "global --{} has no help", a.get_id());
+        }
+        for sub in cli.get_subcommands() {
+            let name = sub.get_name();
+            assert!(sub.get_about().is_some(), "{name} has no description");
+            let after = sub.get_after_help().map(|h| h.to_string()).unwrap_or_default();
+            assert!(after.contains(&format!("changelake {name}")), "{name}: no example");
+            for a in sub.get_arguments().filter(|a| !a.is_global_set()) {
+                assert!(a.get_help().is_some(), "{name} {} has no help", a.get_id());
+            }
+        }
+    }
 }

@@ -5,21 +5,26 @@
 //! [`crate::commands`], the bench and the demo in [`crate::tools`].
 
 mod args;
-
-use clap::Parser;
+mod progress;
 
 use changelake::config::{Config, Needs};
 use changelake::error::{Error, Result};
 
 use self::args::{Cli, Cmd, LogFormat};
-use crate::commands::{offsets, probe, replay, run, show};
+use crate::commands::{offsets, probe, replay, run, show, tables};
 use crate::tools::bench::{self, BenchOpts};
 use crate::tools::demo;
 use crate::tools::workload::{Distribution, Mix, Shape};
 
 pub fn main() -> i32 {
-    let cli = Cli::parse();
+    let cli = parse_args();
     init_tracing(cli.log_format);
+    if matches!(cli.cmd, Cmd::Run { once: true, .. })
+        && cli.log_format == LogFormat::Text
+        && std::io::IsTerminal::is_terminal(&std::io::stderr())
+    {
+        progress::install();
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -34,6 +39,19 @@ pub fn main() -> i32 {
             e.exit_code()
         }
     }
+}
+
+/// The arguments; `--version` also names the storage backends of this build.
+fn parse_args() -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    let version = format!(
+        "{}\nstorage backends: {}",
+        env!("CARGO_PKG_VERSION"),
+        changelake::table::STORAGE_BACKENDS.join(", ")
+    );
+    // Built once per process; clap keeps a `&'static str`.
+    let matches = Cli::command().version(&*version.leak()).get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
 /// Logs go to stderr. `RUST_LOG` (or `CHANGELAKE_LOG`) sets the filter with
@@ -52,7 +70,7 @@ fn init_tracing(f: LogFormat) {
     let b = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
-        .with_writer(std::io::stderr);
+        .with_writer(progress::LogWriter);
     let _ = match f {
         LogFormat::Text => b.try_init(),
         LogFormat::Json => b.json().with_current_span(true).with_span_list(false).try_init(),
@@ -77,6 +95,12 @@ async fn dispatch(cmd: Cmd) -> Result<()> {
             let c = Config::load(&config)?;
             run::run(&c, once).await
         }
+        Cmd::Tables { config, format } => {
+            // Like `show`, `tables` reads the lake only.
+            let c = Config::load_for(&config, Needs::TablesOnly)?;
+            print!("{}", tables::tables(&c, format).await?);
+            Ok(())
+        }
         Cmd::Offsets { config } => {
             let c = Config::load(&config)?;
             print!("{}", offsets::offsets(&c).await?);
@@ -95,10 +119,11 @@ async fn dispatch(cmd: Cmd) -> Result<()> {
             print!("{body}");
             Ok(())
         }
-        Cmd::Show { table, config, view, format } => {
+        Cmd::Show { table, config, view, limit, filter, key, format } => {
             // `show` reads the lake only: source settings need not resolve.
             let c = Config::load_for(&config, Needs::TablesOnly)?;
-            show::show(&c, &table, &view, format).await
+            let q = show::Query { view: show::View::parse(&view)?, limit, filter, key, format };
+            show::show(&c, &table, &q).await
         }
     }
 }

@@ -8,3 +8,4 @@ pub mod probe;
 pub mod replay;
 pub mod run;
 pub mod show;
+pub mod tables;

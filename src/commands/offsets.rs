@@ -2,7 +2,7 @@
 //! table, the partition's high watermark and the lag between them.
 
 use changelake::config::{Config, SystemKind};
-use changelake::engine::TableRunner;
+use changelake::engine::open_for_reading;
 use changelake::error::{Error, Result};
 use changelake::source::kafka;
 use changelake::value::Value;
@@ -23,12 +23,11 @@ pub async fn offsets(c: &Config) -> Result<String> {
             kafka::client_config(brokers, group_id, kafka)
                 .create_with_context(kafka::Ctx)
                 .map_err(|e| Error::Input(format!("kafka: {e}")))?;
-        let runner = TableRunner::open(c, t).await?;
+        let store = open_for_reading(c, t).await?;
         let parts = tokio::task::block_in_place(|| kafka::partitions(&consumer, &topic, brokers))
             .map_err(|e| Error::Input(e.to_string()))?;
         for p in parts {
-            let stored = runner
-                .store
+            let stored = store
                 .txn_version(&changelake::progress::partition_app_id(&t.name, &topic, p))
                 .await?;
             let kafka::Watermarks { low, high } =

@@ -10,6 +10,7 @@ use changelake::error::{Error, Result};
 use changelake::source::file::{
     content_version, expand, read_csv, read_debezium_jsonl, read_jsonl,
 };
+use changelake::telemetry::progress;
 
 /// `run`: file sources first (one pass), then the Kafka daemon if any table reads Kafka.
 pub async fn run(c: &Config, once: bool) -> Result<()> {
@@ -46,7 +47,7 @@ async fn run_files(c: &Config, once: bool) -> Result<()> {
     };
     loop {
         for r in runners.iter_mut() {
-            for report in run_table_files(c, r).await? {
+            for report in run_table_files(c, r, once).await? {
                 changelake::telemetry::run_committed(&report);
             }
         }
@@ -58,7 +59,7 @@ async fn run_files(c: &Config, once: bool) -> Result<()> {
     }
 }
 
-async fn run_table_files(c: &Config, r: &mut TableRunner) -> Result<Vec<RunReport>> {
+async fn run_table_files(c: &Config, r: &mut TableRunner, once: bool) -> Result<Vec<RunReport>> {
     let system = &c.systems[&r.cfg.system];
     let (pattern, csv_delim, format) = match &system.kind {
         SystemKind::Csv { path, delimiter } => (path.clone(), Some(*delimiter), Format::Json),
@@ -67,14 +68,20 @@ async fn run_table_files(c: &Config, r: &mut TableRunner) -> Result<Vec<RunRepor
     };
     let pattern = c.resolve(&pattern.replace("{object}", &r.cfg.object));
     let mut reports = vec![];
-    for file in expand(&pattern)? {
+    let files = expand(&pattern)?;
+    let table = r.cfg.name.clone();
+    if once {
+        progress::start(&table, progress::Unit::Files, files.len() as u64);
+    }
+    for file in files {
         let bytes =
             std::fs::read(&file).map_err(|e| Error::Input(format!("{}: {e}", file.display())))?;
         let rel = file.strip_prefix(&c.base_dir).unwrap_or(&file).to_string_lossy().to_string();
-        let progress = vec![Mark::file(&r.cfg.name, &rel, content_version(&bytes))];
-        if r.already_applied(&progress).await? {
+        let marks = vec![Mark::file(&r.cfg.name, &rel, content_version(&bytes))];
+        if r.already_applied(&marks).await? {
             // The target it had before the command moved out of `cli` (log filters name it).
             tracing::debug!(target: "changelake::cli", table = %r.cfg.name, file = %rel, "unchanged since its last run, skipped");
+            progress::advance(&table, 1, 0);
             continue;
         }
         let raw = match (csv_delim, format) {
@@ -87,7 +94,10 @@ async fn run_table_files(c: &Config, r: &mut TableRunner) -> Result<Vec<RunRepor
                 Some(&changelake::decode::env_paths(&r.cfg, format)),
             ),
         };
-        reports.push(r.run_batch(raw, progress).await?);
+        let events = raw.rows.len() as u64;
+        reports.push(r.run_batch(raw, marks).await?);
+        progress::advance(&table, 1, events);
     }
+    progress::finish(&table);
     Ok(reports)
 }

@@ -97,6 +97,9 @@ pub(super) async fn run_system(
         probes: Probes::new(Arc::new(clients.meta), system, kafka.brokers),
         reports: vec![],
     };
+    if opts.once {
+        run.start_progress();
+    }
     run.consume(&mut rx, shutdown).await?;
     run.finish().await
 }
@@ -186,6 +189,26 @@ impl SystemLoop<'_> {
         Ok(())
     }
 
+    /// `--once`: each table has the offsets up to the high watermarks at start to read.
+    fn start_progress(&self) {
+        for s in &self.slots {
+            let total: i64 = s
+                .partitions
+                .iter()
+                .map(|&p| {
+                    let key = PartitionKey::new(&s.topic, p);
+                    let high = self.high_at_start.get(&key).copied().unwrap_or(0);
+                    (high - self.position.get(&key).copied().unwrap_or(high)).max(0)
+                })
+                .sum();
+            telemetry::progress::start(
+                &s.runner.cfg.name,
+                telemetry::progress::Unit::Offsets,
+                total as u64,
+            );
+        }
+    }
+
     /// A `--once` run read every partition up to its high watermark at start.
     fn once_done(&self) -> bool {
         self.opts.once && self.unfinished.is_empty()
@@ -259,7 +282,17 @@ impl SystemLoop<'_> {
     /// Routes a message into its tables' batches; commits what must be committed now.
     async fn on_message(&mut self, received: Received) -> Result<()> {
         let (p, off) = (received.msg.partition(), received.msg.offset());
-        self.position.insert(PartitionKey::new(received.msg.topic(), p), off + 1);
+        let key = PartitionKey::new(received.msg.topic(), p);
+        if self.opts.once {
+            // Offsets of the backlog at start now read (gaps in offsets included).
+            let high = self.high_at_start.get(&key).copied().unwrap_or(0);
+            let before = self.position.get(&key).copied().unwrap_or(0).min(high);
+            let done = ((off + 1).min(high) - before).max(0) as u64;
+            for s in self.slots.iter().filter(|s| s.topic == key.topic) {
+                telemetry::progress::advance(&s.runner.cfg.name, done, 1);
+            }
+        }
+        self.position.insert(key, off + 1);
         for i in route(&mut self.slots, self.opts, received) {
             self.commit(i).await?;
             self.reports.push(apply_truncate(&mut self.slots[i], p, off).await?);
@@ -351,6 +384,7 @@ impl SystemLoop<'_> {
             ),
         }
         for s in &self.slots {
+            telemetry::progress::finish(&s.runner.cfg.name);
             if s.tombstones + s.truncates > 0 {
                 tracing::info!(target: "changelake::daemon", table = %s.runner.cfg.name, tombstones = s.tombstones, truncates = s.truncates, "skipped tombstones and truncate events");
             }

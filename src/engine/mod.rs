@@ -34,17 +34,23 @@ pub struct TableRunner {
     last_checkpoint: i64,
 }
 
+/// Opens a table to look at it (`show`, `tables`, `offsets`): its files,
+/// schema and progress, without the key index a run loads.
+pub async fn open_for_reading(config: &Config, t: &TableConfig) -> Result<TableStore> {
+    let meta = TableMeta {
+        name: t.name.clone(),
+        strategy: t.strategy,
+        business_key: t.business_key.clone(),
+        reserved: t.reserved.clone(),
+        surrogate_key: t.surrogate_key,
+        layout: t.layout.clone(),
+    };
+    Ok(TableStore::open(&config.table_uri(&t.name), meta).await?)
+}
+
 impl TableRunner {
     pub async fn open(config: &Config, t: &TableConfig) -> Result<TableRunner> {
-        let meta = TableMeta {
-            name: t.name.clone(),
-            strategy: t.strategy,
-            business_key: t.business_key.clone(),
-            reserved: t.reserved.clone(),
-            surrogate_key: t.surrogate_key,
-            layout: t.layout.clone(),
-        };
-        let mut store = TableStore::open(&config.table_uri(&t.name), meta).await?;
+        let mut store = open_for_reading(config, t).await?;
         if store.exists() {
             store.load_index(&build_spec(t, &store.columns)?).await?;
         }

@@ -21,6 +21,8 @@
 //! | `commit.rs` | the commit, table creation, updating state after it |
 //! | `compact.rs` | small-file compaction |
 //! | `upkeep.rs` | checkpoints, vacuum and the orphan sweep |
+//! | `scan.rs` | reads for inspection, without the key index |
+//! | `stats.rs` | a table's health in numbers, from its log |
 //! | `convert.rs` | Arrow <-> values, Delta and Arrow schemas |
 //! | `parquet.rs` | parquet encoding and the key bloom filters |
 //!
@@ -40,8 +42,10 @@ mod index;
 mod masks;
 mod parquet;
 mod plan;
+mod scan;
 mod stage;
 mod state;
+mod stats;
 mod upkeep;
 
 use std::collections::{HashMap, HashSet};
@@ -64,10 +68,16 @@ pub(crate) use commit::{create_table, NewTable};
 pub use commit::{CommitRequest, PendingCommit};
 pub use convert::cell;
 pub(crate) use parquet::encode_parquet;
+pub use scan::{KeyRange, Projected, ScanFile};
 pub use state::{ClosingRows, LoadedStates};
+pub use stats::{table_stats, TableStats};
 
 type FxMap<K, V> = HashMap<K, V, rustc_hash::FxBuildHasher>;
 type FxSet<K> = HashSet<K, rustc_hash::FxBuildHasher>;
+
+/// Where this build can keep tables: the `storage.root` kinds it reads and
+/// writes (docs/config.md, storage).
+pub const STORAGE_BACKENDS: &[&str] = &["local disk (file://)"];
 
 /// Table property naming the strategy a table was created with.
 pub const PROP_STRATEGY: &str = "changelake.strategy";

@@ -63,26 +63,7 @@ impl KeyFilter {
     {
         use deltalake::parquet::basic::Type as Physical;
         use deltalake::parquet::bloom_filter::Sbbf;
-        use deltalake::parquet::file::metadata::ParquetMetaDataReader;
-        if size < 12 {
-            return Err("not a parquet file".into());
-        }
-        let tail_len = size.min(64 * 1024);
-        let mut tail = range(size - tail_len..size).await?;
-        let n = tail.len();
-        if n < 8 || &tail[n - 4..] != b"PAR1" {
-            return Err("not a parquet file (no PAR1 footer)".into());
-        }
-        let meta_len = u32::from_le_bytes(tail[n - 8..n - 4].try_into().expect("4 bytes")) as u64;
-        if meta_len + 8 > size {
-            return Err("parquet footer longer than the file".into());
-        }
-        if meta_len + 8 > tail_len {
-            tail = range(size - 8 - meta_len..size).await?;
-        }
-        let n = tail.len();
-        let meta = ParquetMetaDataReader::decode_metadata(&tail[n - 8 - meta_len as usize..n - 8])
-            .map_err(|e| e.to_string())?;
+        let meta = read_footer(size, &range).await?;
         let mut groups = vec![];
         for rg in meta.row_groups() {
             let mut cols = vec![];
@@ -111,6 +92,38 @@ impl KeyFilter {
         }
         Ok(Some(KeyFilter { groups }))
     }
+}
+
+/// A parquet file's footer (schema, row groups, statistics), fetched with
+/// one or two ranged reads of its tail, never the whole file.
+pub(super) async fn read_footer<F, Fut>(
+    size: u64,
+    range: &F,
+) -> std::result::Result<deltalake::parquet::file::metadata::ParquetMetaData, String>
+where
+    F: Fn(std::ops::Range<u64>) -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<bytes::Bytes, String>>,
+{
+    use deltalake::parquet::file::metadata::ParquetMetaDataReader;
+    if size < 12 {
+        return Err("not a parquet file".into());
+    }
+    let tail_len = size.min(64 * 1024);
+    let mut tail = range(size - tail_len..size).await?;
+    let n = tail.len();
+    if n < 8 || &tail[n - 4..] != b"PAR1" {
+        return Err("not a parquet file (no PAR1 footer)".into());
+    }
+    let meta_len = u32::from_le_bytes(tail[n - 8..n - 4].try_into().expect("4 bytes")) as u64;
+    if meta_len + 8 > size {
+        return Err("parquet footer longer than the file".into());
+    }
+    if meta_len + 8 > tail_len {
+        tail = range(size - 8 - meta_len..size).await?;
+    }
+    let n = tail.len();
+    ParquetMetaDataReader::decode_metadata(&tail[n - 8 - meta_len as usize..n - 8])
+        .map_err(|e| e.to_string())
 }
 
 pub(crate) fn encode_parquet(

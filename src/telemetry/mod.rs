@@ -26,6 +26,7 @@
 
 mod health;
 mod http;
+pub mod progress;
 mod registry;
 #[cfg(test)]
 mod tests;

@@ -15,7 +15,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
 use serde_json::{json, Value as J};
 
-use crate::commands::show::{render, show, OutFormat};
+use crate::commands::show::{render, show, OutFormat, Query, View};
 use changelake::config::Config;
 use changelake::daemon::{self, RunOpts};
 use changelake::error::{Error, Result};
@@ -309,7 +309,7 @@ pub async fn run(dir: &Path) -> Result<()> {
         [("account", "scd1"), ("account_history", "scd2, full history"), ("contact", "scd2")]
     {
         println!("== {table} ({title})");
-        show(&config, table, "all", OutFormat::Table).await?;
+        show(&config, table, &Query::all(View::All, OutFormat::Table)).await?;
         println!();
     }
     let (header, rows) = changelake::deadletter::read_all(&config.dead_letter_uri()).await?;

@@ -19,12 +19,14 @@
 //! * optionally streams batches through an in-process Kafka cluster at a fixed
 //!   rate and measures produce-to-commit latency.
 //!
-//! Output: a Markdown table on stdout and `bench.json` in the work directory.
+//! Output: a Markdown table on stdout, `bench.json` and the chart `bench.svg`
+//! (seconds per run of both engines) in the work directory.
 //!
 //! This module runs the steps; the workload is [`crate::tools::workload`]'s,
 //! the memory readings `memory`'s, the delta-rs side `deltars`' and the
 //! report `results`'.
 
+mod chart;
 mod deltars;
 mod memory;
 mod opts;

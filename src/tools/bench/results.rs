@@ -47,6 +47,8 @@ impl TableResult {
 pub struct Output {
     pub json: serde_json::Map<String, serde_json::Value>,
     pub md: String,
+    /// The chart's caption: the workload in a line.
+    title: String,
 }
 
 impl Output {
@@ -67,7 +69,11 @@ impl Output {
             opts.mix.duplicate,
             opts.table_option.as_deref().map(|o| format!(", layout {{{o}}}")).unwrap_or_default()
         );
-        Output { json: serde_json::Map::new(), md }
+        let title = format!(
+            "{} keys, {} events per run, {:?} keys, {:?} columns",
+            opts.keys, opts.batch, opts.distribution, opts.shape
+        );
+        Output { json: serde_json::Map::new(), md, title }
     }
 
     /// A table's section (its runs, mean, load and memory); returns its JSON entry.
@@ -156,12 +162,15 @@ impl Output {
         entry["ratio_to_scd1"] = json!(ratio);
     }
 
-    /// Writes `bench.json` and `bench.md` into `dir`.
+    /// Writes `bench.json`, `bench.md` and the chart `bench.svg` into `dir`.
     pub fn write(&self, dir: &Path) -> Result<()> {
         let text = serde_json::to_string_pretty(&serde_json::Value::Object(self.json.clone()))
             .expect("json");
         std::fs::write(dir.join("bench.json"), text).map_err(|e| Error::Input(e.to_string()))?;
         std::fs::write(dir.join("bench.md"), &self.md).map_err(|e| Error::Input(e.to_string()))?;
+        let svg = super::chart::svg(&super::chart::series(&self.json), &self.title)
+            .map_err(|e| Error::Input(format!("bench.svg: {e}")))?;
+        std::fs::write(dir.join("bench.svg"), svg).map_err(|e| Error::Input(e.to_string()))?;
         Ok(())
     }
 }
