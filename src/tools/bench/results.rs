@@ -70,8 +70,12 @@ impl Output {
             opts.table_option.as_deref().map(|o| format!(", layout {{{o}}}")).unwrap_or_default()
         );
         let title = format!(
-            "{} keys, {} events per run, {:?} keys, {:?} columns",
-            opts.keys, opts.batch, opts.distribution, opts.shape
+            "{} keys, {} events per run, {} keys, {} columns, layout: {}",
+            opts.keys,
+            opts.batch,
+            format!("{:?}", opts.distribution).to_lowercase(),
+            format!("{:?}", opts.shape).to_lowercase(),
+            opts.table_option.as_deref().unwrap_or("default (copy-on-write)")
         );
         Output { json: serde_json::Map::new(), md, title }
     }
