@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::config::Format;
-use crate::decode::{decode, Decoded};
+use crate::decode::{decode, Decoded, Rejected};
 use crate::source::kafka::Ctx;
 
 /// What the loop's channel carries.
@@ -38,7 +38,7 @@ pub(super) enum Ev {
 /// not from when the loop got to it (it may have waited out a commit).
 pub(super) struct Received {
     pub(super) msg: OwnedMessage,
-    pub(super) decoded: std::result::Result<Decoded, String>,
+    pub(super) decoded: std::result::Result<Decoded, Rejected>,
     pub(super) raw: String,
     pub(super) at: Instant,
 }

@@ -9,7 +9,7 @@ use rdkafka::message::{Message, OwnedMessage};
 use super::forward::Received;
 use super::slots::Slot;
 use super::RunOpts;
-use crate::decode::{store_envelope, Decoded};
+use crate::decode::{store_envelope, Decoded, Rejected};
 use crate::source::{RawRow, Unparsable};
 use crate::telemetry;
 
@@ -69,7 +69,7 @@ pub(super) fn route(slots: &mut [Slot], opts: &RunOpts, received: Received) -> V
             Err(_) if Some(i) != owner => {}
             Err(e) => {
                 b.bytes += m.payload().map_or(0, |x| x.len());
-                b.dead.push(malformed(&m, e.clone()));
+                b.dead.push(rejected(&m, e));
             }
         }
     }
@@ -77,12 +77,12 @@ pub(super) fn route(slots: &mut [Slot], opts: &RunOpts, received: Received) -> V
 }
 
 /// A message that does not decode, as a dead letter.
-fn malformed(m: &OwnedMessage, error: String) -> Unparsable {
+fn rejected(m: &OwnedMessage, r: &Rejected) -> Unparsable {
     Unparsable {
         partition: m.partition(),
         pos: m.offset() as u64,
         raw: m.payload().unwrap_or_default().to_vec(),
-        error,
-        reason: "malformed",
+        error: r.error.clone(),
+        reason: r.reason,
     }
 }

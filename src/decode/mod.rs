@@ -104,12 +104,71 @@ pub fn store_paths(t: &crate::config::TableConfig, format: Format) -> Vec<String
     p
 }
 
+/// Deepest nesting of arrays and objects a message may have. serde_json
+/// stops at the same depth; simd-json has no limit of its own and would
+/// overflow the stack (docs/bad-input.md, hostile messages).
+pub const MAX_DEPTH: usize = 128;
+
+/// Why a message was not decoded: the dead-letter reason and the error.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejected {
+    /// `malformed` (not the configured format, too deep, not UTF-8, ...) or
+    /// `internal` (the decoder panicked: a bug, kept from becoming a crash loop).
+    pub reason: &'static str,
+    pub error: String,
+}
+
+impl Rejected {
+    pub fn malformed(error: impl Into<String>) -> Rejected {
+        Rejected { reason: "malformed", error: error.into() }
+    }
+}
+
+impl std::fmt::Display for Rejected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.error)
+    }
+}
+
+/// Refuses a message nested deeper than [`MAX_DEPTH`]. Counting opening
+/// brackets first (a vectorised scan) clears almost every message at once:
+/// a message with fewer of them cannot nest deeper.
+fn check_depth(v: &[u8]) -> Result<(), String> {
+    if memchr::memchr2_iter(b'[', b'{', v).count() <= MAX_DEPTH {
+        return Ok(());
+    }
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in v {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return Err(format!("nested deeper than {MAX_DEPTH} levels"));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 pub fn decode(
     format: Format,
     key: Option<&[u8]>,
     value: Option<&[u8]>,
     store_paths: &[String],
-) -> Result<Decoded, String> {
+) -> Result<Decoded, Rejected> {
     decode_keeping(format, key, value, store_paths, None)
 }
 
@@ -135,14 +194,50 @@ pub fn decode_keeping(
     value: Option<&[u8]>,
     store_paths: &[String],
     keep: Option<&[String]>,
-) -> Result<Decoded, String> {
+) -> Result<Decoded, Rejected> {
     let Some(value) = value else { return Ok(Decoded::Tombstone) };
-    if let Some(d) = fast::decode(format, key, value, store_paths, keep) {
-        return d;
+    check_depth(value).map_err(|e| Rejected::malformed(format!("not decoded: {e}")))?;
+    if let Some(k) = key {
+        // The key is parsed only as a fallback for deletes; a hostile key must not reach it.
+        if check_depth(k).is_err() {
+            return decode_guarded(format, None, value, store_paths, keep);
+        }
     }
-    let v: J = serde_json::from_slice(value).map_err(|e| format!("not JSON: {e}"))?;
-    match format {
-        Format::Json => json::flat_row(v),
-        Format::Debezium => debezium(v, key, store_paths),
+    decode_guarded(format, key, value, store_paths, keep)
+}
+
+/// Decodes with a panic guard: a decoder bug costs one message (dead
+/// letter, reason `internal`), never the process.
+fn decode_guarded(
+    format: Format,
+    key: Option<&[u8]>,
+    value: &[u8],
+    store_paths: &[String],
+    keep: Option<&[String]>,
+) -> Result<Decoded, Rejected> {
+    let attempt = std::panic::catch_unwind(|| {
+        if let Some(d) = fast::decode(format, key, value, store_paths, keep) {
+            return d;
+        }
+        let v: J = serde_json::from_slice(value).map_err(|e| format!("not JSON: {e}"))?;
+        match format {
+            Format::Json => json::flat_row(v),
+            Format::Debezium => debezium(v, key, store_paths),
+        }
+    });
+    match attempt {
+        Ok(d) => d.map_err(Rejected::malformed),
+        Err(panic) => Err(Rejected {
+            reason: "internal",
+            error: format!("decoder panicked: {}", panic_text(&panic)),
+        }),
     }
+}
+
+/// The message of a caught panic.
+pub fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
 }

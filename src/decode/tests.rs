@@ -254,3 +254,32 @@ fn flat_json_rows_keep_their_types() {
     assert_eq!(get(&data, "amount"), &Value::Float(2.5));
     assert!(env.is_empty());
 }
+
+/// docs/bad-input.md, hostile messages: nesting beyond the limit is a dead
+/// letter for both formats, never a stack overflow; brackets inside strings
+/// are text, and nesting up to the limit still decodes.
+#[test]
+fn bad_input_deep_nesting_is_a_dead_letter_not_a_crash() {
+    let deep = |n: usize| {
+        format!(r#"{{"op":"c","after":{{"id":1,"name":{}1{}}}}}"#, "[".repeat(n), "]".repeat(n))
+    };
+    for format in [Format::Debezium, Format::Json] {
+        let e = decode(format, None, Some(deep(200_000).as_bytes()), &[]).unwrap_err();
+        assert_eq!(e.reason, "malformed", "{format:?}");
+        assert!(e.error.contains("nested deeper than 128"), "{format:?}: {}", e.error);
+    }
+    // The envelope and `after` are two levels: 126 arrays reach the limit exactly.
+    assert!(decode(Format::Debezium, None, Some(deep(126).as_bytes()), &[]).is_ok());
+    assert!(decode(Format::Debezium, None, Some(deep(127).as_bytes()), &[]).is_err());
+    let in_text = format!(
+        r#"{{"op":"c","after":{{"id":1,"name":"{}\"{}"}}}}"#,
+        "[".repeat(500),
+        "{".repeat(500)
+    );
+    let d = decode(Format::Debezium, None, Some(in_text.as_bytes()), &[]).unwrap();
+    assert!(matches!(d, Decoded::Row { .. }));
+    // A hostile message key cannot hurt a delete either.
+    let key = "[".repeat(100_000);
+    let del = r#"{"op":"d","before":{"id":7}}"#;
+    assert!(decode(Format::Debezium, Some(key.as_bytes()), Some(del.as_bytes()), &[]).is_ok());
+}

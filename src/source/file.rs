@@ -175,12 +175,12 @@ fn decode_debezium_lines(
             }
             Ok(Decoded::Tombstone) => {}
             Ok(Decoded::Truncate) => truncates += 1,
-            Err(error) => unparsable.push(Unparsable {
+            Err(r) => unparsable.push(Unparsable {
                 partition: 0,
                 pos,
                 raw: line.to_vec(),
-                error,
-                reason: "malformed",
+                error: r.error,
+                reason: r.reason,
             }),
         }
     }

@@ -22,7 +22,7 @@ pub const DROP_REASONS: &[&str] = &[
     "truncate",
 ];
 /// Why a row went to the dead-letter table (`changelake_dead_letters_total{reason}`).
-pub const DEAD_REASONS: &[&str] = &["malformed", "schema", "type", "guardrail"];
+pub const DEAD_REASONS: &[&str] = &["malformed", "schema", "type", "guardrail", "internal"];
 const OUTCOMES: &[&str] = &["ok", "retried", "failed"];
 
 const ROW_BUCKETS: &[f64] = &[1.0, 10.0, 100.0, 1_000.0, 10_000.0, 100_000.0, 1_000_000.0];
