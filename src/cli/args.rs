@@ -61,13 +61,18 @@ done, events per second and the time left.")]
     },
     /// Validate the config and report every error with its YAML path (exit 2 if any).
     #[command(after_help = "\
-Example:
+Examples:
   changelake check --config changelake.yaml
-  changelake.yaml: ok (2 tables, 1 system)")]
+  changelake.yaml: ok (2 tables, 1 system)
+  changelake check --config changelake.yaml --table account   # only what `account` needs")]
     Check {
         /// The changelake YAML config.
         #[arg(long, value_name = "FILE")]
         config: PathBuf,
+        /// Check what one table needs: its settings and its system's (other
+        /// systems' unset ${VAR}s are not errors).
+        #[arg(long)]
+        table: Option<String>,
     },
     /// One line of health numbers per table: version, rows, files, small files,
     /// masked rows, last commit and checkpoint, log files, stored positions.

@@ -79,13 +79,14 @@ fn init_tracing(f: LogFormat) {
 
 async fn dispatch(cmd: Cmd) -> Result<()> {
     match cmd {
-        Cmd::Check { config } => {
-            let c = Config::load(&config)?;
+        Cmd::Check { config, table } => {
+            let needs = table.clone().map_or(Needs::Everything, Needs::Table);
+            let c = Config::load_for(&config, needs)?;
+            let tables = if table.is_some() { 1 } else { c.tables.len() };
             println!(
-                "{}: ok ({} table{}, {} system{})",
+                "{}: ok ({tables} table{}, {} system{})",
                 config.display(),
-                c.tables.len(),
-                if c.tables.len() == 1 { "" } else { "s" },
+                if tables == 1 { "" } else { "s" },
                 c.systems.len(),
                 if c.systems.len() == 1 { "" } else { "s" }
             );
@@ -107,7 +108,7 @@ async fn dispatch(cmd: Cmd) -> Result<()> {
             Ok(())
         }
         Cmd::Replay { config, table, from_beginning, from_offsets, from_timestamp, reapply } => {
-            let c = Config::load(&config)?;
+            let c = Config::load_for(&config, Needs::Table(table.clone()))?;
             replay::replay(&c, table, from_beginning, from_offsets, from_timestamp, reapply).await
         }
         Cmd::Demo { dir } => demo::run(&dir).await,

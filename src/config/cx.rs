@@ -17,9 +17,9 @@ pub(super) type Mapping<'a> = BTreeMap<String, &'a Y>;
 
 pub(super) struct Cx {
     pub(super) errors: Vec<String>,
-    /// Positions in `errors` of unset `${VAR}`s under `systems.*`: settings
-    /// only the commands that connect to a source need (see `Needs`).
-    pub(super) unset_in_systems: Vec<usize>,
+    /// Positions in `errors` of unset `${VAR}`s under `systems.*`, with the
+    /// system: settings only the commands that connect to it need (see `Needs`).
+    pub(super) unset_in_systems: Vec<(usize, String)>,
 }
 
 /// The YAML path of `key` under `path` (`bronze.tables` + `x`).
@@ -75,10 +75,10 @@ impl Cx {
     }
 
     pub(super) fn subst(&mut self, s: &str, path: &str) -> String {
-        let in_systems = path.starts_with("systems.");
+        let system = path.strip_prefix("systems.").map(|r| r.split('.').next().unwrap_or(r));
         substitute(s, |var| {
-            if in_systems {
-                self.unset_in_systems.push(self.errors.len());
+            if let Some(system) = system {
+                self.unset_in_systems.push((self.errors.len(), system.to_string()));
             }
             self.err(path, format!("environment variable `{var}` is not set"))
         })

@@ -50,14 +50,17 @@ pub use units::{parse_duration, parse_size};
 use cx::Cx;
 
 /// Which settings a command needs resolved. Commands that never connect to
-/// a source (`show`) read the lake with a config whose source settings may
-/// name `${VAR}`s of another environment (the demo's brokers, a deployment's
-/// secrets); everything else needs every setting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// a source (`show`, `tables`) read the lake with a config whose source
+/// settings may name `${VAR}`s of another environment (the demo's brokers, a
+/// deployment's secrets); a command about one table (`replay`, `check
+/// --table`) needs that table's system only; the daemon needs everything.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Needs {
     Everything,
     /// Unset `${VAR}`s under `systems.*` are left empty instead of failing.
     TablesOnly,
+    /// Only the named table's system must resolve (the table must exist).
+    Table(String),
 }
 
 impl Config {
@@ -86,13 +89,25 @@ impl Config {
             .map_err(|e| ConfigErrors(vec![format!("(document): not valid YAML: {e}")]))?;
         let mut cx = Cx { errors: vec![], unset_in_systems: vec![] };
         let cfg = cx.config(&doc, base_dir);
-        let errors: Vec<String> = match needs {
-            Needs::Everything => cx.errors,
-            Needs::TablesOnly => (cx.errors.into_iter().enumerate())
-                .filter(|(i, _)| !cx.unset_in_systems.contains(i))
-                .map(|(_, e)| e)
-                .collect(),
+        // Unset variables under systems nobody here reads are not errors.
+        let unread = |system: &str| match &needs {
+            Needs::Everything => false,
+            Needs::TablesOnly => true,
+            Needs::Table(t) => cfg.table(t).is_none_or(|t| t.system != system),
         };
+        let mut errors: Vec<String> = (cx.errors.into_iter().enumerate())
+            .filter(|(i, _)| {
+                !cx.unset_in_systems.iter().any(|(at, system)| at == i && unread(system))
+            })
+            .map(|(_, e)| e)
+            .collect();
+        if let Needs::Table(t) = &needs {
+            if cfg.table(t).is_none() {
+                let names: Vec<&str> = cfg.tables.iter().map(|t| t.name.as_str()).collect();
+                errors
+                    .push(format!("bronze.tables: no table `{t}` (tables: {})", names.join(", ")));
+            }
+        }
         if errors.is_empty() {
             Ok(cfg)
         } else {

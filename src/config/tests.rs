@@ -233,3 +233,29 @@ bronze:
     assert!(e.iter().any(|m| m.starts_with("storage.root")), "{e:?}");
     assert!(!e.iter().any(|m| m.starts_with("systems.")), "{e:?}");
 }
+
+#[test]
+fn a_command_about_one_table_needs_only_that_tables_system() {
+    let y = r#"
+storage: { root: /lake }
+systems:
+  crm: { type: kafka, brokers: "${CHANGELAKE_TEST_UNSET_CRM}", topic: "t.{object}" }
+  erp: { type: csv, path: "data/{object}.csv" }
+bronze:
+  tables:
+    account:
+      source: { system: crm, object: account }
+      business_key: [id]
+      strategy: scd1
+    invoice:
+      source: { system: erp, object: invoice }
+      business_key: [id]
+      strategy: scd1
+"#;
+    let need = |t: &str| Config::parse_for(y, Path::new("/cfg"), Needs::Table(t.into()));
+    assert!(need("invoice").is_ok(), "the erp table does not need crm's brokers");
+    let e = need("account").unwrap_err().0;
+    assert!(e.len() == 1 && e[0].starts_with("systems.crm.brokers"), "{e:?}");
+    let e = need("nope").unwrap_err().0;
+    assert!(e.iter().any(|m| m.contains("no table `nope`")), "{e:?}");
+}
