@@ -13,9 +13,11 @@
 //! | execution | `changelake/<table>/_execution` | last `_execution_id` |
 //! | dead letters of a position (in `_dead_letters`) | `<marker's app id>/dead_letters` | the marker's version |
 //!
-//! Kafka topic names cannot contain `/` and a partition is a number, so a
-//! partition marker is told apart from a file marker (`file/...`) and the
-//! execution marker (`_execution`, no partition) by its shape.
+//! Table names are identifiers (no `/`) and Kafka topic names cannot contain
+//! `/`, so a partition marker has exactly one segment after the table for
+//! the topic and one for the partition. A table reads one kind of source, so
+//! its markers are read back knowing which kind to expect ([`parse`]): a
+//! topic named `file` is never taken for a file marker.
 
 use std::collections::BTreeMap;
 
@@ -95,14 +97,23 @@ pub enum Marker<'a> {
     Execution,
 }
 
-/// Reads an app id of `table` back; `None` for another table's or a foreign one.
-pub fn parse<'a>(table: &str, app_id: &'a str) -> Option<Marker<'a>> {
+/// Which source markers a table's log holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceKind {
+    Kafka,
+    Files,
+}
+
+/// Reads an app id of `table` back, for a table reading `kind`; `None` for
+/// another table's, another kind's or a foreign one.
+pub fn parse<'a>(table: &str, kind: SourceKind, app_id: &'a str) -> Option<Marker<'a>> {
     let rest = app_id.strip_prefix(PREFIX)?.strip_prefix('/')?;
     let rest = rest.strip_prefix(table)?.strip_prefix('/')?;
     if rest == EXECUTION {
         return Some(Marker::Execution);
     }
-    if let Some(path) = rest.strip_prefix(FILE).and_then(|r| r.strip_prefix('/')) {
+    if kind == SourceKind::Files {
+        let path = rest.strip_prefix(FILE).and_then(|r| r.strip_prefix('/'))?;
         return Some(Marker::File { path });
     }
     let (topic, partition) = rest.rsplit_once('/')?;
@@ -195,22 +206,40 @@ mod tests {
         assert_eq!(m.app, "changelake/account/crm.public.account/3");
         assert_eq!((m.version, m.partition), (42, Some(3)));
         assert_eq!(
-            parse("account", &m.app),
+            parse("account", SourceKind::Kafka, &m.app),
             Some(Marker::Partition { topic: "crm.public.account", partition: 3 })
         );
         let f = Mark::file("account", "2024/01/a.csv", 7);
         assert_eq!(f.app, "changelake/account/file/2024/01/a.csv");
-        assert_eq!(parse("account", &f.app), Some(Marker::File { path: "2024/01/a.csv" }));
+        assert_eq!(
+            parse("account", SourceKind::Files, &f.app),
+            Some(Marker::File { path: "2024/01/a.csv" })
+        );
         assert_eq!(execution_app_id("account"), "changelake/account/_execution");
-        assert_eq!(parse("account", &execution_app_id("account")), Some(Marker::Execution));
+        assert_eq!(
+            parse("account", SourceKind::Kafka, &execution_app_id("account")),
+            Some(Marker::Execution)
+        );
         assert_eq!(m.dead_letter_app_id(), "changelake/account/crm.public.account/3/dead_letters");
+        // A topic named `file` stays a topic for a table reading Kafka.
+        let odd = Mark::partition("account", "file", 3, 9);
+        assert_eq!(
+            parse("account", SourceKind::Kafka, &odd.app),
+            Some(Marker::Partition { topic: "file", partition: 3 })
+        );
+        // Another table's markers are never read as this one's.
+        assert_eq!(parse("acc", SourceKind::Kafka, &m.app), None);
+        assert_eq!(parse("account", SourceKind::Kafka, "changelake/account/a/b/3"), None);
     }
 
     #[test]
     fn progress_markers_of_other_tables_are_not_read_as_ours() {
         let other = partition_app_id("account_history", "t", 0);
-        assert_eq!(parse("account", &other), None);
-        assert_eq!(parse("account", "kafka-delta-ingest/account/0"), None);
-        assert_eq!(parse("account", "changelake/account/topic/not-a-number"), None);
+        assert_eq!(parse("account", SourceKind::Kafka, &other), None);
+        assert_eq!(parse("account", SourceKind::Kafka, "kafka-delta-ingest/account/0"), None);
+        assert_eq!(
+            parse("account", SourceKind::Kafka, "changelake/account/topic/not-a-number"),
+            None
+        );
     }
 }

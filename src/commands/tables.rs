@@ -5,7 +5,7 @@
 
 use changelake::config::{Config, Strategy};
 use changelake::error::Result;
-use changelake::progress::{parse, Marker};
+use changelake::progress::{parse, Marker, SourceKind};
 use changelake::table::{table_stats, TableStats};
 use changelake::value::Value;
 
@@ -59,8 +59,9 @@ pub async fn tables(c: &Config, format: TablesFormat) -> Result<String> {
         let uri = c.table_uri(&t.name);
         let stats = table_stats(&uri, &t.layout).await?;
         let mut positions = Positions::default();
+        let kind = if c.reads_kafka(t) { SourceKind::Kafka } else { SourceKind::Files };
         for (app, &version) in stats.iter().flat_map(|s| &s.markers) {
-            match parse(&t.name, app) {
+            match parse(&t.name, kind, app) {
                 Some(Marker::Partition { topic, partition }) => {
                     positions.kafka.push(KafkaPosition {
                         topic: topic.to_string(),

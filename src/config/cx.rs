@@ -74,6 +74,24 @@ impl Cx {
         out
     }
 
+    /// Table and system names become paths (`<root>/bronze/<table>`) and
+    /// parts of progress markers (`changelake/<table>/<topic>/<partition>`),
+    /// so they are identifiers: letters, digits, `_` and `-`, starting with a
+    /// letter or `_` (docs/config.md, names).
+    pub(super) fn identifier(&mut self, name: &str, path: &str, what: &str) {
+        let mut chars = name.chars();
+        let ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !ok {
+            self.err(
+                path,
+                format!(
+                    "`{name}` is not a valid {what} name: use letters, digits, `_` and `-`, starting with a letter or `_`"
+                ),
+            );
+        }
+    }
+
     pub(super) fn subst(&mut self, s: &str, path: &str) -> String {
         let system = path.strip_prefix("systems.").map(|r| r.split('.').next().unwrap_or(r));
         substitute(s, |var| {

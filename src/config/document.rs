@@ -109,12 +109,11 @@ impl Cx {
             .get("dead_letters")
             .map(|v| self.map(v, "dead_letters", &["table", "topic"]))
             .unwrap_or_default();
-        DeadLetters {
-            table: self
-                .opt_string(&dm, "table", "dead_letters")
-                .unwrap_or_else(|| defaults::DEAD_LETTER_TABLE.into()),
-            topic: self.opt_string(&dm, "topic", "dead_letters"),
-        }
+        let table = self
+            .opt_string(&dm, "table", "dead_letters")
+            .unwrap_or_else(|| defaults::DEAD_LETTER_TABLE.into());
+        self.identifier(&table, "dead_letters.table", "table");
+        DeadLetters { table, topic: self.opt_string(&dm, "topic", "dead_letters") }
     }
 
     /// `shutdown_timeout`: how long open batches may take to commit on shutdown.

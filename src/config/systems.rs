@@ -18,6 +18,7 @@ impl Cx {
             None => self.err("systems", "missing: at least one system is required"),
             Some(v) => {
                 for (name, sv) in self.map(v, "systems", &[]) {
+                    self.identifier(&name, &format!("systems.{name}"), "system");
                     if let Some(s) = self.system(&name, sv) {
                         systems.insert(name, s);
                     }

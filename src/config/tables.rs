@@ -45,7 +45,11 @@ impl Cx {
             None => self.err("bronze.tables", "missing"),
             Some(Y::Mapping(m)) => {
                 for (k, tv) in m {
-                    let Some(name) = k.as_str() else { continue };
+                    let Some(name) = k.as_str() else {
+                        self.err("bronze.tables", "table names are strings");
+                        continue;
+                    };
+                    self.identifier(name, &format!("bronze.tables.{name}"), "table");
                     tables.push(self.table(name, tv, systems));
                 }
             }

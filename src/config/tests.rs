@@ -259,3 +259,41 @@ bronze:
     let e = need("nope").unwrap_err().0;
     assert!(e.iter().any(|m| m.contains("no table `nope`")), "{e:?}");
 }
+
+/// Names become paths and progress-marker parts: only identifiers pass.
+#[test]
+fn bad_input_table_and_system_names_are_identifiers() {
+    let y = |table: &str, system: &str| {
+        format!(
+            r#"
+storage: {{ root: /lake }}
+systems:
+  "{system}": {{ type: csv, path: "data/{{object}}.csv" }}
+bronze:
+  tables:
+    "{table}":
+      source: {{ system: "{system}", object: account }}
+      business_key: [id]
+      strategy: scd1
+"#
+        )
+    };
+    assert!(Config::parse(&y("account_v2", "crm-eu"), Path::new("/cfg")).is_ok());
+    assert!(Config::parse(&y("_staging", "_crm"), Path::new("/cfg")).is_ok());
+    for bad in ["../../escaped", "a/b", "", "9lives", "sp ace", "dot.ted", "ünï"] {
+        let e = errors(&y(bad, "crm"));
+        assert!(
+            e.iter().any(|m| m.starts_with(&format!("bronze.tables.{bad}:"))
+                && m.contains("not a valid table name")),
+            "{bad:?}: {e:?}"
+        );
+        let e = errors(&y("account", bad));
+        assert!(
+            e.iter().any(|m| m.starts_with(&format!("systems.{bad}:"))
+                && m.contains("not a valid system name")),
+            "{bad:?}: {e:?}"
+        );
+    }
+    let e = errors(&format!("{}dead_letters: {{ table: ../dl }}\n", y("account", "crm")));
+    assert!(e.iter().any(|m| m.starts_with("dead_letters.table:")), "{e:?}");
+}
