@@ -29,6 +29,17 @@ pub struct Conformed {
     pub dead: Vec<Unparsable>,
     /// Columns dropped under `schema_policy: ignore`.
     pub ignored_columns: Vec<String>,
+    /// New columns with only NULLs so far: no type yet, not added to the
+    /// table until their first values arrive (docs/schema.md, no type yet).
+    pub untyped: Vec<String>,
+}
+
+/// The columns whose kind of value must never change: the business key and
+/// the `sequence_by` columns (as stored), which decide identity and order.
+#[derive(Debug, Clone, Copy)]
+pub struct Guarded<'a> {
+    pub keys: &'a [String],
+    pub sequence: &'a [String],
 }
 
 fn cell_type(v: &Value, text: bool) -> Option<DType> {
@@ -65,8 +76,9 @@ pub fn conform(
     table: &[(String, DType)],
     declared: &[(String, DType)],
     policy: SchemaPolicy,
-    keys: &[String],
+    guarded: Guarded,
 ) -> Result<Conformed, ConformError> {
+    let keys = guarded.keys;
     for k in keys {
         // A CSV header without the key is a malformed extract; JSON rows
         // without it simply have a NULL key (dropped and counted downstream).
@@ -74,15 +86,15 @@ pub fn conform(
             return Err(ConformError::MissingKey { column: k.clone(), input: raw.source });
         }
     }
-    let plan = plan_columns(&raw, table, declared, policy);
+    let plan = plan_columns(&raw, table, declared, policy, guarded);
     for (k, t) in &plan.columns {
         if keys.contains(k) && *t == DType::Float {
             return Err(ConformError::FloatKey { column: k.clone() });
         }
     }
     let (rows, dead) = type_rows(raw, &plan);
-    let ColumnPlan { columns, new_columns, ignored_columns, .. } = plan;
-    Ok(Conformed { columns, new_columns, rows, dead, ignored_columns })
+    let ColumnPlan { columns, new_columns, ignored_columns, untyped, .. } = plan;
+    Ok(Conformed { columns, new_columns, rows, dead, ignored_columns, untyped })
 }
 
 /// Where each raw column of a batch goes, and the table's columns after it.
@@ -95,16 +107,23 @@ struct ColumnPlan {
     target: Vec<Option<usize>>,
     /// Raw columns unknown to a `schema_policy: strict` table.
     unknown_strict: Vec<usize>,
+    /// New columns without a non-NULL value yet.
+    untyped: Vec<String>,
+    /// Per column of `columns`: values must keep their kind (see [`Guarded`]).
+    strict_kind: Vec<bool>,
 }
 
 /// Existing columns keep their type; a new column takes its declared type,
-/// or the type its cells infer to (string if none), unless the policy
-/// ignores or refuses new columns of an existing table.
+/// or the type its cells infer to, unless the policy ignores or refuses new
+/// columns of an existing table. A new column with only NULLs has no type
+/// yet and is left out; a key or sequence column takes the kind of its first
+/// value (docs/schema.md, how a column gets its type).
 fn plan_columns(
     raw: &RawBatch,
     table: &[(String, DType)],
     declared: &[(String, DType)],
     policy: SchemaPolicy,
+    guarded: Guarded,
 ) -> ColumnPlan {
     let mut plan = ColumnPlan {
         columns: table.to_vec(),
@@ -112,6 +131,8 @@ fn plan_columns(
         ignored_columns: vec![],
         target: vec![],
         unknown_strict: vec![],
+        untyped: vec![],
+        strict_kind: vec![],
     };
     let table_exists = !table.is_empty();
     for (ci, name) in raw.columns.iter().enumerate() {
@@ -129,17 +150,56 @@ fn plan_columns(
             plan.target.push(None);
             continue;
         }
-        let t = declared.iter().find(|(n, _)| n == name).map(|(_, t)| *t).unwrap_or_else(|| {
-            raw.rows
-                .iter()
-                .fold(None, |acc, r| unify(acc, cell_type(&r.cells[ci], raw.text)))
-                .unwrap_or(DType::Str)
-        });
+        let is_key = guarded.keys.contains(name);
+        let kinds = raw.rows.iter().filter_map(|r| cell_type(&r.cells[ci], raw.text));
+        let t = match declared.iter().find(|(n, _)| n == name) {
+            Some((_, t)) => Some(*t),
+            // The first value's kind; a float never types a key (a float key
+            // value, or an integer beyond 64 bits, is then a dead letter).
+            None if is_key => {
+                let mut kinds = kinds.peekable();
+                let any = kinds.peek().is_some();
+                kinds.find(|&t| t != DType::Float).or(any.then_some(DType::Int))
+            }
+            None if guarded.sequence.contains(name) => kinds.take(1).next(),
+            None => kinds.fold(None, |acc, t| unify(acc, Some(t))),
+        };
+        let Some(t) = t else {
+            plan.untyped.push(name.clone());
+            plan.target.push(None);
+            continue;
+        };
         plan.target.push(Some(plan.columns.len()));
         plan.columns.push((name.clone(), t));
         plan.new_columns.push((name.clone(), t));
     }
+    plan.strict_kind = plan
+        .columns
+        .iter()
+        .map(|(n, _)| guarded.keys.contains(n) || guarded.sequence.contains(n))
+        .collect();
     plan
+}
+
+/// Converts a cell of a key or sequence column: only to the same kind of
+/// value (an integer column takes integers, a timestamp column timestamps),
+/// never across kinds, which would change how values match and order. Text
+/// columns take any value as text, and text cells (CSV) are read as values
+/// first. Numbers: an integer may land in a float column, never the reverse.
+fn convert_strict(v: Value, t: DType, text: bool) -> Result<Value, String> {
+    let kind = match &v {
+        Value::Str(s) if text => infer(s),
+        other => other.dtype(),
+    };
+    match (kind, t) {
+        (None, _) | (_, DType::Str) => convert(v, t, text),
+        (Some(k), t) if k == t || (k == DType::Int && t == DType::Float) => convert(v, t, text),
+        (Some(k), t) => Err(format!(
+            "a {} value in a {} column whose values keep their kind ({v})",
+            k.name(),
+            t.name()
+        )),
+    }
 }
 
 /// Converts every row's cells to their column's type. Typing is per row: on
@@ -173,6 +233,13 @@ fn type_rows(raw: RawBatch, plan: &ColumnPlan) -> (Vec<TypedRow>, Vec<Unparsable
             }
             for (ci, v) in r.cells.into_iter().enumerate() {
                 match target[ci] {
+                    Some(i) if plan.strict_kind[i] => match convert_strict(v, columns[i].1, text) {
+                        Ok(v) => data[i] = v,
+                        Err(e) => {
+                            dead_rows.push(dead("type", format!("column `{}`: {e}", columns[i].0)));
+                            continue 'rows;
+                        }
+                    },
                     Some(i) => match convert(v, columns[i].1, text) {
                         Ok(v) => data[i] = v,
                         Err(e) => {
@@ -255,7 +322,7 @@ mod tests {
             &table,
             &[],
             SchemaPolicy::Additive,
-            &["id".into()],
+            guard(&["id".into()]),
         )
         .unwrap();
         assert_eq!(
@@ -273,7 +340,7 @@ mod tests {
             &table,
             &[],
             SchemaPolicy::Additive,
-            &["id".into()],
+            guard(&["id".into()]),
         )
         .unwrap();
         assert_eq!(c.rows[0].data[1], Value::Str("01067".into()));
@@ -287,7 +354,7 @@ mod tests {
             &table,
             &[],
             SchemaPolicy::Additive,
-            &["id".into()],
+            guard(&["id".into()]),
         )
         .unwrap();
         assert_eq!(c.rows.len(), 1);
@@ -303,7 +370,7 @@ mod tests {
             &table,
             &[],
             SchemaPolicy::Ignore,
-            &["id".into()],
+            guard(&["id".into()]),
         )
         .unwrap();
         assert_eq!(c.columns.len(), 1);
@@ -314,7 +381,7 @@ mod tests {
             &table,
             &[],
             SchemaPolicy::Strict,
-            &["id".into()],
+            guard(&["id".into()]),
         )
         .unwrap();
         assert_eq!(s.dead.len(), 1);
@@ -328,7 +395,7 @@ mod tests {
             &[],
             &[],
             SchemaPolicy::Additive,
-            &["id".into()]
+            guard(&["id".into()])
         )
         .is_err());
     }
@@ -342,18 +409,138 @@ mod tests {
             &[("id".to_string(), DType::Int)],
             &[],
             SchemaPolicy::Additive,
-            &["id".into()],
+            guard(&["id".into()]),
         )
         .unwrap();
         assert!(c.rows[0].data[0].is_null());
     }
 
+    fn guard(keys: &[String]) -> Guarded<'_> {
+        Guarded { keys, sequence: &[] }
+    }
+
     #[test]
-    fn schema_float_business_key_is_rejected_once_known() {
-        let e =
-            conform(raw(&["id"], &[&["1.5"]]), &[], &[], SchemaPolicy::Additive, &["id".into()])
-                .unwrap_err();
+    fn schema_a_float_business_key_is_refused_only_when_declared() {
+        let keys = ["id".to_string()];
+        let declared = [("id".to_string(), DType::Float)];
+        let e = conform(
+            raw(&["id"], &[&["1.5"]]),
+            &[],
+            &declared,
+            SchemaPolicy::Additive,
+            guard(&keys),
+        )
+        .unwrap_err();
         assert!(matches!(e, ConformError::FloatKey { .. }));
         assert!(e.to_string().contains("float"));
+        // Inferred: a float value never types a key; its row is a dead letter.
+        let c = conform(
+            raw(&["id"], &[&["1.5"], &["2"]]),
+            &[],
+            &[],
+            SchemaPolicy::Additive,
+            guard(&keys),
+        )
+        .unwrap();
+        assert_eq!(c.columns, vec![("id".to_string(), DType::Int)]);
+        assert_eq!((c.rows.len(), c.dead.len(), c.dead[0].reason), (1, 1, "type"));
+    }
+
+    /// docs/schema.md: key and sequence columns keep the kind they started with.
+    #[test]
+    fn schema_key_and_sequence_columns_keep_their_kind() {
+        let keys = ["id".to_string()];
+        let seq = ["lsn".to_string()];
+        let g = Guarded { keys: &keys, sequence: &seq };
+        let mut b =
+            raw(&["id", "lsn", "note"], &[&["1", "9", "a"], &["2", "10", "3"], &["3", "x", "b"]]);
+        b.text = true;
+        let c = conform(b, &[], &[], SchemaPolicy::Additive, g).unwrap();
+        let types: Vec<DType> = c.columns.iter().map(|(_, t)| *t).collect();
+        // `note` mixes kinds and is no key or sequence: it widens to text.
+        assert_eq!(types, vec![DType::Int, DType::Int, DType::Str]);
+        assert_eq!(c.rows.len(), 2);
+        assert_eq!(c.dead.len(), 1);
+        assert!(c.dead[0].error.contains("lsn"), "{}", c.dead[0].error);
+        // JSON values: a huge integer arrives as a float, a string among integers stays odd.
+        let json = |cells: Vec<Vec<Value>>| RawBatch {
+            source: "t".into(),
+            columns: vec!["id".into(), "lsn".into()],
+            rows: cells
+                .into_iter()
+                .enumerate()
+                .map(|(i, cells)| crate::source::RawRow {
+                    cells,
+                    pos: i as u64,
+                    partition: 0,
+                    raw: String::new(),
+                    extra: vec![],
+                    replayed: false,
+                })
+                .collect(),
+            text: false,
+            ..Default::default()
+        };
+        let c = conform(
+            json(vec![
+                vec![Value::Float(1e23), Value::Int(1)],
+                vec![Value::Int(7), Value::Int(2)],
+                vec![Value::Int(8), Value::Str("not-a-number".into())],
+                vec![Value::Int(9), Value::Float(3.5)],
+            ]),
+            &[],
+            &[],
+            SchemaPolicy::Additive,
+            g,
+        )
+        .unwrap();
+        assert_eq!(
+            c.columns,
+            vec![("id".to_string(), DType::Int), ("lsn".to_string(), DType::Int)]
+        );
+        let kept: Vec<&Value> = c.rows.iter().map(|r| &r.data[0]).collect();
+        assert_eq!(kept, vec![&Value::Int(7)]);
+        assert_eq!(c.dead.len(), 3);
+        assert!(c.dead.iter().all(|d| d.reason == "type"));
+    }
+
+    /// docs/schema.md, no type yet: an all-NULL new column is not added.
+    #[test]
+    fn schema_a_column_with_only_nulls_has_no_type_yet() {
+        let keys = ["id".to_string()];
+        let c = conform(
+            raw(&["id", "seq"], &[&["1", ""], &["2", ""]]),
+            &[],
+            &[],
+            SchemaPolicy::Additive,
+            guard(&keys),
+        )
+        .unwrap();
+        assert_eq!(c.columns, vec![("id".to_string(), DType::Int)]);
+        assert_eq!(c.untyped, vec!["seq".to_string()]);
+        assert_eq!(c.rows.len(), 2);
+        // Its first values type it, in the same table.
+        let table = c.columns.clone();
+        let c = conform(
+            raw(&["id", "seq"], &[&["1", "4"], &["2", "11"]]),
+            &table,
+            &[],
+            SchemaPolicy::Additive,
+            guard(&keys),
+        )
+        .unwrap();
+        assert_eq!(c.new_columns, vec![("seq".to_string(), DType::Int)]);
+        assert!(c.untyped.is_empty());
+        // A declared column is typed even when NULL.
+        let declared = [("seq".to_string(), DType::Int)];
+        let c = conform(
+            raw(&["id", "seq"], &[&["1", ""]]),
+            &[],
+            &declared,
+            SchemaPolicy::Additive,
+            guard(&keys),
+        )
+        .unwrap();
+        assert_eq!(c.columns.len(), 2);
     }
 }

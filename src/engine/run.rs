@@ -7,8 +7,8 @@
 
 use std::collections::HashSet;
 
-use super::{build_spec, Mark, RunReport, TableRunner};
-use crate::batch::{conform, lookup, ConformError, Conformed};
+use super::{build_spec, spec, Mark, RunReport, TableRunner};
+use crate::batch::{conform, lookup, ConformError, Conformed, Guarded};
 use crate::config::TableConfig;
 use crate::deadletter::DeadLetter;
 use crate::error::{Error, Result};
@@ -110,6 +110,7 @@ impl TableRunner {
         if !conformed.ignored_columns.is_empty() {
             tracing::info!(target: "changelake::engine", table = %t.name, columns = ?conformed.ignored_columns, "schema_policy ignore: dropped new columns");
         }
+        spec::missing_sequence_columns(&t, &conformed.columns, &conformed.untyped)?;
         let spec = build_spec(&t, &conformed.columns)?;
         let filtered = filter_rows(&t, &conformed.columns, conformed.rows, text);
         run.report.filtered += filtered.filtered;
@@ -155,14 +156,19 @@ impl TableRunner {
     /// data); a text extract without the key is bad input.
     fn conform(&self, raw: RawBatch) -> Result<Conformed> {
         let t = &self.cfg;
-        conform(raw, &self.store.columns, &self.declared, t.schema_policy, &t.business_key).map_err(
-            |e| match e {
+        // Sequence columns as stored (envelope paths under their column name).
+        let sequence: Vec<String> = (t.sequence_by.iter())
+            .flat_map(|c| [c.clone(), crate::decode::stored_name(c)])
+            .collect();
+        let guarded = Guarded { keys: &t.business_key, sequence: &sequence };
+        conform(raw, &self.store.columns, &self.declared, t.schema_policy, guarded).map_err(|e| {
+            match e {
                 ConformError::FloatKey { .. } => {
                     Error::ConfigData(format!("bronze.tables.{}.business_key: {e}", t.name))
                 }
                 ConformError::MissingKey { .. } => Error::Input(e.to_string()),
-            },
-        )
+            }
+        })
     }
 
     /// A new table and no row carrying the key yet: nothing can be merged or

@@ -6,6 +6,28 @@ use crate::error::{Error, Result};
 use crate::merge::{Spec, ValidTime};
 use crate::value::DType;
 
+/// The `sequence_by` columns a batch carries neither as a typed column
+/// nor as an untyped (all-NULL) one: a config that does not fit the data.
+pub fn missing_sequence_columns(
+    t: &TableConfig,
+    columns: &[(String, DType)],
+    untyped: &[String],
+) -> Result<()> {
+    for c in &t.sequence_by {
+        let stored = crate::decode::stored_name(c);
+        let known = |n: &String| *n == *c || *n == stored;
+        if !columns.iter().any(|(n, _)| known(n)) && !untyped.iter().any(known) {
+            let names: Vec<&str> = columns.iter().map(|(n, _)| n.as_str()).collect();
+            return Err(Error::ConfigData(format!(
+                "bronze.tables.{}.merge.sequence_by: column `{c}` is not in the data (columns: {})",
+                t.name,
+                names.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Resolves a table's merge rules against its current columns.
 pub fn build_spec(t: &TableConfig, columns: &[(String, DType)]) -> Result<Spec> {
     let names: Vec<String> = columns.iter().map(|(n, _)| n.clone()).collect();
@@ -24,8 +46,12 @@ pub fn build_spec(t: &TableConfig, columns: &[(String, DType)]) -> Result<Spec> 
             })
     };
     let key = t.business_key.iter().map(|c| find(c, "business_key")).collect::<Result<Vec<_>>>()?;
-    let seq =
-        t.sequence_by.iter().map(|c| find(c, "merge.sequence_by")).collect::<Result<Vec<_>>>()?;
+    // A sequence column with no type yet (only NULLs so far) is not in the
+    // table: every row, stored or new, holds NULL there, so leaving it out of
+    // the comparison orders exactly as comparing the NULLs would
+    // (docs/schema.md, no type yet). The batch checks it exists at all.
+    let seq: Vec<usize> =
+        t.sequence_by.iter().filter_map(|c| find(c, "merge.sequence_by").ok()).collect();
     let tracked = names
         .iter()
         .enumerate()

@@ -62,8 +62,11 @@ impl TableStore {
             got.push((sel.file, sel.batch));
         }
         let (mut closed, mut keys) = (vec![], vec![]);
+        let current = self.arrow_schema();
         for (id, batch) in got {
             let here = &closes[&id];
+            // Rows read before this run added columns lack them: NULL there.
+            let batch = with_schema(batch, &current).map_err(|e| self.data_err(e))?;
             let schema = batch.schema();
             let mut cols = batch.columns().to_vec();
             let at = |name: &str| schema.index_of(name).map_err(|e| self.data_err(e.to_string()));
@@ -116,4 +119,25 @@ impl TableStore {
         }
         Ok(got)
     }
+}
+
+/// A batch in `schema`: columns by name, NULL where the batch has none
+/// (columns added after it was read).
+fn with_schema(
+    batch: RecordBatch,
+    schema: &Arc<deltalake::arrow::datatypes::Schema>,
+) -> std::result::Result<RecordBatch, String> {
+    if batch.schema() == *schema {
+        return Ok(batch);
+    }
+    let n = batch.num_rows();
+    let cols = schema
+        .fields()
+        .iter()
+        .map(|f| match batch.column_by_name(f.name()) {
+            Some(c) => c.clone(),
+            None => deltalake::arrow::array::new_null_array(f.data_type(), n),
+        })
+        .collect();
+    RecordBatch::try_new(schema.clone(), cols).map_err(|e| e.to_string())
 }
