@@ -109,6 +109,10 @@ pub fn store_paths(t: &crate::config::TableConfig, format: Format) -> Vec<String
 /// overflow the stack (docs/bad-input.md, hostile messages).
 pub const MAX_DEPTH: usize = 128;
 
+/// Largest message decoded; a bigger one is a dead letter before any
+/// parsing allocates for it (Kafka's own default limit is 1 MiB).
+pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
+
 /// Why a message was not decoded: the dead-letter reason and the error.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rejected {
@@ -196,6 +200,12 @@ pub fn decode_keeping(
     keep: Option<&[String]>,
 ) -> Result<Decoded, Rejected> {
     let Some(value) = value else { return Ok(Decoded::Tombstone) };
+    if value.len() > MAX_MESSAGE_BYTES {
+        return Err(Rejected::malformed(format!(
+            "not decoded: {} bytes, more than {MAX_MESSAGE_BYTES}",
+            value.len()
+        )));
+    }
     check_depth(value).map_err(|e| Rejected::malformed(format!("not decoded: {e}")))?;
     if let Some(k) = key {
         // The key is parsed only as a fallback for deletes; a hostile key must not reach it.
@@ -226,12 +236,20 @@ fn decode_guarded(
         }
     });
     match attempt {
+        Ok(Ok(Decoded::Row { data, .. })) if has_duplicate(&data) => {
+            Err(Rejected::malformed("a field appears twice in the row"))
+        }
         Ok(d) => d.map_err(Rejected::malformed),
         Err(panic) => Err(Rejected {
             reason: "internal",
             error: format!("decoder panicked: {}", panic_text(&panic)),
         }),
     }
+}
+
+/// A column named twice: the row would be ambiguous (which value wins?).
+fn has_duplicate(data: &[(String, Value)]) -> bool {
+    data.iter().enumerate().any(|(i, (n, _))| data[..i].iter().any(|(m, _)| m == n))
 }
 
 /// The message of a caught panic.

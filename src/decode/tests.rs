@@ -283,3 +283,18 @@ fn bad_input_deep_nesting_is_a_dead_letter_not_a_crash() {
     let del = r#"{"op":"d","before":{"id":7}}"#;
     assert!(decode(Format::Debezium, Some(key.as_bytes()), Some(del.as_bytes()), &[]).is_ok());
 }
+
+/// docs/bad-input.md, hostile messages: a field given twice, or a message
+/// beyond the size bound, is malformed.
+#[test]
+fn bad_input_duplicate_fields_and_oversized_messages_are_dead_letters() {
+    let dup = br#"{"op":"c","after":{"id":1,"id":2},"source":{"lsn":1}}"#;
+    let e = decode(Format::Debezium, None, Some(dup), &[]).unwrap_err();
+    assert_eq!(e.reason, "malformed");
+    assert!(e.error.contains("twice"), "{}", e.error);
+    let e = decode(Format::Json, None, Some(br#"{"id":1,"id":1}"#), &[]).unwrap_err();
+    assert!(e.error.contains("twice"), "{}", e.error);
+    let big = format!(r#"{{"id":1,"v":"{}"}}"#, "x".repeat(MAX_MESSAGE_BYTES));
+    let e = decode(Format::Json, None, Some(big.as_bytes()), &[]).unwrap_err();
+    assert!(e.error.contains("more than"), "{}", e.error);
+}
