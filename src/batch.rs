@@ -29,9 +29,18 @@ pub struct Conformed {
     pub dead: Vec<Unparsable>,
     /// Columns dropped under `schema_policy: ignore`.
     pub ignored_columns: Vec<String>,
-    /// New columns with only NULLs so far: no type yet, not added to the
-    /// table until their first values arrive (docs/schema.md, no type yet).
+    /// Columns with only NULLs so far, after this batch: no type yet, kept
+    /// in `columns` as provisional text, written to no file, typed by their
+    /// first values (docs/schema.md, no type yet).
     pub untyped: Vec<String>,
+}
+
+/// The table a batch is typed against: its columns, and those of them that
+/// have no type yet.
+#[derive(Debug, Clone, Copy)]
+pub struct TableShape<'a> {
+    pub columns: &'a [(String, DType)],
+    pub untyped: &'a std::collections::BTreeSet<String>,
 }
 
 /// The columns whose kind of value must never change: the business key and
@@ -73,7 +82,7 @@ pub enum ConformError {
 
 pub fn conform(
     raw: RawBatch,
-    table: &[(String, DType)],
+    table: TableShape,
     declared: &[(String, DType)],
     policy: SchemaPolicy,
     guarded: Guarded,
@@ -120,13 +129,13 @@ struct ColumnPlan {
 /// value (docs/schema.md, how a column gets its type).
 fn plan_columns(
     raw: &RawBatch,
-    table: &[(String, DType)],
+    table: TableShape,
     declared: &[(String, DType)],
     policy: SchemaPolicy,
     guarded: Guarded,
 ) -> ColumnPlan {
     let mut plan = ColumnPlan {
-        columns: table.to_vec(),
+        columns: table.columns.to_vec(),
         new_columns: vec![],
         ignored_columns: vec![],
         target: vec![],
@@ -134,9 +143,32 @@ fn plan_columns(
         untyped: vec![],
         strict_kind: vec![],
     };
-    let table_exists = !table.is_empty();
+    let table_exists = !table.columns.is_empty();
+    // A column's type from this batch: declared, else inferred (None: only NULLs).
+    let type_of = |ci: usize, name: &String| -> Option<DType> {
+        let kinds = raw.rows.iter().filter_map(|r| cell_type(&r.cells[ci], raw.text));
+        match declared.iter().find(|(n, _)| n == name) {
+            Some((_, t)) => Some(*t),
+            // The first value's kind; a float never types a key (a float key
+            // value, or an integer beyond 64 bits, is then a dead letter).
+            None if guarded.keys.contains(name) => {
+                let mut kinds = kinds.peekable();
+                let any = kinds.peek().is_some();
+                kinds.find(|&t| t != DType::Float).or(any.then_some(DType::Int))
+            }
+            None if guarded.sequence.contains(name) => kinds.take(1).next(),
+            None => kinds.fold(None, |acc, t| unify(acc, Some(t))),
+        }
+    };
     for (ci, name) in raw.columns.iter().enumerate() {
         if let Some(i) = plan.columns.iter().position(|(n, _)| n == name) {
+            if table.untyped.contains(name) {
+                // No type yet: its first values (if any here) decide it.
+                match type_of(ci, name) {
+                    Some(t) => plan.columns[i].1 = t,
+                    None => plan.untyped.push(name.clone()),
+                }
+            }
             plan.target.push(Some(i));
             continue;
         }
@@ -150,28 +182,28 @@ fn plan_columns(
             plan.target.push(None);
             continue;
         }
-        let is_key = guarded.keys.contains(name);
-        let kinds = raw.rows.iter().filter_map(|r| cell_type(&r.cells[ci], raw.text));
-        let t = match declared.iter().find(|(n, _)| n == name) {
-            Some((_, t)) => Some(*t),
-            // The first value's kind; a float never types a key (a float key
-            // value, or an integer beyond 64 bits, is then a dead letter).
-            None if is_key => {
-                let mut kinds = kinds.peekable();
-                let any = kinds.peek().is_some();
-                kinds.find(|&t| t != DType::Float).or(any.then_some(DType::Int))
+        let t = match type_of(ci, name) {
+            Some(t) => t,
+            // A key without values yet: the table cannot exist yet (no row has a key).
+            None if guarded.keys.contains(name) => {
+                plan.target.push(None);
+                continue;
             }
-            None if guarded.sequence.contains(name) => kinds.take(1).next(),
-            None => kinds.fold(None, |acc, t| unify(acc, Some(t))),
-        };
-        let Some(t) = t else {
-            plan.untyped.push(name.clone());
-            plan.target.push(None);
-            continue;
+            // Provisional text in the schema, in no file, until values arrive.
+            None => {
+                plan.untyped.push(name.clone());
+                DType::Str
+            }
         };
         plan.target.push(Some(plan.columns.len()));
         plan.columns.push((name.clone(), t));
         plan.new_columns.push((name.clone(), t));
+    }
+    // Untyped columns this batch does not mention stay untyped.
+    for u in table.untyped {
+        if !raw.columns.contains(u) {
+            plan.untyped.push(u.clone());
+        }
     }
     plan.strict_kind = plan
         .columns
@@ -319,7 +351,7 @@ mod tests {
         let table = vec![("id".to_string(), DType::Int)];
         let c = conform(
             raw(&["id", "city", "amount"], &[&["1", "Bonn", "2"], &["2", "", "2.5"]]),
-            &table,
+            shape(&table),
             &[],
             SchemaPolicy::Additive,
             guard(&["id".into()]),
@@ -337,7 +369,7 @@ mod tests {
         let table = vec![("id".to_string(), DType::Int), ("zip".to_string(), DType::Str)];
         let c = conform(
             raw(&["id", "zip"], &[&["1", "01067"]]),
-            &table,
+            shape(&table),
             &[],
             SchemaPolicy::Additive,
             guard(&["id".into()]),
@@ -351,7 +383,7 @@ mod tests {
         let table = vec![("id".to_string(), DType::Int), ("seq".to_string(), DType::Int)];
         let c = conform(
             raw(&["id", "seq"], &[&["1", "x"], &["2", "3"]]),
-            &table,
+            shape(&table),
             &[],
             SchemaPolicy::Additive,
             guard(&["id".into()]),
@@ -367,7 +399,7 @@ mod tests {
         let table = vec![("id".to_string(), DType::Int)];
         let c = conform(
             raw(&["id", "x"], &[&["1", "a"]]),
-            &table,
+            shape(&table),
             &[],
             SchemaPolicy::Ignore,
             guard(&["id".into()]),
@@ -378,7 +410,7 @@ mod tests {
         assert_eq!(c.rows.len(), 1);
         let s = conform(
             raw(&["id", "x"], &[&["1", "a"], &["2", ""]]),
-            &table,
+            shape(&table),
             &[],
             SchemaPolicy::Strict,
             guard(&["id".into()]),
@@ -392,7 +424,7 @@ mod tests {
     fn schema_missing_key_column_is_an_error() {
         assert!(conform(
             raw(&["city"], &[&["x"]]),
-            &[],
+            shape(&[]),
             &[],
             SchemaPolicy::Additive,
             guard(&["id".into()])
@@ -406,13 +438,19 @@ mod tests {
         b.text = false;
         let c = conform(
             b,
-            &[("id".to_string(), DType::Int)],
+            shape(&[("id".to_string(), DType::Int)]),
             &[],
             SchemaPolicy::Additive,
             guard(&["id".into()]),
         )
         .unwrap();
         assert!(c.rows[0].data[0].is_null());
+    }
+
+    static NO_UNTYPED: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
+
+    fn shape(columns: &[(String, DType)]) -> TableShape<'_> {
+        TableShape { columns, untyped: &NO_UNTYPED }
     }
 
     fn guard(keys: &[String]) -> Guarded<'_> {
@@ -425,7 +463,7 @@ mod tests {
         let declared = [("id".to_string(), DType::Float)];
         let e = conform(
             raw(&["id"], &[&["1.5"]]),
-            &[],
+            shape(&[]),
             &declared,
             SchemaPolicy::Additive,
             guard(&keys),
@@ -436,7 +474,7 @@ mod tests {
         // Inferred: a float value never types a key; its row is a dead letter.
         let c = conform(
             raw(&["id"], &[&["1.5"], &["2"]]),
-            &[],
+            shape(&[]),
             &[],
             SchemaPolicy::Additive,
             guard(&keys),
@@ -455,7 +493,7 @@ mod tests {
         let mut b =
             raw(&["id", "lsn", "note"], &[&["1", "9", "a"], &["2", "10", "3"], &["3", "x", "b"]]);
         b.text = true;
-        let c = conform(b, &[], &[], SchemaPolicy::Additive, g).unwrap();
+        let c = conform(b, shape(&[]), &[], SchemaPolicy::Additive, g).unwrap();
         let types: Vec<DType> = c.columns.iter().map(|(_, t)| *t).collect();
         // `note` mixes kinds and is no key or sequence: it widens to text.
         assert_eq!(types, vec![DType::Int, DType::Int, DType::Str]);
@@ -488,7 +526,7 @@ mod tests {
                 vec![Value::Int(8), Value::Str("not-a-number".into())],
                 vec![Value::Int(9), Value::Float(3.5)],
             ]),
-            &[],
+            shape(&[]),
             &[],
             SchemaPolicy::Additive,
             g,
@@ -504,43 +542,53 @@ mod tests {
         assert!(c.dead.iter().all(|d| d.reason == "type"));
     }
 
-    /// docs/schema.md, no type yet: an all-NULL new column is not added.
+    /// docs/schema.md, no type yet: an all-NULL new column is provisional
+    /// text, listed as untyped, until its first values type it.
     #[test]
     fn schema_a_column_with_only_nulls_has_no_type_yet() {
         let keys = ["id".to_string()];
         let c = conform(
             raw(&["id", "seq"], &[&["1", ""], &["2", ""]]),
-            &[],
+            shape(&[]),
             &[],
             SchemaPolicy::Additive,
             guard(&keys),
         )
         .unwrap();
-        assert_eq!(c.columns, vec![("id".to_string(), DType::Int)]);
+        assert_eq!(
+            c.columns,
+            vec![("id".to_string(), DType::Int), ("seq".to_string(), DType::Str)]
+        );
         assert_eq!(c.untyped, vec!["seq".to_string()]);
         assert_eq!(c.rows.len(), 2);
-        // Its first values type it, in the same table.
+        // Its first values type it, in the same table; one it does not mention stays untyped.
         let table = c.columns.clone();
+        let untyped: std::collections::BTreeSet<String> =
+            ["seq".to_string(), "note".to_string()].into();
+        let mut table2 = table.clone();
+        table2.push(("note".to_string(), DType::Str));
         let c = conform(
             raw(&["id", "seq"], &[&["1", "4"], &["2", "11"]]),
-            &table,
+            TableShape { columns: &table2, untyped: &untyped },
             &[],
             SchemaPolicy::Additive,
             guard(&keys),
         )
         .unwrap();
-        assert_eq!(c.new_columns, vec![("seq".to_string(), DType::Int)]);
-        assert!(c.untyped.is_empty());
-        // A declared column is typed even when NULL.
+        assert_eq!(c.columns[1], ("seq".to_string(), DType::Int));
+        assert_eq!(c.rows[1].data[1], Value::Int(11));
+        assert_eq!(c.untyped, vec!["note".to_string()]);
+        // A declared column is typed even when NULL; a key without values is left out.
         let declared = [("seq".to_string(), DType::Int)];
         let c = conform(
-            raw(&["id", "seq"], &[&["1", ""]]),
-            &[],
+            raw(&["id", "seq"], &[&["", ""]]),
+            shape(&[]),
             &declared,
             SchemaPolicy::Additive,
             guard(&keys),
         )
         .unwrap();
-        assert_eq!(c.columns.len(), 2);
+        assert_eq!(c.columns, vec![("seq".to_string(), DType::Int)]);
+        assert!(c.untyped.is_empty());
     }
 }

@@ -65,12 +65,24 @@ fn schema_a_column_null_in_the_first_run_takes_the_type_of_its_first_values() {
     write(tmp.path(), "data/1.csv", "id,name,seq,note\n1,a,,\n2,b,,\n");
     ok(cli(&["run", "--once"], &cfg));
     let table = tmp.path().join("lake/bronze/account");
-    assert_eq!(delta_type(&table, "seq"), "absent", "no type yet, so no column yet");
+    // Readers see the column, NULL, typed `string` for now; no file holds it.
+    assert_eq!(delta_type(&table, "seq"), "string");
+    assert!(rows(&cfg, "account", "all").iter().all(|r| r["seq"].is_null()));
     write(tmp.path(), "data/2.csv", "id,name,seq,note\n1,x,11,\n");
     write(tmp.path(), "data/3.csv", "id,name,seq,note\n1,y,4,\n");
     ok(cli(&["run", "--once"], &cfg));
     assert_eq!(delta_type(&table, "seq"), "long");
-    assert_eq!(delta_type(&table, "note"), "absent");
+    assert_eq!(delta_type(&table, "note"), "string");
+    // An independent reader reads every file under the new schema.
+    let py = "import sys; from deltalake import DeltaTable; t = DeltaTable(sys.argv[1]).to_pyarrow_table(); print(sorted(zip(t['id'].to_pylist(), [s if s is not None else -1 for s in t['seq'].to_pylist()])))";
+    let out = Command::new("python3").args(["-c", py]).arg(&table).output().unwrap();
+    let read = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        read.trim(),
+        "[(1, -1), (1, 4), (1, 11), (2, -1)]",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let active = rows(&cfg, "account", "active");
     let one: Vec<_> = active.iter().filter(|r| r["id"] == 1).collect();
     assert_eq!(one.len(), 1);

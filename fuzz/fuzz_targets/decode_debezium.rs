@@ -3,7 +3,9 @@
 //! panic would show as reason `internal`.
 #![no_main]
 
-use changelake::batch::{conform, Guarded};
+use changelake::batch::{conform, Guarded, TableShape};
+
+static NONE: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
 use changelake::config::SchemaPolicy;
 use changelake::decode::{decode, Decoded};
 use libfuzzer_sys::fuzz_target;
@@ -19,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
     let rows = raw.rows.len();
     let keys = ["id".to_string()];
     let seq = ["source_lsn".to_string()];
-    if let Ok(c) = conform(raw, &[], &[], SchemaPolicy::Additive, Guarded { keys: &keys, sequence: &seq }) {
+    if let Ok(c) = conform(raw, TableShape { columns: &[], untyped: &NONE }, &[], SchemaPolicy::Additive, Guarded { keys: &keys, sequence: &seq }) {
         assert_eq!(c.rows.len() + c.dead.len(), rows);
     }
     let _ = matches!(decode(changelake::config::Format::Debezium, None, Some(value), &[]), Ok(Decoded::Row { .. }));

@@ -8,7 +8,7 @@
 use std::collections::HashSet;
 
 use super::{build_spec, spec, Mark, RunReport, TableRunner};
-use crate::batch::{conform, lookup, ConformError, Conformed, Guarded};
+use crate::batch::{conform, lookup, ConformError, Conformed, Guarded, TableShape};
 use crate::config::TableConfig;
 use crate::deadletter::DeadLetter;
 use crate::error::{Error, Result};
@@ -136,12 +136,12 @@ impl TableRunner {
         if !run.dead.is_empty() {
             self.write_dead_letters(&progress, &run.dead).await?;
         }
-        let columns = conformed.columns;
+        let (columns, untyped) = (conformed.columns, conformed.untyped);
         self.commit_run(
             &mut run,
             &spec,
             &mut out,
-            Commit { exec, progress, closing, columns, stats: &stats },
+            Commit { exec, progress, closing, columns, untyped, stats: &stats },
             &mut phases,
         )
         .await?;
@@ -161,13 +161,12 @@ impl TableRunner {
             .flat_map(|c| [c.clone(), crate::decode::stored_name(c)])
             .collect();
         let guarded = Guarded { keys: &t.business_key, sequence: &sequence };
-        conform(raw, &self.store.columns, &self.declared, t.schema_policy, guarded).map_err(|e| {
-            match e {
-                ConformError::FloatKey { .. } => {
-                    Error::ConfigData(format!("bronze.tables.{}.business_key: {e}", t.name))
-                }
-                ConformError::MissingKey { .. } => Error::Input(e.to_string()),
+        let table = TableShape { columns: &self.store.columns, untyped: &self.store.untyped };
+        conform(raw, table, &self.declared, t.schema_policy, guarded).map_err(|e| match e {
+            ConformError::FloatKey { .. } => {
+                Error::ConfigData(format!("bronze.tables.{}.business_key: {e}", t.name))
             }
+            ConformError::MissingKey { .. } => Error::Input(e.to_string()),
         })
     }
 
@@ -284,7 +283,7 @@ impl TableRunner {
             serde_json::json!({ "source": run.report.source, "stats": format!("{:?}", c.stats) });
         let report = &mut run.report;
         if changes || !self.store.exists() {
-            self.store.add_columns(&c.columns);
+            self.store.add_columns(&c.columns, &c.untyped);
             let pc = self.store.stage(spec, out, c.exec, c.closing).await?;
             phases.mark("stage");
             report.merge_secs = run.started.elapsed().as_secs_f64();
@@ -323,6 +322,8 @@ struct Commit<'a> {
     closing: ClosingRows,
     /// The batch's columns (new ones are added to the table).
     columns: Vec<(String, crate::value::DType)>,
+    /// Columns still without a type after the batch.
+    untyped: Vec<String>,
     stats: &'a Stats,
 }
 

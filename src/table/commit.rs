@@ -24,7 +24,7 @@ use super::actions::{self, DataChange, FileAction};
 use super::files::FileMeta;
 use super::index::PlacedFile;
 use super::Result;
-use super::{table_url, TableError, TableStore, PROP_KEY, PROP_STRATEGY};
+use super::{table_url, TableError, TableStore, PROP_KEY, PROP_STRATEGY, PROP_UNTYPED};
 use crate::config::Strategy;
 use crate::merge::{Key, Summary};
 use crate::progress::Mark;
@@ -273,10 +273,12 @@ impl TableStore {
                 let snap = t.snapshot().map_err(|e| self.delta(e))?;
                 let mut all = vec![];
                 if self.schema_changed {
+                    let untyped = serde_json::to_string(&self.untyped).unwrap_or_default();
                     let md = snap
                         .metadata()
                         .clone()
                         .with_schema(&self.delta_schema())
+                        .and_then(|m| m.add_config_key(PROP_UNTYPED.to_string(), untyped))
                         .map_err(|e| self.data_err(e.to_string()))?;
                     all.push(Action::Metadata(md));
                 }
@@ -315,6 +317,7 @@ impl TableStore {
             (PROP_STRATEGY, self.meta.strategy.as_str().to_string()),
             (PROP_KEY, serde_json::to_string(&self.meta.business_key).unwrap_or_default()),
             ("changelake.file_rows", layout.file_rows.to_string()),
+            (PROP_UNTYPED, serde_json::to_string(&self.untyped).unwrap_or_default()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))

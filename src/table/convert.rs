@@ -196,8 +196,11 @@ pub fn cell(a: &ArrayRef, i: usize) -> Value {
 
 impl TableStore {
     pub(super) fn arrow_schema(&self) -> Arc<ArrowSchema> {
-        let mut fields: Vec<Field> =
-            self.columns.iter().map(|(n, t)| Field::new(n, arrow_type(*t), true)).collect();
+        // Files hold only typed columns: an untyped one is NULL to readers.
+        let mut fields: Vec<Field> = (self.columns.iter())
+            .filter(|(n, _)| self.stored(n))
+            .map(|(n, t)| Field::new(n, arrow_type(*t), true))
+            .collect();
         for (n, t) in self.meta.system_fields() {
             fields.push(Field::new(n, arrow_type(t), true));
         }
@@ -226,8 +229,10 @@ impl TableStore {
 
     pub(super) fn to_batch_refs(&self, versions: &[&Version]) -> Result<RecordBatch> {
         // Column by column on all cores: each column is an independent pass over the versions.
-        let cols: Vec<(usize, DType)> =
-            self.columns.iter().enumerate().map(|(i, (_, t))| (i, *t)).collect();
+        let cols: Vec<(usize, DType)> = (self.columns.iter().enumerate())
+            .filter(|(_, (n, _))| self.stored(n))
+            .map(|(i, (_, t))| (i, *t))
+            .collect();
         let mut arrays: Vec<ArrayRef> = par_map(cols, |(i, t)| {
             build_array(t, versions.iter().map(|v| v.data.get(i).unwrap_or(&Value::Null)))
         });

@@ -156,7 +156,7 @@ impl TableStore {
             let batch = batch.map_err(|e| data_err(format!("parquet {}: {e}", f.path)))?;
             let n = batch.num_rows();
             let mut cols = Vec::with_capacity(schema.fields().len());
-            for (fi, field) in schema.fields().iter().enumerate() {
+            for field in schema.fields().iter() {
                 let col = match batch
                     .schema()
                     .index_of(field.name())
@@ -165,13 +165,15 @@ impl TableStore {
                 {
                     Some(c) if c.data_type() == field.data_type() => c,
                     Some(c) => {
-                        let t = self.columns.get(fi).map(|(_, t)| *t).or_else(|| {
-                            self.meta
-                                .system_fields()
-                                .into_iter()
-                                .find(|(name, _)| name == field.name())
-                                .map(|(_, t)| t)
-                        });
+                        let t = (self.columns.iter().find(|(n, _)| n == field.name()))
+                            .map(|(_, t)| *t)
+                            .or_else(|| {
+                                self.meta
+                                    .system_fields()
+                                    .into_iter()
+                                    .find(|(name, _)| name == field.name())
+                                    .map(|(_, t)| t)
+                            });
                         let t = t.expect("schema field is a data or system column");
                         let converted: Vec<Value> =
                             (0..n).map(|i| cell(&c, i).convert(t).unwrap_or(Value::Null)).collect();
@@ -224,8 +226,21 @@ impl TableStore {
 
     /// Business keys of a batch's rows (only the key columns are converted).
     pub(super) fn batch_keys(&self, spec: &Spec, batch: &RecordBatch) -> Vec<Option<Key>> {
-        let cols: Vec<(ArrayRef, DType)> =
-            spec.key.iter().map(|&i| (batch.column(i).clone(), self.columns[i].1)).collect();
+        let cols: Vec<(ArrayRef, DType)> = (spec.key.iter())
+            .map(|&i| {
+                let (name, t) = &self.columns[i];
+                let c = batch.column_by_name(name).cloned();
+                (
+                    c.unwrap_or_else(|| {
+                        deltalake::arrow::array::new_null_array(
+                            &deltalake::arrow::datatypes::DataType::Null,
+                            batch.num_rows(),
+                        )
+                    }),
+                    *t,
+                )
+            })
+            .collect();
         let mut vals = vec![Value::Null; cols.len()];
         (0..batch.num_rows())
             .map(|r| {

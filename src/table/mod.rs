@@ -83,6 +83,10 @@ pub const STORAGE_BACKENDS: &[&str] = &["local disk (file://)"];
 pub const PROP_STRATEGY: &str = "changelake.strategy";
 /// Table property holding the business key (a JSON list of column names).
 pub const PROP_KEY: &str = "changelake.business_key";
+/// Table property listing the columns with no type yet (a JSON list): only
+/// NULLs so far, typed `string` in the schema until their first values
+/// decide, and absent from every data file (docs/schema.md, no type yet).
+pub const PROP_UNTYPED: &str = "changelake.untyped_columns";
 
 #[derive(Debug, thiserror::Error)]
 pub enum TableError {
@@ -152,6 +156,8 @@ pub struct TableStore {
     table: Option<DeltaTable>,
     /// Data columns (source columns), in table order.
     pub columns: Vec<(String, DType)>,
+    /// Columns with no type yet (see [`PROP_UNTYPED`]): in the schema, not in files.
+    pub untyped: std::collections::BTreeSet<String>,
     /// Columns added since the last commit (written with the next one).
     schema_changed: bool,
     files: Vec<Option<FileMeta>>,
@@ -216,6 +222,7 @@ impl TableStore {
             meta,
             table: None,
             columns: vec![],
+            untyped: Default::default(),
             schema_changed: false,
             files: vec![],
             index: Default::default(),
@@ -229,6 +236,9 @@ impl TableStore {
         };
         let snap = table.snapshot().map_err(|e| store.delta(e))?;
         store.check_identity(snap.metadata().configuration())?;
+        if let Some(u) = snap.metadata().configuration().get(PROP_UNTYPED) {
+            store.untyped = serde_json::from_str(u).unwrap_or_default();
+        }
         store.load_columns(snap.schema().fields())?;
         store.load_files(&table).await?;
         let exec_app = crate::progress::execution_app_id(&store.meta.name);
@@ -346,14 +356,32 @@ impl TableStore {
         }
     }
 
-    /// Adds new data columns (schema_policy additive); the schema is written
-    /// with the next commit.
-    pub fn add_columns(&mut self, cols: &[(String, DType)]) {
+    /// Adds new data columns (schema_policy additive) and types the columns
+    /// that had no type yet; `untyped` lists those still without one. The
+    /// schema is written with the next commit.
+    pub fn add_columns(&mut self, cols: &[(String, DType)], untyped: &[String]) {
         for (n, t) in cols {
-            if !self.columns.iter().any(|(c, _)| c == n) {
-                self.columns.push((n.clone(), *t));
-                self.schema_changed = true;
+            match self.columns.iter_mut().find(|(c, _)| c == n) {
+                None => {
+                    self.columns.push((n.clone(), *t));
+                    self.schema_changed = true;
+                }
+                Some((_, stored)) if *stored != *t && self.untyped.contains(n) => {
+                    *stored = *t;
+                    self.schema_changed = true;
+                }
+                Some(_) => {}
             }
         }
+        let untyped: std::collections::BTreeSet<String> = untyped.iter().cloned().collect();
+        if untyped != self.untyped {
+            self.untyped = untyped;
+            self.schema_changed = true;
+        }
+    }
+
+    /// Is this data column written to files (it has a type)?
+    fn stored(&self, name: &str) -> bool {
+        !self.untyped.contains(name)
     }
 }

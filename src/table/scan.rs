@@ -129,8 +129,8 @@ impl TableStore {
         let types: Vec<Option<DType>> = names
             .iter()
             .map(|n| {
-                let i = schema.index_of(n).ok()?;
-                self.columns.get(i).map(|(_, t)| *t).or_else(|| {
+                schema.index_of(n).ok()?;
+                (self.columns.iter().find(|(c, _)| c == n)).map(|(_, t)| *t).or_else(|| {
                     self.meta.system_fields().into_iter().find(|(s, _)| s == n).map(|(_, t)| t)
                 })
             })
