@@ -16,8 +16,8 @@ targets=("$@")
 export CARGO_TARGET_DIR="${FUZZ_TARGET_DIR:-/work/fuzz-target}"
 # No sanitizer: the crate forbids unsafe code; the search is for panics,
 # aborts and stack overflows, which libFuzzer catches on its own.
-cargo +nightly fuzz build -O -s none "${targets[@]/#/}" >/dev/null 2>&1 \
-  || cargo +nightly fuzz build -O -s none
+cargo +nightly fuzz build -O -s none >/dev/null 2>&1 \
+  || { echo "fuzz build failed:"; cargo +nightly fuzz build -O -s none; exit 1; }
 status=0
 printf '%-16s %12s %8s %9s\n' target executions coverage findings
 for t in "${targets[@]}"; do

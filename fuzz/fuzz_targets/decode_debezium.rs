@@ -21,8 +21,17 @@ fuzz_target!(|data: &[u8]| {
     let rows = raw.rows.len();
     let keys = ["id".to_string()];
     let seq = ["source_lsn".to_string()];
-    if let Ok(c) = conform(raw, TableShape { columns: &[], untyped: &NONE }, &[], SchemaPolicy::Additive, Guarded { keys: &keys, sequence: &seq }) {
+    if let Ok(c) = conform(
+        raw,
+        TableShape { columns: &[], untyped: &NONE },
+        &[],
+        SchemaPolicy::Additive,
+        Guarded { keys: &keys, sequence: &seq },
+    ) {
         assert_eq!(c.rows.len() + c.dead.len(), rows);
     }
-    let _ = matches!(decode(changelake::config::Format::Debezium, None, Some(value), &[]), Ok(Decoded::Row { .. }));
+    let _ = matches!(
+        decode(changelake::config::Format::Debezium, None, Some(value), &[]),
+        Ok(Decoded::Row { .. })
+    );
 });

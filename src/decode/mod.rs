@@ -207,6 +207,11 @@ pub fn decode_keeping(
         )));
     }
     check_depth(value).map_err(|e| Rejected::malformed(format!("not decoded: {e}")))?;
+    if has_nul(value) {
+        // Text with NUL breaks readers that hand strings to C (and it is
+        // never CRM data): refused whole, raw or escaped.
+        return Err(Rejected::malformed("not decoded: contains a NUL character"));
+    }
     if let Some(k) = key {
         // The key is parsed only as a fallback for deletes; a hostile key must not reach it.
         if check_depth(k).is_err() {
@@ -245,6 +250,11 @@ fn decode_guarded(
             error: format!("decoder panicked: {}", panic_text(&panic)),
         }),
     }
+}
+
+/// A raw NUL byte or the JSON escape for one.
+fn has_nul(v: &[u8]) -> bool {
+    memchr::memchr(0, v).is_some() || memchr::memmem::find(v, b"\\u0000").is_some()
 }
 
 /// A column named twice: the row would be ambiguous (which value wins?).

@@ -294,6 +294,10 @@ fn bad_input_duplicate_fields_and_oversized_messages_are_dead_letters() {
     assert!(e.error.contains("twice"), "{}", e.error);
     let e = decode(Format::Json, None, Some(br#"{"id":1,"id":1}"#), &[]).unwrap_err();
     assert!(e.error.contains("twice"), "{}", e.error);
+    for nul in [&br#"{"id":1,"v":"a\u0000b"}"#[..], b"{\"id\":1,\"v\":\"a\0b\"}"] {
+        let e = decode(Format::Json, None, Some(nul), &[]).unwrap_err();
+        assert!(e.error.contains("NUL"), "{}", e.error);
+    }
     let big = format!(r#"{{"id":1,"v":"{}"}}"#, "x".repeat(MAX_MESSAGE_BYTES));
     let e = decode(Format::Json, None, Some(big.as_bytes()), &[]).unwrap_err();
     assert!(e.error.contains("more than"), "{}", e.error);
