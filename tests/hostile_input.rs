@@ -2,30 +2,15 @@
 //! docs/schema.md): nothing stops a run or corrupts a table; each bad row is
 //! one dead letter with its reason, every good row lands.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-const BIN: &str = env!("CARGO_BIN_EXE_changelake");
+use std::path::Path;
+use std::process::Command;
 
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(&p, text).unwrap();
-    p
-}
-
-fn cli(args: &[&str], cfg: &Path) -> Output {
-    Command::new(BIN).args(args).arg("--config").arg(cfg).output().unwrap()
-}
-
-fn ok(out: Output) -> String {
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(out.status.success(), "exit {:?}: {err}", out.status.code());
-    String::from_utf8(out.stdout).unwrap()
-}
+use common::{cli, stdout_of, write};
 
 fn rows(cfg: &Path, table: &str, view: &str) -> Vec<serde_json::Value> {
-    let out = ok(cli(&["show", table, "--format", "jsonl", "--view", view], cfg));
+    let out = stdout_of(cli(&["show", table, "--format", "jsonl", "--view", view], cfg));
     out.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
 
@@ -63,14 +48,14 @@ fn schema_a_column_null_in_the_first_run_takes_the_type_of_its_first_values() {
         "systems: {crm: {type: csv, path: 'data/*.csv'}}\nbronze:\n  tables:\n    account:\n      source: {system: crm, object: account}\n      business_key: [id]\n      strategy: scd2\n      merge: {sequence_by: [seq]}\n",
     );
     write(tmp.path(), "data/1.csv", "id,name,seq,note\n1,a,,\n2,b,,\n");
-    ok(cli(&["run", "--once"], &cfg));
+    stdout_of(cli(&["run", "--once"], &cfg));
     let table = tmp.path().join("lake/bronze/account");
     // Readers see the column, NULL, typed `string` for now; no file holds it.
     assert_eq!(delta_type(&table, "seq"), "string");
     assert!(rows(&cfg, "account", "all").iter().all(|r| r["seq"].is_null()));
     write(tmp.path(), "data/2.csv", "id,name,seq,note\n1,x,11,\n");
     write(tmp.path(), "data/3.csv", "id,name,seq,note\n1,y,4,\n");
-    ok(cli(&["run", "--once"], &cfg));
+    stdout_of(cli(&["run", "--once"], &cfg));
     assert_eq!(delta_type(&table, "seq"), "long");
     assert_eq!(delta_type(&table, "note"), "string");
     // An independent reader reads every file under the new schema.
@@ -124,7 +109,7 @@ fn schema_odd_kinds_in_key_and_sequence_columns_are_dead_letters() {
 {"op":"u","after":{"id":8,"name":"eight"},"source":{"lsn":10}}
 "#,
     );
-    ok(cli(&["run", "--once"], &cfg));
+    stdout_of(cli(&["run", "--once"], &cfg));
     let account = rows(&cfg, "account", "all");
     let v: Vec<(i64, &str)> =
         account.iter().map(|r| (r["id"].as_i64().unwrap(), r["v"].as_str().unwrap())).collect();
@@ -140,7 +125,7 @@ fn schema_odd_kinds_in_key_and_sequence_columns_are_dead_letters() {
         assert!(dead.iter().any(|e| e.starts_with(&format!("column {col}"))), "{col}: {dead:?}");
     }
     // Once more: nothing is applied or dead-lettered twice.
-    ok(cli(&["run", "--once"], &cfg));
+    stdout_of(cli(&["run", "--once"], &cfg));
     assert_eq!(dead_letters(&cfg).len(), 4);
 }
 
@@ -163,7 +148,7 @@ fn bad_input_deeply_nested_lines_are_dead_letters_and_the_run_goes_on() {
         ),
     );
     write(tmp.path(), "flat/1.jsonl", &format!("{{\"id\":1}}\n{{\"id\":2,\"x\":{deep}}}\n"));
-    ok(cli(&["run", "--once"], &cfg));
+    stdout_of(cli(&["run", "--once"], &cfg));
     assert_eq!(rows(&cfg, "contact", "all").len(), 2);
     assert_eq!(rows(&cfg, "account", "all").len(), 1);
     let dead = dead_letters(&cfg);

@@ -3,27 +3,13 @@
 //! independently, `run --once` progress only on a terminal, and the help
 //! and version texts (docs/cli.md).
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_changelake");
-
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let p = dir.join(name);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(&p, text).unwrap();
-    p
-}
-
-fn cli(args: &[&str], cfg: &Path) -> Output {
-    Command::new(BIN).args(args).arg("--config").arg(cfg).output().unwrap()
-}
-
-fn ok(out: Output) -> String {
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
+use common::{cli, stdout_of, write, BIN};
 
 fn rows(jsonl: &str) -> Vec<serde_json::Value> {
     jsonl.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
@@ -63,7 +49,7 @@ bronze:
         upd.push_str(&format!("{id},renamed{id},{},2\n", id + 1000));
     }
     write(tmp, "data/2.csv", &upd);
-    ok(Command::new(BIN).args(["run", "--once", "--config"]).arg(&cfg).output().unwrap());
+    stdout_of(Command::new(BIN).args(["run", "--once", "--config"]).arg(&cfg).output().unwrap());
     cfg
 }
 
@@ -103,27 +89,29 @@ fn show_limit_key_and_where_read_multi_file_tables_in_key_order() {
     let cfg = lake(tmp.path());
     let updated: Vec<i64> = (5..=280).step_by(25).collect();
     for table in ["account", "account_history"] {
-        let all = rows(&ok(cli(&["show", table, "--format", "jsonl"], &cfg)));
+        let all = rows(&stdout_of(cli(&["show", table, "--format", "jsonl"], &cfg)));
         let versions = if table == "account" { 300 } else { 300 + updated.len() };
         assert_eq!(all.len(), versions, "{table}");
         let ids: Vec<i64> = all.iter().map(|r| r["id"].as_i64().unwrap()).collect();
         assert!(ids.windows(2).all(|w| w[0] <= w[1]), "{table}: ordered by key");
 
         // --limit: the first rows in key order, all versions of a key together.
-        let first = rows(&ok(cli(&["show", table, "--format", "jsonl", "--limit", "7"], &cfg)));
+        let first =
+            rows(&stdout_of(cli(&["show", table, "--format", "jsonl", "--limit", "7"], &cfg)));
         assert_eq!(first, all[..7].to_vec(), "{table}");
 
         // --key: every version of one key, none of another.
-        let k = rows(&ok(cli(&["show", table, "--format", "jsonl", "--key", "30"], &cfg)));
+        let k = rows(&stdout_of(cli(&["show", table, "--format", "jsonl", "--key", "30"], &cfg)));
         let want: Vec<_> = all.iter().filter(|r| r["id"] == 30).cloned().collect();
         assert_eq!(k, want, "{table}");
         assert_eq!(k.len(), if table == "account" { 1 } else { 2 });
-        let none = rows(&ok(cli(&["show", table, "--format", "jsonl", "--key", "301"], &cfg)));
+        let none =
+            rows(&stdout_of(cli(&["show", table, "--format", "jsonl", "--key", "301"], &cfg)));
         assert!(none.is_empty(), "{table}: {none:?}");
 
         // --where: the predicate language of delete_when, over data and system columns.
         let pred = "amount >= 1000 OR (amount < 20 AND NOT _is_deleted)";
-        let w = rows(&ok(cli(&["show", table, "--format", "jsonl", "--where", pred], &cfg)));
+        let w = rows(&stdout_of(cli(&["show", table, "--format", "jsonl", "--where", pred], &cfg)));
         let want: Vec<_> = all
             .iter()
             .filter(|r| {
@@ -137,13 +125,13 @@ fn show_limit_key_and_where_read_multi_file_tables_in_key_order() {
     }
 
     // scd2: --where sees the partition column; --view and --limit combine.
-    let closed = rows(&ok(cli(
+    let closed = rows(&stdout_of(cli(
         &["show", "account_history", "--format", "jsonl", "--where", "_is_current = false"],
         &cfg,
     )));
     let ids: Vec<i64> = closed.iter().map(|r| r["id"].as_i64().unwrap()).collect();
     assert_eq!(ids, updated);
-    let active = rows(&ok(cli(
+    let active = rows(&stdout_of(cli(
         &["show", "account_history", "--format", "jsonl", "--view", "active", "--limit", "3"],
         &cfg,
     )));
@@ -169,7 +157,7 @@ fn tables_reports_what_the_delta_log_holds() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = lake(tmp.path());
     let report: serde_json::Value =
-        serde_json::from_str(&ok(cli(&["tables", "--format", "json"], &cfg))).unwrap();
+        serde_json::from_str(&stdout_of(cli(&["tables", "--format", "json"], &cfg))).unwrap();
     let by_name: HashMap<&str, &serde_json::Value> =
         report.as_array().unwrap().iter().map(|t| (t["table"].as_str().unwrap(), t)).collect();
     for (table, rows_seen) in [("account", 300u64), ("account_history", 312)] {
@@ -198,7 +186,7 @@ fn tables_reports_what_the_delta_log_holds() {
     assert_eq!(by_name["account"]["stats"]["masked_rows"].as_u64(), Some(12));
     assert!(by_name["_dead_letters"]["stats"].is_null(), "no dead letters yet");
 
-    let text = ok(cli(&["tables"], &cfg));
+    let text = stdout_of(cli(&["tables"], &cfg));
     let line = text.lines().find(|l| l.starts_with("account ")).unwrap();
     assert!(
         line.contains("| scd1 ") && line.contains("| 300 ") && line.contains("2 files"),

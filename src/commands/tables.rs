@@ -3,7 +3,7 @@
 //! the log's size and checkpoint, and the positions stored with each table.
 //! Read from the Delta logs only, never from a broker or a data file.
 
-use changelake::config::{Config, Strategy};
+use changelake::config::Config;
 use changelake::error::Result;
 use changelake::progress::{parse, Marker, SourceKind};
 use changelake::table::{table_stats, TableStats};
@@ -77,10 +77,7 @@ pub async fn tables(c: &Config, format: TablesFormat) -> Result<String> {
             }
         }
         positions.kafka.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
-        let strategy = match t.strategy {
-            Strategy::Scd1 => "scd1",
-            Strategy::Scd2 => "scd2",
-        };
+        let strategy = t.strategy.as_str();
         reports.push(Report { table: t.name.clone(), strategy, uri, stats, positions });
     }
     let uri = c.dead_letter_uri();

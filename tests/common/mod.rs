@@ -233,6 +233,11 @@ pub fn ok(out: Output) -> Output {
     out
 }
 
+/// The standard output of a command that must succeed.
+pub fn stdout_of(out: Output) -> String {
+    String::from_utf8(ok(out).stdout).unwrap()
+}
+
 /// `show --format jsonl` without the processing-time columns (they differ between runs by design).
 pub fn show(cfg: &Path, table: &str, drop: &[&str]) -> Vec<serde_json::Value> {
     let out = ok(Command::new(BIN)
