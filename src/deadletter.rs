@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::storage::Location;
 use base64::Engine;
 use deltalake::arrow::array::{
     ArrayRef, Int32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
@@ -17,8 +18,7 @@ use deltalake::{DeltaTable, Path};
 use object_store::ObjectStoreExt;
 
 use crate::table::{
-    create_table, encode_parquet, object_store_at, open_existing, DataChange, FileAction, NewTable,
-    TableError,
+    create_table, encode_parquet, open_existing, DataChange, FileAction, NewTable, TableError,
 };
 
 #[derive(Debug, Clone)]
@@ -43,11 +43,12 @@ pub struct Group {
 }
 
 /// Appends the groups' rows that are not yet recorded, in one commit.
-pub async fn append(uri: &str, groups: Vec<Group>) -> Result<usize, TableError> {
+pub async fn append(loc: &Location, groups: Vec<Group>) -> Result<usize, TableError> {
+    let uri = &crate::storage::redact_url(loc.uri());
     let derr =
         |e: deltalake::DeltaTableError| TableError::Delta { uri: uri.to_string(), source: e };
     let data_err = |msg: String| TableError::Data { uri: uri.to_string(), msg };
-    let existing = open_existing(uri).await?;
+    let existing = open_existing(loc).await?;
     let (rows, txns) = fresh_rows(uri, existing.as_ref(), groups).await?;
     if rows.is_empty() {
         return Ok(0);
@@ -63,12 +64,21 @@ pub async fn append(uri: &str, groups: Vec<Group>) -> Result<usize, TableError> 
         deletion_vector: None,
     };
     let add = crate::table::add(file, DataChange::Rows);
-    let props = CommitProperties::default().with_application_transactions(txns);
+    // Appends commute (their `txn`s keep one group from landing twice), so
+    // delta-rs may rebase them over other writers' commits; a create may not.
+    let mut props = CommitProperties::default().with_application_transactions(txns);
+    if existing.is_none() {
+        props = props.with_max_retries(0);
+    }
     let store = match &existing {
         Some(t) => t.object_store(),
-        None => object_store_at(uri)?,
+        None => loc.object_store()?,
     };
-    store.put(&Path::from(name.as_str()), buf.into()).await.map_err(|e| data_err(e.to_string()))?;
+    store.put(&Path::from(name.as_str()), buf.into()).await.map_err(|source| TableError::Io {
+        uri: uri.to_string(),
+        what: format!("writing {name}"),
+        source,
+    })?;
     match existing {
         None => {
             let new = NewTable {
@@ -78,7 +88,7 @@ pub async fn append(uri: &str, groups: Vec<Group>) -> Result<usize, TableError> 
                 properties: HashMap::new(),
                 deletion_vectors: false,
             };
-            create_table(uri, new, vec![add], props).await?;
+            create_table(loc, new, vec![add], props).await?;
         }
         Some(t) => {
             let snap = t.snapshot().map_err(derr)?;
@@ -172,10 +182,11 @@ fn delta_schema() -> StructType {
 
 /// Reads every dead letter (for `demo` and tests): header and rows.
 pub async fn read_all(
-    uri: &str,
+    loc: &Location,
 ) -> Result<(Vec<String>, Vec<Vec<crate::value::Value>>), TableError> {
     use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-    let Some(t) = open_existing(uri).await? else { return Ok((vec![], vec![])) };
+    let Some(t) = open_existing(loc).await? else { return Ok((vec![], vec![])) };
+    let uri = &crate::storage::redact_url(loc.uri());
     let derr =
         |e: deltalake::DeltaTableError| TableError::Delta { uri: uri.to_string(), source: e };
     let data_err = |msg: String| TableError::Data { uri: uri.to_string(), msg };

@@ -9,6 +9,7 @@
 //! | `decode` | flat JSON rows and Debezium envelopes into cells |
 //! | `batch` | a raw batch typed and aligned with the table's columns |
 //! | `merge` | the batch, scd1, scd2 and snapshot rules, pure (no I/O) |
+//! | `storage` | where tables live: locations, store options, retries, the conditional-PUT probe |
 //! | `table` | the Delta table: layout, key index, staging, commit, upkeep |
 //! | `progress` | every `txn` progress marker, built and read in one place |
 //! | `deadletter` | the `_dead_letters` table |
@@ -39,6 +40,7 @@ pub mod phases;
 pub mod progress;
 pub mod report;
 pub mod source;
+pub mod storage;
 pub mod table;
 pub mod telemetry;
 pub mod value;

@@ -47,7 +47,7 @@ fn parse_args() -> Cli {
     let version = format!(
         "{}\nstorage backends: {}",
         env!("CARGO_PKG_VERSION"),
-        changelake::table::STORAGE_BACKENDS.join(", ")
+        changelake::storage::BACKENDS.join(", ")
     );
     // Built once per process; clap keeps a `&'static str`.
     let matches = Cli::command().version(&*version.leak()).get_matches();

@@ -14,6 +14,7 @@ use changelake::telemetry::progress;
 
 /// `run`: file sources first (one pass), then the Kafka daemon if any table reads Kafka.
 pub async fn run(c: &Config, once: bool) -> Result<()> {
+    probe_store(c).await?;
     let has_kafka = c.tables.iter().any(|t| c.reads_kafka(t));
     let has_files = c.tables.iter().any(|t| !c.reads_kafka(t));
     if has_files {
@@ -21,6 +22,19 @@ pub async fn run(c: &Config, once: bool) -> Result<()> {
     }
     if has_kafka {
         daemon::run(c, RunOpts { once, ..Default::default() }, daemon::signals()).await?;
+    }
+    Ok(())
+}
+
+/// On an object store, refuses a store that would silently lose commits
+/// (docs/object-storage.md, conditional PUT). Local lakes are guarded by
+/// the file lock instead.
+pub async fn probe_store(c: &Config) -> Result<()> {
+    let root = c.root_location();
+    if root.is_remote() {
+        changelake::storage::probe::conditional_put(&root)
+            .await
+            .map_err(|e| Error::Input(e.to_string()))?;
     }
     Ok(())
 }
@@ -95,9 +109,42 @@ async fn run_table_files(c: &Config, r: &mut TableRunner, once: bool) -> Result<
             ),
         };
         let events = raw.rows.len() as u64;
-        reports.push(r.run_batch(raw, marks).await?);
+        if let Some(report) = run_with_retries(c, r, raw, &marks).await? {
+            reports.push(report);
+        }
         progress::advance(&table, 1, events);
     }
     progress::finish(&table);
     Ok(reports)
+}
+
+/// Runs one file's batch; a retryable failure (a lost commit race, storage
+/// that did not answer) is retried with backoff on the table as it is now.
+/// A commit that landed although its answer was lost is found by its
+/// progress marker: the file is then done (`None`), never applied twice.
+async fn run_with_retries(
+    c: &Config,
+    r: &mut TableRunner,
+    raw: changelake::source::RawBatch,
+    marks: &[Mark],
+) -> Result<Option<RunReport>> {
+    let mut attempt = 0;
+    loop {
+        match r.run_batch(raw.clone(), marks.to_vec()).await {
+            Ok(report) => return Ok(Some(report)),
+            Err(e) if e.retryable() && attempt < changelake::engine::BATCH_RETRIES => {
+                attempt += 1;
+                changelake::telemetry::commit_retried(&r.cfg.name, attempt, &e);
+                tokio::time::sleep(changelake::engine::retry_backoff(attempt)).await;
+                r.reopen(c).await?;
+                if r.already_applied(marks).await? {
+                    return Ok(None);
+                }
+            }
+            Err(e) => {
+                changelake::telemetry::commit_failed(&r.cfg.name, &e);
+                return Err(e);
+            }
+        }
+    }
 }

@@ -56,8 +56,9 @@ struct FilePosition {
 pub async fn tables(c: &Config, format: TablesFormat) -> Result<String> {
     let mut reports = vec![];
     for t in &c.tables {
-        let uri = c.table_uri(&t.name);
-        let stats = table_stats(&uri, &t.layout).await?;
+        let loc = c.table_location(&t.name);
+        let stats = table_stats(&loc, &t.layout).await?;
+        let uri = changelake::storage::redact_url(loc.uri());
         let mut positions = Positions::default();
         let kind = if c.reads_kafka(t) { SourceKind::Kafka } else { SourceKind::Files };
         for (app, &version) in stats.iter().flat_map(|s| &s.markers) {
@@ -80,8 +81,9 @@ pub async fn tables(c: &Config, format: TablesFormat) -> Result<String> {
         let strategy = t.strategy.as_str();
         reports.push(Report { table: t.name.clone(), strategy, uri, stats, positions });
     }
-    let uri = c.dead_letter_uri();
-    let stats = table_stats(&uri, &Default::default()).await?;
+    let loc = c.dead_letter_location();
+    let stats = table_stats(&loc, &Default::default()).await?;
+    let uri = changelake::storage::redact_url(loc.uri());
     let positions = Positions {
         dead_letter_positions: stats.as_ref().map_or(0, |s| s.markers.len()),
         ..Default::default()

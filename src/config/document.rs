@@ -3,6 +3,7 @@
 //! (docs/config.md, storage and process settings; docs/operations.md).
 //! Systems and tables have their own modules.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -11,6 +12,7 @@ use serde_yaml::Value as Y;
 use super::cx::{Cx, Mapping};
 use super::units::{parse_duration, parse_size};
 use super::{defaults, paths, Batching, Config, DeadLetters};
+use crate::storage::StorageOptions;
 
 const TOP_KEYS: &[&str] =
     &["storage", "systems", "bronze", "batching", "metrics", "dead_letters", "shutdown_timeout"];
@@ -19,7 +21,7 @@ impl Cx {
     /// The whole document, section by section.
     pub(super) fn config(&mut self, doc: &Y, base: &Path) -> Config {
         let top = self.map(doc, "", TOP_KEYS);
-        let storage_root = self.storage_root(&top, base);
+        let (storage_root, storage_options) = self.storage(&top, base);
         let systems = self.systems(&top);
         let tables = self.tables(&top, &systems);
         let batching = self.batching(&top);
@@ -32,6 +34,7 @@ impl Cx {
         Config {
             base_dir: base.to_path_buf(),
             storage_root,
+            storage_options,
             systems,
             tables,
             batching,
@@ -41,14 +44,29 @@ impl Cx {
         }
     }
 
-    /// `storage.root`, absolute (relative paths resolve against the config's directory).
-    fn storage_root(&mut self, top: &Mapping, base: &Path) -> String {
-        let storage =
-            top.get("storage").map(|v| self.map(v, "storage", &["root"])).unwrap_or_default();
+    /// `storage.root`, absolute (relative paths resolve against the config's
+    /// directory), refused when this build cannot write it; `storage.options`,
+    /// the object-store settings (docs/object-storage.md).
+    fn storage(&mut self, top: &Mapping, base: &Path) -> (String, StorageOptions) {
+        let storage = top
+            .get("storage")
+            .map(|v| self.map(v, "storage", &["root", "options"]))
+            .unwrap_or_default();
         let root = self
             .opt_string(&storage, "root", "storage")
             .unwrap_or_else(|| defaults::STORAGE_ROOT.into());
-        paths::storage_root(root, base)
+        if let Err(e) = crate::storage::check_root(&root) {
+            self.err("storage.root", e);
+        }
+        let mut options = BTreeMap::new();
+        if let Some(o) = storage.get("options") {
+            for (key, val) in self.map(o, "storage.options", &[]) {
+                if let Some(s) = self.string(val, &format!("storage.options.{key}")) {
+                    options.insert(key, s);
+                }
+            }
+        }
+        (paths::storage_root(root, base), StorageOptions::new(options))
     }
 
     /// `batching`: when a table's open batch is committed, and the memory bound.

@@ -19,6 +19,8 @@ pub struct Config {
     pub base_dir: PathBuf,
     /// Lake root: an absolute local path or an object-store URL.
     pub storage_root: String,
+    /// `storage.options`: object-store settings (values never shown).
+    pub storage_options: crate::storage::StorageOptions,
     pub systems: BTreeMap<String, System>,
     pub tables: Vec<TableConfig>,
     pub batching: Batching,

@@ -5,6 +5,7 @@
 use std::path::{Component, Path, PathBuf};
 
 use super::Config;
+use crate::storage::Location;
 
 impl Config {
     /// Location of a table: `<root>/bronze/<table>`.
@@ -14,6 +15,22 @@ impl Config {
 
     pub fn dead_letter_uri(&self) -> String {
         join_uri(&self.storage_root, &self.dead_letters.table)
+    }
+
+    /// A table's location with the store settings to reach it.
+    pub fn table_location(&self, table: &str) -> Location {
+        Location::new(self.table_uri(table), self.storage_options.clone(), table)
+    }
+
+    /// The dead-letter table's location (under the same root).
+    pub fn dead_letter_location(&self) -> Location {
+        let name = &self.dead_letters.table;
+        Location::new(self.dead_letter_uri(), self.storage_options.clone(), name)
+    }
+
+    /// The lake root (for the conditional-PUT probe).
+    pub fn root_location(&self) -> Location {
+        Location::new(self.storage_root.clone(), self.storage_options.clone(), "_root")
     }
 
     /// A file path from the config, resolved against the config's directory.
@@ -34,7 +51,13 @@ pub fn join_uri(root: &str, rel: &str) -> String {
 /// `storage.root` as written, made absolute: URLs are kept, local paths are
 /// resolved against the config's directory `base`.
 pub(super) fn storage_root(root: String, base: &Path) -> String {
-    if root.contains("://") {
+    if let Some(path) = root
+        .starts_with("file://")
+        .then(|| url::Url::parse(&root).ok()?.to_file_path().ok())
+        .flatten()
+    {
+        normalize(&path).to_string_lossy().into_owned()
+    } else if root.contains("://") {
         root
     } else {
         let p = Path::new(&root);

@@ -97,12 +97,26 @@ impl Cx {
         if let Some(k) = m.get("kafka") {
             let kp = format!("{path}.kafka");
             for (key, val) in self.map(k, &kp, &[]) {
+                let errors = self.errors.len();
                 if let Some(s) = self.string(val, &child(&kp, &key)) {
+                    if self.errors.len() == errors {
+                        self.librdkafka_setting(&key, &s, &child(&kp, &key));
+                    }
                     kafka.insert(key, s);
                 }
             }
         }
         SystemKind::Kafka { brokers, group_id, topic, format, kafka }
+    }
+
+    /// librdkafka judges its own settings (names and values), exactly as
+    /// the daemon's client will: `check` refuses what `run` would.
+    fn librdkafka_setting(&mut self, key: &str, value: &str, path: &str) {
+        let mut c = rdkafka::ClientConfig::new();
+        c.set(key, value);
+        if let Err(e) = c.create_native_config() {
+            self.err(path, format!("librdkafka refuses it: {e}"));
+        }
     }
 
     fn csv_system(&mut self, m: &Mapping, path: &str) -> SystemKind {

@@ -4,8 +4,6 @@
 //! (docs/commit-protocol.md: one run, one commit; progress markers;
 //! concurrent writers).
 
-use std::time::Duration;
-
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::{Offset, TopicPartitionList};
 use tracing::{Instrument, Span};
@@ -60,8 +58,10 @@ pub(super) async fn flush(
     Ok(report)
 }
 
-/// Runs the batch; a retryable failure (a commit conflict) is retried up to
-/// five times with backoff, each time on the table as it is now.
+/// Runs the batch; a retryable failure (a lost commit race, storage that
+/// did not answer) is retried with backoff, each time on the table as it is
+/// now: a commit that landed although its answer was lost shows up there as
+/// stored offsets, and nothing is written twice.
 async fn commit_with_retries(
     s: &mut Slot,
     config: &Config,
@@ -75,10 +75,10 @@ async fn commit_with_retries(
         // A retry needs the rows again, so each attempt gets a copy.
         match s.runner.run_batch(batch.clone(), marks.to_vec()).instrument(span.clone()).await {
             Ok(r) => return Ok(r),
-            Err(e) if e.retryable() && attempt < 5 => {
+            Err(e) if e.retryable() && attempt < crate::engine::BATCH_RETRIES => {
                 attempt += 1;
                 span.in_scope(|| telemetry::commit_retried(&table, attempt, &e));
-                tokio::time::sleep(Duration::from_millis(200 * (1 << attempt))).await;
+                tokio::time::sleep(crate::engine::retry_backoff(attempt)).await;
                 s.runner.reopen(config).await?;
                 catch_up_with_table(s, marks, &mut batch).await?;
             }

@@ -23,13 +23,27 @@ pub use crate::report::RunReport;
 
 pub use crate::progress::Mark;
 
+/// Times a batch is run again after a retryable failure (a lost commit race,
+/// storage that stopped answering) before the process gives up and exits
+/// non-zero; a restart resumes from the table's stored positions.
+pub const BATCH_RETRIES: u32 = 8;
+
+/// The pause before retry `attempt` (1-based): exponential from 200 ms,
+/// capped at 10 s, with jitter so that racing writers fall out of step.
+pub fn retry_backoff(attempt: u32) -> std::time::Duration {
+    let ceiling = std::time::Duration::from_millis(200)
+        .saturating_mul(1 << attempt.min(10))
+        .min(std::time::Duration::from_secs(10));
+    ceiling.mul_f64(0.5 + fastrand::f64() / 2.0)
+}
+
 pub struct TableRunner {
     pub cfg: TableConfig,
     /// Held while this process writes the table (local lakes), see [`TableRunner::lock`].
     lock: Option<std::fs::File>,
     pub store: TableStore,
     declared: Vec<(String, DType)>,
-    dead_letter_uri: String,
+    dead_letter_loc: crate::storage::Location,
     /// Version of the last checkpoint this process wrote (see `maintain`).
     last_checkpoint: i64,
 }
@@ -45,7 +59,7 @@ pub async fn open_for_reading(config: &Config, t: &TableConfig) -> Result<TableS
         surrogate_key: t.surrogate_key,
         layout: t.layout.clone(),
     };
-    Ok(TableStore::open(&config.table_uri(&t.name), meta).await?)
+    Ok(TableStore::open(&config.table_location(&t.name), meta).await?)
 }
 
 impl TableRunner {
@@ -61,7 +75,7 @@ impl TableRunner {
             lock: None,
             store,
             declared,
-            dead_letter_uri: config.dead_letter_uri(),
+            dead_letter_loc: config.dead_letter_location(),
             last_checkpoint,
         })
     }
@@ -143,7 +157,7 @@ impl TableRunner {
             })
             .collect();
         // Logged and counted by `telemetry::run_committed` (the report carries them).
-        let n = deadletter::append(&self.dead_letter_uri, groups).await?;
+        let n = deadletter::append(&self.dead_letter_loc, groups).await?;
         tracing::debug!(table = %self.cfg.name, written = n, "dead-letter commit (replayed groups are skipped)");
         Ok(())
     }
@@ -237,7 +251,7 @@ impl TableRunner {
 
     /// Re-reads the table's layout and key index from the Delta log.
     async fn reload_store(&mut self) -> Result<()> {
-        let mut store = TableStore::open(&self.store.uri, self.store.meta.clone()).await?;
+        let mut store = TableStore::open(&self.store.loc, self.store.meta.clone()).await?;
         if store.exists() {
             store.load_index(&build_spec(&self.cfg, &store.columns)?).await?;
         }

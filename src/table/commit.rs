@@ -24,10 +24,11 @@ use super::actions::{self, DataChange, FileAction};
 use super::files::FileMeta;
 use super::index::PlacedFile;
 use super::Result;
-use super::{table_url, TableError, TableStore, PROP_KEY, PROP_STRATEGY, PROP_UNTYPED};
+use super::{TableError, TableStore, PROP_KEY, PROP_STRATEGY, PROP_UNTYPED};
 use crate::config::Strategy;
 use crate::merge::{Key, Summary};
 use crate::progress::Mark;
+use crate::storage::Location;
 
 /// A write set ready to commit.
 #[derive(Default)]
@@ -126,13 +127,14 @@ impl NewTable<'_> {
 /// `props` (progress markers, commit info). Fails if a table already exists
 /// there (another writer created it first).
 pub(crate) async fn create_table(
-    uri: &str,
+    loc: &Location,
     new: NewTable<'_>,
     actions: Vec<Action>,
     props: CommitProperties,
 ) -> Result<DeltaTable> {
-    let delta = |e| TableError::Delta { uri: uri.to_string(), source: e };
-    let err = |msg: String| TableError::Data { uri: uri.to_string(), msg };
+    let uri = crate::storage::redact_url(loc.uri());
+    let delta = |e| TableError::Delta { uri: uri.clone(), source: e };
+    let err = |msg: String| TableError::Data { uri: uri.clone(), msg };
     let mut properties = new.properties.clone();
     if new.deletion_vectors {
         properties.insert("delta.enableDeletionVectors".into(), "true".into());
@@ -142,11 +144,8 @@ pub(crate) async fn create_table(
         .map_err(|e| err(format!("metadata: {e}")))?
         .with_name(new.name.to_string())
         .map_err(|e| err(format!("metadata: {e}")))?;
-    let url = table_url(uri)?;
-    let log_store = deltalake::DeltaTableBuilder::from_url(url.clone())
-        .map_err(delta)?
-        .build_storage()
-        .map_err(delta)?;
+    let url = loc.url()?;
+    let log_store = loc.builder()?.build_storage().map_err(delta)?;
     let op = DeltaOperation::Create {
         mode: SaveMode::ErrorIfExists,
         location: url.clone(),
@@ -160,12 +159,7 @@ pub(crate) async fn create_table(
         .build(None, log_store, op)
         .await
         .map_err(delta)?;
-    let mut t = deltalake::DeltaTableBuilder::from_url(url)
-        .map_err(delta)?
-        .with_version(finalized.version())
-        .load()
-        .await
-        .map_err(delta)?;
+    let mut t = loc.builder()?.with_version(finalized.version()).load().await.map_err(delta)?;
     t.state = Some(finalized.snapshot());
     Ok(t)
 }
@@ -259,12 +253,21 @@ impl TableStore {
         }
         let app_meta: HashMap<String, serde_json::Value> =
             [("changelake".to_string(), req.info)].into_iter().collect();
-        let props =
-            CommitProperties::default().with_application_transactions(txns).with_metadata(app_meta);
+        // Strict: the commit must land right after the version this run read.
+        // delta-rs would otherwise rebase it over another writer's commit
+        // whenever the two touch different files — two inserts of one new
+        // key, or an older row landing after a newer one — and the table
+        // would hold a duplicate or a stale row. A lost race fails here;
+        // the engine re-reads the table and merges again
+        // (docs/commit-protocol.md, concurrent writers).
+        let props = CommitProperties::default()
+            .with_application_transactions(txns)
+            .with_metadata(app_meta)
+            .with_max_retries(0);
         let actions = std::mem::take(&mut pc.actions);
         let version = match &self.table {
             None => {
-                let t = create_table(&self.uri, self.new_table(), actions, props).await?;
+                let t = create_table(&self.loc, self.new_table(), actions, props).await?;
                 let v = t.version().unwrap_or(0);
                 self.table = Some(t);
                 v

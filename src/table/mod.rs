@@ -53,10 +53,10 @@ use std::sync::Arc;
 
 use deltalake::arrow::array::RecordBatch;
 use deltalake::{DeltaTable, DeltaTableError, ObjectStore};
-use url::Url;
 
 use crate::config::{Layout, Reserved, Strategy};
 use crate::merge::Summary;
+use crate::storage::{Location, StorageError};
 use crate::value::DType;
 use convert::dtype_of;
 use files::FileMeta;
@@ -74,10 +74,6 @@ pub use stats::{table_stats, TableStats};
 
 type FxMap<K, V> = HashMap<K, V, rustc_hash::FxBuildHasher>;
 type FxSet<K> = HashSet<K, rustc_hash::FxBuildHasher>;
-
-/// Where this build can keep tables: the `storage.root` kinds it reads and
-/// writes (docs/config.md, storage).
-pub const STORAGE_BACKENDS: &[&str] = &["local disk (file://)"];
 
 /// Table property naming the strategy a table was created with.
 pub const PROP_STRATEGY: &str = "changelake.strategy";
@@ -100,12 +96,38 @@ pub enum TableError {
     },
     #[error("table {uri}: {msg}")]
     Data { uri: String, msg: String },
+    /// A storage request failed (after the storage layer's own retries).
+    #[error("table {uri}: {what}: {source}")]
+    Io {
+        uri: String,
+        what: String,
+        #[source]
+        source: object_store::Error,
+    },
 }
 
 impl TableError {
-    /// Storage hiccups are worth retrying; refusals and bad data are not.
+    /// Storage hiccups and lost commit races are worth retrying; refusals,
+    /// definite storage answers and bad data are not.
     pub fn retryable(&self) -> bool {
-        matches!(self, TableError::Delta { source, .. } if !matches!(source, DeltaTableError::NotATable(_)))
+        match self {
+            TableError::Delta { source: DeltaTableError::NotATable(_), .. } => false,
+            TableError::Delta { source: DeltaTableError::ObjectStore { source }, .. } => {
+                crate::storage::layer::transient(source)
+            }
+            TableError::Delta { .. } => true,
+            TableError::Io { source, .. } => crate::storage::layer::transient(source),
+            TableError::Refused { .. } | TableError::Data { .. } => false,
+        }
+    }
+}
+
+impl From<StorageError> for TableError {
+    fn from(e: StorageError) -> TableError {
+        match e {
+            StorageError::Refused { uri, msg } => TableError::Refused { uri, msg },
+            StorageError::Delta { uri, source } => TableError::Delta { uri, source },
+        }
     }
 }
 
@@ -151,7 +173,9 @@ impl TableMeta {
 }
 
 pub struct TableStore {
+    /// The location as it may be printed (error messages, logs).
     pub uri: String,
+    pub loc: Location,
     pub meta: TableMeta,
     table: Option<DeltaTable>,
     /// Data columns (source columns), in table order.
@@ -171,54 +195,26 @@ pub struct TableStore {
     filters: std::sync::Mutex<HashMap<String, Option<Arc<KeyFilter>>>>,
 }
 
-pub fn table_url(uri: &str) -> Result<Url> {
-    if uri.contains("://") {
-        Url::parse(uri)
-            .map_err(|e| TableError::Refused { uri: uri.into(), msg: format!("bad URL: {e}") })
-    } else {
-        std::fs::create_dir_all(uri).map_err(|e| TableError::Data {
-            uri: uri.into(),
-            msg: format!("cannot create directory: {e}"),
-        })?;
-        let abs = std::fs::canonicalize(uri)
-            .map_err(|e| TableError::Data { uri: uri.into(), msg: e.to_string() })?;
-        Url::from_directory_path(&abs).map_err(|_| TableError::Refused {
-            uri: uri.into(),
-            msg: "not an absolute path".into(),
-        })
-    }
-}
-
-/// An object store rooted at a table's location, for writing its first
-/// files before the commit that creates it.
-pub(crate) fn object_store_at(uri: &str) -> Result<Arc<dyn ObjectStore>> {
-    let delta = |e| TableError::Delta { uri: uri.to_string(), source: e };
-    let storage = deltalake::DeltaTableBuilder::from_url(table_url(uri)?)
-        .map_err(delta)?
-        .build_storage()
-        .map_err(delta)?;
-    Ok(storage.object_store(None))
-}
-
-/// Opens a Delta table if one exists at `uri`.
-pub async fn open_existing(uri: &str) -> Result<Option<DeltaTable>> {
-    if !uri.contains("://") && !std::path::Path::new(uri).join("_delta_log").exists() {
+/// Opens a Delta table if one exists at `loc`.
+pub async fn open_existing(loc: &Location) -> Result<Option<DeltaTable>> {
+    if !loc.uri().contains("://") && !std::path::Path::new(loc.uri()).join("_delta_log").exists() {
         return Ok(None);
     }
-    let url = table_url(uri)?;
-    match deltalake::open_table(url).await {
+    let uri = crate::storage::redact_url(loc.uri());
+    match loc.builder()?.load().await {
         Ok(t) => Ok(Some(t)),
         Err(DeltaTableError::NotATable(_)) => Ok(None),
-        Err(e) => Err(TableError::Delta { uri: uri.into(), source: e }),
+        Err(e) => Err(TableError::Delta { uri, source: e }),
     }
 }
 
 impl TableStore {
     /// Opens (or prepares to create) the table. Call [`TableStore::load_index`]
     /// next, with the merge spec built from [`TableStore::columns`].
-    pub async fn open(uri: &str, meta: TableMeta) -> Result<TableStore> {
+    pub async fn open(loc: &Location, meta: TableMeta) -> Result<TableStore> {
         let mut store = TableStore {
-            uri: uri.to_string(),
+            uri: crate::storage::redact_url(loc.uri()),
+            loc: loc.clone(),
             meta,
             table: None,
             columns: vec![],
@@ -231,7 +227,7 @@ impl TableStore {
             cache: Default::default(),
             filters: Default::default(),
         };
-        let Some(table) = open_existing(uri).await? else {
+        let Some(table) = open_existing(loc).await? else {
             return Ok(store);
         };
         let snap = table.snapshot().map_err(|e| store.delta(e))?;
@@ -352,7 +348,7 @@ impl TableStore {
     fn store(&self) -> Result<Arc<dyn ObjectStore>> {
         match &self.table {
             Some(t) => Ok(t.object_store()),
-            None => object_store_at(&self.uri),
+            None => Ok(self.loc.object_store()?),
         }
     }
 

@@ -13,6 +13,7 @@ use futures::TryStreamExt;
 use super::plan::is_small_for_compaction;
 use super::{open_existing, Result, TableError};
 use crate::config::Layout;
+use crate::storage::Location;
 
 /// What `tables` reports for one table.
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
@@ -38,13 +39,13 @@ pub struct TableStats {
 }
 
 /// The numbers of the Delta table at `uri`; `None` when there is none yet.
-pub async fn table_stats(uri: &str, layout: &Layout) -> Result<Option<TableStats>> {
-    let Some(table) = open_existing(uri).await? else { return Ok(None) };
+pub async fn table_stats(loc: &Location, layout: &Layout) -> Result<Option<TableStats>> {
+    let Some(table) = open_existing(loc).await? else { return Ok(None) };
     stats_of(&table, layout).await.map(Some)
 }
 
 async fn stats_of(table: &DeltaTable, layout: &Layout) -> Result<TableStats> {
-    let uri = table.table_url().to_string();
+    let uri = crate::storage::redact_url(table.table_url().as_str());
     let data_err = |msg: String| TableError::Data { uri: uri.clone(), msg };
     let snap = table.snapshot().map_err(|e| TableError::Delta { uri: uri.clone(), source: e })?;
     let mut s = TableStats { version: snap.version() as i64, ..Default::default() };

@@ -38,6 +38,7 @@ pub use self::health::{broker_probe, pending, readiness, set_assigned, set_commi
 pub use self::http::{render, serve};
 pub use self::registry::{
     metrics, register_partition, register_table, Metrics, DEAD_REASONS, DROP_REASONS,
+    STORAGE_OPERATIONS,
 };
 use crate::config::Strategy;
 use crate::report::RunReport;
@@ -103,6 +104,23 @@ pub fn commit_retried(table: &str, attempt: u32, error: &dyn std::fmt::Display) 
 }
 
 /// A batch could not be committed: the process stops, nothing is lost (its offsets were not committed).
+/// One request to a table's storage (retries included).
+pub fn storage_request(table: &str, operation: &'static str) {
+    metrics().storage_requests.with_label_values(&[table, operation]).inc();
+}
+
+/// A storage request failed without an answer and is tried again.
+pub fn storage_retried(
+    table: &str,
+    operation: &'static str,
+    path: &str,
+    attempt: u32,
+    error: &dyn std::fmt::Display,
+) {
+    metrics().storage_retries.with_label_values(&[table, operation]).inc();
+    tracing::warn!(target: LOG_TARGET, table, operation, path, attempt, error = %error, "storage request failed, retrying");
+}
+
 pub fn commit_failed(table: &str, error: &dyn std::fmt::Display) {
     metrics().commits.with_label_values(&[table, "failed"]).inc();
     tracing::error!(table, error = %error, "commit failed; the batch's events will be re-read after a restart");

@@ -68,6 +68,8 @@ pub struct Metrics {
     pub checkpoints: IntCounterVec,
     pub files_vacuumed: IntCounterVec,
     pub maintenance_failures: IntCounterVec,
+    pub storage_requests: IntCounterVec,
+    pub storage_retries: IntCounterVec,
 }
 
 /// Registers a metric and hands it back (metrics are cheap shared handles).
@@ -173,6 +175,18 @@ impl Metrics {
                 "Compactions, checkpoints or vacuums that failed (retried after a later batch; data commits are unaffected).",
                 tr,
             ),
+            storage_requests: counter(
+                &r,
+                "changelake_storage_requests_total",
+                "Requests to the table's storage (object store or local disk), retries included.",
+                &["table", "operation"],
+            ),
+            storage_retries: counter(
+                &r,
+                "changelake_storage_retries_total",
+                "Storage requests retried after a transient error (5xx, 429, timeout, reset).",
+                &["table", "operation"],
+            ),
             registry: r,
         };
         m.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
@@ -180,6 +194,9 @@ impl Metrics {
         m
     }
 }
+
+/// The `operation` label of the storage metrics.
+pub const STORAGE_OPERATIONS: &[&str] = &["get", "head", "put", "list", "delete", "copy", "rename"];
 
 static METRICS: OnceLock<Metrics> = OnceLock::new();
 
@@ -223,6 +240,10 @@ pub fn register_table(table: &str, strategy: &str) {
     }
     for o in OUTCOMES {
         m.commits.with_label_values(&[table, o]);
+    }
+    for op in STORAGE_OPERATIONS {
+        m.storage_requests.with_label_values(&[table, op]);
+        m.storage_retries.with_label_values(&[table, op]);
     }
     for h in [&m.batch_rows, &m.batch_bytes, &m.merge_seconds, &m.commit_seconds] {
         h.with_label_values(&[table]);

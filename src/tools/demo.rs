@@ -312,7 +312,7 @@ pub async fn run(dir: &Path) -> Result<()> {
         show(&config, table, &Query::all(View::All, OutFormat::Table)).await?;
         println!();
     }
-    let (header, rows) = changelake::deadletter::read_all(&config.dead_letter_uri()).await?;
+    let (header, rows) = changelake::deadletter::read_all(&config.dead_letter_location()).await?;
     println!("== _dead_letters");
     print!("{}", render(&header, &rows, OutFormat::Table));
     println!(

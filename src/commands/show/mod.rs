@@ -370,7 +370,7 @@ fn parse_key(s: &str, t: &TableConfig, store: &TableStore, spec: &Spec) -> Resul
 /// `show _dead_letters`: the dead-letter table, oldest first (it is small:
 /// only what could not be applied).
 async fn show_dead_letters(c: &Config, q: &Query, out: impl Write) -> Result<()> {
-    let (header, mut rows) = changelake::deadletter::read_all(&c.dead_letter_uri()).await?;
+    let (header, mut rows) = changelake::deadletter::read_all(&c.dead_letter_location()).await?;
     if header.is_empty() {
         return Err(Error::Input(format!(
             "table {} has no data yet at {}",
