@@ -409,7 +409,12 @@ fn dashboard_queries_only_use_exported_metrics_and_cover_them_all() {
 
 #[test]
 fn shipped_configs_pass_check() {
-    for cfg in ["config/changelake.yaml", "config/production.yaml", "docker/changelake.yaml"] {
+    for cfg in [
+        "config/changelake.yaml",
+        "config/production.yaml",
+        "config/s3-production.yaml",
+        "docker/changelake.yaml",
+    ] {
         let out = Command::new(BIN)
             .args(["check", "--config"])
             .arg(manifest().join(cfg))
@@ -419,6 +424,8 @@ fn shipped_configs_pass_check() {
             .env("KAFKA_CLIENT_CERT_PEM", "/etc/ssl/client.pem")
             .env("KAFKA_CLIENT_KEY_PEM", "/etc/ssl/client.key")
             .env("KAFKA_CLIENT_KEY_PASSWORD", "")
+            .env("LAKE_BUCKET", "example-lake")
+            .env("AWS_REGION", "eu-west-1")
             .output()
             .unwrap();
         assert!(out.status.success(), "{cfg}: {}", String::from_utf8_lossy(&out.stderr));

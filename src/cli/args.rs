@@ -26,6 +26,13 @@ pub struct Cli {
     /// Log format on stderr: text (human-readable) or json (one object per line).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+    /// Fleets: this process owns shard I of N (0-based, e.g. a StatefulSet
+    /// ordinal); tables are assigned by rendezvous hashing of their names.
+    #[arg(long, global = true, value_name = "I/N")]
+    pub shard: Option<changelake::config::Shard>,
+    /// Only these tables (comma-separated); combines with --shard.
+    #[arg(long, global = true, value_name = "A,B", value_delimiter = ',')]
+    pub tables: Vec<String>,
     #[command(subcommand)]
     pub cmd: Cmd,
 }

@@ -7,7 +7,7 @@
 mod args;
 mod progress;
 
-use changelake::config::{Config, Needs};
+use changelake::config::{Config, Needs, Selection};
 use changelake::error::{Error, Result};
 
 use self::args::{Cli, Cmd, LogFormat};
@@ -32,7 +32,8 @@ pub fn main() -> i32 {
             return 1;
         }
     };
-    match rt.block_on(dispatch(cli.cmd)) {
+    let sel = Selection { shard: cli.shard, tables: cli.tables };
+    match rt.block_on(dispatch(cli.cmd, sel)) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("error: {e}");
@@ -77,11 +78,11 @@ fn init_tracing(f: LogFormat) {
     };
 }
 
-async fn dispatch(cmd: Cmd) -> Result<()> {
+async fn dispatch(cmd: Cmd, sel: Selection) -> Result<()> {
     match cmd {
         Cmd::Check { config, table } => {
             let needs = table.clone().map_or(Needs::Everything, Needs::Table);
-            let c = Config::load_for(&config, needs)?;
+            let c = Config::load_for(&config, needs)?.select(&sel)?;
             let tables = if table.is_some() { 1 } else { c.tables.len() };
             println!(
                 "{}: ok ({tables} table{}, {} system{})",
@@ -93,22 +94,22 @@ async fn dispatch(cmd: Cmd) -> Result<()> {
             Ok(())
         }
         Cmd::Run { config, once } => {
-            let c = Config::load(&config)?;
+            let c = Config::load(&config)?.select(&sel)?;
             run::run(&c, once).await
         }
         Cmd::Tables { config, format } => {
             // Like `show`, `tables` reads the lake only.
-            let c = Config::load_for(&config, Needs::TablesOnly)?;
+            let c = Config::load_for(&config, Needs::TablesOnly)?.select(&sel)?;
             print!("{}", tables::tables(&c, format).await?);
             Ok(())
         }
         Cmd::Offsets { config } => {
-            let c = Config::load(&config)?;
+            let c = Config::load(&config)?.select(&sel)?;
             print!("{}", offsets::offsets(&c).await?);
             Ok(())
         }
         Cmd::Replay { config, table, from_beginning, from_offsets, from_timestamp, reapply } => {
-            let c = Config::load_for(&config, Needs::Table(table.clone()))?;
+            let c = Config::load_for(&config, Needs::Table(table.clone()))?.select(&sel)?;
             replay::replay(&c, table, from_beginning, from_offsets, from_timestamp, reapply).await
         }
         Cmd::Demo { dir } => demo::run(&dir).await,
@@ -122,7 +123,7 @@ async fn dispatch(cmd: Cmd) -> Result<()> {
         }
         Cmd::Show { table, config, view, limit, filter, key, format } => {
             // `show` reads the lake only: source settings need not resolve.
-            let c = Config::load_for(&config, Needs::TablesOnly)?;
+            let c = Config::load_for(&config, Needs::TablesOnly)?.select(&sel)?;
             let q = show::Query { view: show::View::parse(&view)?, limit, filter, key, format };
             show::show(&c, &table, &q).await
         }

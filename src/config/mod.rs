@@ -12,7 +12,8 @@
 //! - `model`: the typed configuration; `reserved`: the columns changelake
 //!   writes itself; `defaults`: every default value.
 //! - `cx`: the walk's context (error collection, scalar readers), `subst`:
-//!   `${VAR}`, `units`: sizes and durations, `paths`: storage and files.
+//!   `${VAR}`, `units`: sizes and durations, `paths`: storage and files,
+//!   `select`: the tables one process of a fleet owns (`--shard`, `--tables`).
 //! - One module per section: `document` (the top and the process-wide
 //!   sections), `systems`, `tables`, `layout`, `merge_options`.
 //! - `errors`: how a rejected config is reported.
@@ -26,6 +27,7 @@ mod merge_options;
 mod model;
 mod paths;
 mod reserved;
+mod select;
 mod subst;
 mod systems;
 mod tables;
@@ -45,6 +47,7 @@ pub use model::{
 };
 pub use paths::join_uri;
 pub use reserved::Reserved;
+pub use select::{owner, Selection, Shard};
 pub use units::{parse_duration, parse_size};
 
 use cx::Cx;

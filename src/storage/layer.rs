@@ -12,9 +12,10 @@
 //! that is a lost race, and the engine settles it by reading the log
 //! (docs/commit-protocol.md, a commit that may or may not have landed).
 //!
-//! Reads of remote objects are buffered inside the retry, so a connection
-//! reset halfway through a body is retried like any other; changelake's
-//! objects (data files, log entries, checkpoints) fit in memory.
+//! Reads of remote objects and listings are collected inside the retry, so
+//! a connection reset halfway through a body or a listing is retried like
+//! any other; changelake's objects (data files, log entries, checkpoints)
+//! and listings fit in memory.
 
 use std::fmt;
 use std::ops::Range;
@@ -51,23 +52,66 @@ impl Instrumented {
         Instrumented { inner, table, buffer_reads: remote, first_backoff: FIRST_BACKOFF }
     }
 
-    /// Runs `attempt` until it succeeds, fails definitely, or the budget is spent.
     async fn retry<T, F, Fut>(&self, op: &'static str, path: &Path, attempt: F) -> Result<T>
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
-        let mut n = 0;
-        loop {
-            crate::telemetry::storage_request(&self.table, op);
-            match attempt().await {
-                Err(e) if transient(&e) && n < RETRIES => {
-                    n += 1;
-                    crate::telemetry::storage_retried(&self.table, op, path.as_ref(), n, &e);
-                    tokio::time::sleep(backoff(self.first_backoff, n)).await;
-                }
-                r => return r,
+        retry(&self.table, self.first_backoff, op, path, attempt).await
+    }
+
+    /// A listing, collected inside the retry (a listing that breaks off
+    /// halfway is started again), then streamed.
+    fn list_retrying(
+        &self,
+        prefix: Option<&Path>,
+        offset: Option<&Path>,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        let (inner, table, first) = (self.inner.clone(), self.table.clone(), self.first_backoff);
+        let (prefix, offset) = (prefix.cloned(), offset.cloned());
+        let listed = async move {
+            let p = prefix.clone().unwrap_or_default();
+            retry(&table, first, "list", &p, || {
+                let s = match &offset {
+                    Some(o) => inner.list_with_offset(prefix.as_ref(), o),
+                    None => inner.list(prefix.as_ref()),
+                };
+                s.try_collect::<Vec<ObjectMeta>>()
+            })
+            .await
+        };
+        futures::stream::once(listed)
+            .map(|r| match r {
+                Ok(all) => futures::stream::iter(all.into_iter().map(Ok)).boxed(),
+                Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
+            })
+            .flatten()
+            .boxed()
+    }
+}
+
+/// Runs `attempt` until it succeeds, fails definitely, or the budget is spent.
+async fn retry<T, F, Fut>(
+    table: &str,
+    first_backoff: Duration,
+    op: &'static str,
+    path: &Path,
+    attempt: F,
+) -> Result<T>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut n = 0;
+    loop {
+        crate::telemetry::storage_request(table, op);
+        match attempt().await {
+            Err(e) if transient(&e) && n < RETRIES => {
+                n += 1;
+                crate::telemetry::storage_retried(table, op, path.as_ref(), n, &e);
+                tokio::time::sleep(backoff(first_backoff, n)).await;
             }
+            r => return r,
         }
     }
 }
@@ -148,8 +192,7 @@ impl ObjectStore for Instrumented {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        crate::telemetry::storage_request(&self.table, "list");
-        self.inner.list(prefix)
+        self.list_retrying(prefix, None)
     }
 
     fn list_with_offset(
@@ -157,8 +200,7 @@ impl ObjectStore for Instrumented {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
-        crate::telemetry::storage_request(&self.table, "list");
-        self.inner.list_with_offset(prefix, offset)
+        self.list_retrying(prefix, Some(offset))
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {

@@ -2,6 +2,8 @@
 //! broker (tansu) per test on a free loopback port, a producer, and the binary.
 #![allow(dead_code)]
 
+pub mod stores;
+
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
