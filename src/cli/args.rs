@@ -203,6 +203,14 @@ Writes bench.json, bench.md and bench.svg (seconds per run, both engines) to --d
         /// Extra table `layout:` options, e.g. "file_rows: 200000".
         #[arg(long, value_name = "YAML")]
         layout: Option<String>,
+        /// Also run every strategy on this object-store root (s3://, az://,
+        /// gs://), beside the local figures: time and requests per run.
+        #[arg(long, value_name = "URL")]
+        root: Option<String>,
+        /// An object-store setting for --root, KEY=VALUE (repeatable), e.g.
+        /// AWS_ENDPOINT_URL=http://127.0.0.1:9000.
+        #[arg(long = "storage-option", value_name = "KEY=VALUE")]
+        storage_options: Vec<String>,
     },
     /// Exit 0 when an HTTP endpoint answers 200 (container health checks without curl).
     #[command(after_help = "\

@@ -148,6 +148,8 @@ fn bench_opts(cmd: Cmd) -> Result<BenchOpts> {
         max_age_ms,
         load_chunk,
         layout,
+        root,
+        storage_options,
     } = cmd
     else {
         unreachable!("dispatch passes only `bench`");
@@ -173,5 +175,22 @@ fn bench_opts(cmd: Cmd) -> Result<BenchOpts> {
         max_age_ms,
         load_chunk,
         table_option: layout,
+        remote: root.map(|r| remote_target(r, &storage_options)).transpose()?,
     })
+}
+
+/// `--root` with its `--storage-option`s, checked as `storage.root` is.
+fn remote_target(root: String, options: &[String]) -> Result<bench::Remote> {
+    changelake::storage::check_root(&root).map_err(|e| Error::Usage(format!("--root: {e}")))?;
+    if !root.contains("://") {
+        return Err(Error::Usage("--root: an object-store URL (s3://, az://, gs://)".into()));
+    }
+    let mut map = std::collections::BTreeMap::new();
+    for o in options {
+        let (k, v) = o
+            .split_once('=')
+            .ok_or_else(|| Error::Usage(format!("--storage-option: `{o}` is not KEY=VALUE")))?;
+        map.insert(k.to_string(), v.to_string());
+    }
+    Ok(bench::Remote { root, options: changelake::storage::StorageOptions::new(map) })
 }

@@ -41,18 +41,25 @@ use changelake::error::{Error, Result};
 use changelake::source::file::{content_version, read_debezium_jsonl};
 
 use self::memory::{reset_peak, rss, trim};
-pub use self::opts::BenchOpts;
+pub use self::opts::{BenchOpts, Remote};
 use self::results::{Output, RunStat, TableResult};
 use crate::tools::bench_broker::{self, BrokerOpts};
 use crate::tools::workload::Workload;
 
 pub async fn run(opts: BenchOpts) -> Result<()> {
     let config = prepare(&opts)?;
+    let remote = match &opts.remote {
+        Some(r) => Some(remote_config(&opts, r).await?),
+        None => None,
+    };
     let files = write_batches(&opts)?;
     let mut out = Output::new(&opts);
     let mut scd1_eps = None;
     for strategy in &opts.strategies {
-        bench_table(&config, strategy, &opts, &files, &mut scd1_eps, &mut out).await?;
+        let local = bench_table(&config, strategy, &opts, &files, &mut scd1_eps, &mut out).await?;
+        if let Some(rc) = &remote {
+            bench_remote(rc, strategy, &opts, &files, &local, &mut out).await?;
+        }
     }
     if let Some(rate) = opts.broker_rate {
         let broker = BrokerOpts {
@@ -87,6 +94,55 @@ fn prepare(opts: &BenchOpts) -> Result<Config> {
     let cfg_path = dir.join("bench.yaml");
     std::fs::write(&cfg_path, config_text(opts)).map_err(|e| Error::Input(e.to_string()))?;
     Ok(Config::load(&cfg_path)?)
+}
+
+/// The same tables on the object store of `--root`, under a fresh prefix
+/// (`<root>/bench-<unix time>`: nothing to clear, earlier runs stay
+/// comparable). The store must pass the conditional-PUT probe, as for `run`.
+async fn remote_config(opts: &BenchOpts, r: &Remote) -> Result<Config> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let root = format!("{}/bench-{stamp}", r.root.trim_end_matches('/'));
+    // Options stay out of the file (they may hold secrets).
+    let text = config_text(opts)
+        .replace("storage: {root: ./lake}", &format!("storage: {{root: \"{root}\"}}"));
+    let path = opts.dir.join("bench-remote.yaml");
+    std::fs::write(&path, text).map_err(|e| Error::Input(e.to_string()))?;
+    let mut config = Config::load(&path)?;
+    config.storage_options = r.options.clone();
+    crate::commands::run::probe_store(&config).await?;
+    eprintln!("remote runs on {root}");
+    Ok(config)
+}
+
+/// One strategy on the object store: the same load and timed runs as the
+/// local table, reported beside its figures with request counts.
+async fn bench_remote(
+    config: &Config,
+    strategy: &str,
+    opts: &BenchOpts,
+    files: &[PathBuf],
+    local: &TableResult,
+    out: &mut Output,
+) -> Result<()> {
+    let tname = format!("account_{strategy}");
+    let Some(t) = config.table(&tname).cloned() else { return Ok(()) };
+    let paths = changelake::decode::store_paths(&t, Format::Debezium);
+    let (mut runner, load_seconds, per_key) = load(config, &t, opts, &paths).await?;
+    let stats = timed_runs(&mut runner, files, opts, &paths).await?;
+    let result = TableResult { stats, load_seconds, per_key, peak: 0, load_peak: 0 };
+    let entry = out.remote(&tname, &config.storage_root, &result, local);
+    out.json.insert(format!("{tname}_remote"), entry);
+    Ok(())
+}
+
+/// Requests to a table's store so far (every operation, retries included).
+fn storage_requests(table: &str) -> u64 {
+    let m = changelake::telemetry::metrics();
+    (changelake::telemetry::STORAGE_OPERATIONS.iter())
+        .map(|op| m.storage_requests.with_label_values(&[table, op]).get())
+        .sum()
 }
 
 /// The bench's tables: one per strategy, both reading the batch files.
@@ -136,7 +192,7 @@ async fn bench_table(
     files: &[PathBuf],
     scd1_eps: &mut Option<f64>,
     out: &mut Output,
-) -> Result<()> {
+) -> Result<TableResult> {
     let dir = &opts.dir;
     let tname = format!("account_{strategy}");
     let t = config
@@ -183,7 +239,7 @@ async fn bench_table(
         }
     }
     out.json.insert(tname, entry);
-    Ok(())
+    Ok(result)
 }
 
 /// Loads `opts.keys` keys through the same path, in chunks, then reopens the
@@ -238,6 +294,7 @@ async fn timed_runs(
     for (i, f) in files.iter().enumerate() {
         let bytes = std::fs::read(f).map_err(|e| Error::Input(e.to_string()))?;
         let keys_before = runner.store.live_keys().count() as u64;
+        let requests_before = storage_requests(&tname);
         let t0 = Instant::now();
         let name = f.strip_prefix(&opts.dir).unwrap_or(f).to_string_lossy().to_string();
         let (r, decode) = apply(runner, &name, &bytes, paths).await?;
@@ -252,6 +309,7 @@ async fn timed_runs(
             files_added: r.files_added,
             files_masked: r.files_masked,
             table_keys_before: keys_before,
+            requests: storage_requests(&tname) - requests_before,
         });
         eprintln!(
             "{tname} run {}: {secs:.3}s ({:.0} events/s), files -{} +{}",

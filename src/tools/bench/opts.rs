@@ -23,4 +23,13 @@ pub struct BenchOpts {
     pub max_age_ms: u64,
     pub load_chunk: usize,
     pub table_option: Option<String>,
+    /// An object-store root the strategies also run on (`--root`).
+    pub remote: Option<Remote>,
+}
+
+/// `--root` and `--storage-option`s: where the remote runs go.
+#[derive(Debug, Clone)]
+pub struct Remote {
+    pub root: String,
+    pub options: changelake::storage::StorageOptions,
 }

@@ -23,6 +23,8 @@ pub struct RunStat {
     pub files_added: usize,
     pub files_masked: usize,
     pub table_keys_before: u64,
+    /// Requests to the table's store during the run.
+    pub requests: u64,
 }
 
 /// One table's measurements: its timed runs and the load before them.
@@ -40,6 +42,11 @@ impl TableResult {
     /// Mean seconds per run.
     pub fn mean(&self) -> f64 {
         self.stats.iter().map(|s| s.seconds).sum::<f64>() / self.stats.len().max(1) as f64
+    }
+
+    /// Mean storage requests per run.
+    pub fn mean_requests(&self) -> f64 {
+        self.stats.iter().map(|s| s.requests as f64).sum::<f64>() / self.stats.len().max(1) as f64
     }
 }
 
@@ -114,6 +121,50 @@ impl Output {
         json!({
             "runs": t.stats, "mean_seconds": mean, "events_per_second": eps, "load_seconds": load_s,
             "resident_bytes_per_key": per_key, "peak_rss_bytes": t.peak, "load_peak_rss_bytes": t.load_peak,
+        })
+    }
+
+    /// The runs on an object store beside the local ones: seconds and
+    /// requests per run, and the ratio SPEC 13 bounds (at most 1.5x local
+    /// plus the store's round trips).
+    pub fn remote(
+        &mut self,
+        name: &str,
+        root: &str,
+        t: &TableResult,
+        local: &TableResult,
+    ) -> serde_json::Value {
+        let md = &mut self.md;
+        let _ = writeln!(md, "### {name} on {root}\n");
+        let _ = writeln!(
+            md,
+            "| run | seconds | local seconds | requests | local requests |\n| --- | --- | --- | --- | --- |"
+        );
+        for (i, s) in t.stats.iter().enumerate() {
+            let l = local.stats.get(i);
+            let _ = writeln!(
+                md,
+                "| {} | {:.3} | {:.3} | {} | {} |",
+                s.run,
+                s.seconds,
+                l.map_or(f64::NAN, |l| l.seconds),
+                s.requests,
+                l.map_or(0, |l| l.requests)
+            );
+        }
+        let (mean, lmean) = (t.mean(), local.mean());
+        let ratio = mean / lmean;
+        let _ = writeln!(
+            md,
+            "\nmean {mean:.3}s per run on the store, {lmean:.3}s local ({ratio:.2}x); {:.0} requests per run ({:.0} local); load {:.1}s\n",
+            t.mean_requests(),
+            local.mean_requests(),
+            t.load_seconds
+        );
+        json!({
+            "root": root, "runs": t.stats, "mean_seconds": mean, "local_mean_seconds": lmean,
+            "ratio_to_local": ratio, "mean_requests": t.mean_requests(),
+            "local_mean_requests": local.mean_requests(), "load_seconds": t.load_seconds,
         })
     }
 
