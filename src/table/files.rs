@@ -114,6 +114,49 @@ impl TableStore {
         Ok(bytes)
     }
 
+    /// The bytes a projection of `names` reads, and only those: the footer
+    /// and the named columns' chunks are fetched with ranged reads and laid
+    /// out at their offsets in a zeroed buffer of the file's size, which
+    /// the parquet reader, projected to the same columns, never reads
+    /// outside. On an object store this is the difference between a few
+    /// column chunks and the whole file (docs/object-storage.md).
+    pub(super) async fn fetch_columns(&self, id: u32, names: &[&str]) -> Result<bytes::Bytes> {
+        let f = self.files[id as usize].clone().expect("live file");
+        let store = self.store()?;
+        let path = Path::from(f.path.as_str());
+        let data_err = |msg: String| TableError::Data { uri: self.uri.clone(), msg };
+        let size = f.size.max(0) as u64;
+        let range = |r: std::ops::Range<u64>| {
+            let (store, path) = (store.clone(), path.clone());
+            async move { store.get_range(&path, r).await.map_err(|e| e.to_string()) }
+        };
+        let (meta, footer) = super::parquet::read_footer_sized(size, &range)
+            .await
+            .map_err(|e| data_err(format!("reading {}: {e}", f.path)))?;
+        if meta.file_metadata().schema_descr().num_columns() <= names.len() {
+            return self.fetch(id).await; // every column is wanted
+        }
+        let mut ranges = vec![];
+        for rg in meta.row_groups() {
+            for c in rg.columns() {
+                if names.iter().any(|n| c.column_path().parts() == [n.to_string()]) {
+                    let (start, len) = c.byte_range();
+                    ranges.push(start..start + len);
+                }
+            }
+        }
+        ranges.push(size - footer..size);
+        let got = store
+            .get_ranges(&path, &ranges)
+            .await
+            .map_err(|e| data_err(format!("reading {}: {e}", f.path)))?;
+        let mut buf = vec![0u8; size as usize];
+        for (r, b) in ranges.iter().zip(got) {
+            buf[r.start as usize..r.end as usize].copy_from_slice(&b);
+        }
+        Ok(bytes::Bytes::from(buf))
+    }
+
     /// Decodes a file in the table's current schema; with `selection` (sorted
     /// physical rows) only those rows, in that order: the parquet reader
     /// skips the values of every other row instead of materialising them.

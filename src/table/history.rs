@@ -52,6 +52,16 @@ impl TableStore {
     /// file, from the key, sequence, `_is_deleted` and `_execution_id`
     /// columns alone: decoding every column of the whole history made a
     /// restart cost what the table's age is.
+    /// The columns [`TableStore::history_heads`] reads: key, sequence,
+    /// `_is_deleted` and `_execution_id`.
+    pub(super) fn history_columns<'a>(&'a self, spec: &Spec) -> Vec<&'a str> {
+        let r = &self.meta.reserved;
+        (spec.key.iter().chain(&spec.seq))
+            .map(|&i| self.columns[i].0.as_str())
+            .chain([r.is_deleted.as_str(), r.execution_id.as_str()])
+            .collect()
+    }
+
     pub(super) fn history_heads(
         &self,
         id: u32,
@@ -64,13 +74,7 @@ impl TableStore {
             msg: format!("parquet {}: {msg}", f.path),
         };
         let r = &self.meta.reserved;
-        let names: Vec<&str> = spec
-            .key
-            .iter()
-            .chain(&spec.seq)
-            .map(|&i| self.columns[i].0.as_str())
-            .chain([r.is_deleted.as_str(), r.execution_id.as_str()])
-            .collect();
+        let names = self.history_columns(spec);
         let reader = self.columns_of(f, bytes, &names)?;
         let mut heads: KeyMap<HistoryHead> = KeyMap::default();
         let mut row_no = 0u32;

@@ -104,6 +104,19 @@ where
     F: Fn(std::ops::Range<u64>) -> Fut,
     Fut: std::future::Future<Output = std::result::Result<bytes::Bytes, String>>,
 {
+    read_footer_sized(size, range).await.map(|(meta, _)| meta)
+}
+
+/// [`read_footer`], with the footer's length in bytes (metadata, its
+/// length and the magic: the last bytes of the file).
+pub(super) async fn read_footer_sized<F, Fut>(
+    size: u64,
+    range: &F,
+) -> std::result::Result<(deltalake::parquet::file::metadata::ParquetMetaData, u64), String>
+where
+    F: Fn(std::ops::Range<u64>) -> Fut,
+    Fut: std::future::Future<Output = std::result::Result<bytes::Bytes, String>>,
+{
     use deltalake::parquet::file::metadata::ParquetMetaDataReader;
     if size < 12 {
         return Err("not a parquet file".into());
@@ -123,6 +136,7 @@ where
     }
     let n = tail.len();
     ParquetMetaDataReader::decode_metadata(&tail[n - 8 - meta_len as usize..n - 8])
+        .map(|m| (m, meta_len + 8))
         .map_err(|e| e.to_string())
 }
 

@@ -124,7 +124,8 @@ impl TableStore {
     /// to the table's current types; a column the file predates reads NULL.
     pub async fn project(&self, id: u32, names: &[String]) -> Result<Projected> {
         let f = self.files[id as usize].clone().expect("live file");
-        let bytes = self.fetch(id).await?;
+        let wanted: Vec<&str> = names.iter().map(String::as_str).collect();
+        let bytes = self.fetch_columns(id, &wanted).await?;
         let schema = self.arrow_schema();
         let types: Vec<Option<DType>> = names
             .iter()
@@ -135,7 +136,6 @@ impl TableStore {
                 })
             })
             .collect();
-        let wanted: Vec<&str> = names.iter().map(String::as_str).collect();
         let mut out = Projected { rows: vec![], values: vec![] };
         let mut row_no = 0u32;
         for batch in self.columns_of(&f, bytes, &wanted)? {

@@ -78,8 +78,9 @@ impl TableStore {
         let mut heads: KeyMap<HistoryHead> = KeyMap::default();
         for wave in history.chunks(16) {
             let mut todo = vec![];
+            let names = self.history_columns(spec);
             for &id in wave {
-                todo.push((id, self.fetch(id).await?));
+                todo.push((id, self.fetch_columns(id, &names).await?));
             }
             for found in par_map(todo, |(id, bytes)| self.history_heads(id, spec, bytes)) {
                 for (k, h) in found? {
