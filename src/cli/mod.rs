@@ -189,7 +189,7 @@ fn remote_target(root: String, options: &[String]) -> Result<bench::Remote> {
     for o in options {
         let (k, v) = o
             .split_once('=')
-            .ok_or_else(|| Error::Usage(format!("--storage-option: `{o}` is not KEY=VALUE")))?;
+            .ok_or_else(|| Error::Usage("--storage-option: expected KEY=VALUE".into()))?;
         map.insert(k.to_string(), v.to_string());
     }
     Ok(bench::Remote { root, options: changelake::storage::StorageOptions::new(map) })

@@ -20,6 +20,7 @@ pub async fn replay(
     }
     let start = start_at(from_beginning, from_offsets, from_timestamp)?;
     let opts = RunOpts { once: true, only_table: Some(table), start: Some(start), reapply };
+    crate::commands::run::probe_store(c).await?;
     let reports = daemon::run(c, opts, daemon::signals()).await?;
     let committed = reports.iter().filter(|r| r.version.is_some()).count();
     println!("replay done: {committed} commit(s)");

@@ -136,7 +136,12 @@ async fn run_with_retries(
                 attempt += 1;
                 changelake::telemetry::commit_retried(&r.cfg.name, attempt, &e);
                 tokio::time::sleep(changelake::engine::retry_backoff(attempt)).await;
-                r.reopen(c).await?;
+                // Re-reading can fail like the run did; the next attempt retries it.
+                match r.reopen(c).await {
+                    Ok(()) => {}
+                    Err(e) if e.retryable() => continue,
+                    Err(e) => return Err(e),
+                }
                 if r.already_applied(marks).await? {
                     return Ok(None);
                 }

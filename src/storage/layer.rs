@@ -38,7 +38,6 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Counts and retries requests to `inner` on behalf of one table.
-#[derive(Debug)]
 pub struct Instrumented {
     inner: Arc<dyn ObjectStore>,
     table: Arc<str>,
@@ -125,6 +124,14 @@ pub fn transient(e: &object_store::Error) -> bool {
 fn backoff(first: Duration, attempt: u32) -> Duration {
     let ceiling = first.saturating_mul(1 << attempt.min(16)).min(MAX_BACKOFF);
     ceiling.mul_f64(fastrand::f64())
+}
+
+/// By hand: the inner store's `Debug` may show credentials (delta-rs logs
+/// stores at debug level); its `Display` names the store and bucket only.
+impl fmt::Debug for Instrumented {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Instrumented {{ table: {}, inner: {} }}", self.table, self.inner)
+    }
 }
 
 impl fmt::Display for Instrumented {

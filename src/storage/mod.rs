@@ -58,7 +58,8 @@ pub fn check_root(root: &str) -> Result<(), String> {
     if !root.contains("://") {
         return Ok(());
     }
-    let url = Url::parse(root).map_err(|e| format!("`{root}` is not a valid URL: {e}"))?;
+    let url =
+        Url::parse(root).map_err(|e| format!("`{}` is not a valid URL: {e}", redact_url(root)))?;
     let scheme = url.scheme();
     if !SCHEMES.iter().any(|(s, _)| *s == scheme) {
         let known: Vec<&str> = SCHEMES.iter().map(|(s, _)| *s).collect();
@@ -88,8 +89,16 @@ pub fn check_root(root: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A URL as it may be shown: without user info.
+/// A URL as it may be shown: without user info (also when it does not parse).
 pub fn redact_url(uri: &str) -> String {
+    if Url::parse(uri).is_err() {
+        if let (Some(s), Some(at)) = (uri.find("://"), uri.rfind('@')) {
+            if at > s {
+                return format!("{}://***@{}", &uri[..s], &uri[at + 1..]);
+            }
+        }
+        return uri.to_string();
+    }
     match Url::parse(uri) {
         Ok(mut u) if u.password().is_some() || !u.username().is_empty() => {
             let _ = u.set_password(None);
@@ -284,6 +293,7 @@ mod tests {
             ("s3://key:secret@bucket/lake", "credentials in the URL"),
             ("s3://bucket/lake?x=1", "query"),
             ("s3://bu cket/lake", "not a valid URL"),
+            ("s3://key:se cret@bucket/lake", "not a valid URL"),
         ] {
             let e = check_root(bad).unwrap_err();
             assert!(e.contains(says), "{bad}: {e}");

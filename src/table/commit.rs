@@ -190,7 +190,7 @@ impl TableStore {
         self.store()?
             .put(&Path::from(path.as_str()), bytes.into())
             .await
-            .map_err(|e| self.data_err(format!("writing {path}: {e}")))?;
+            .map_err(|e| self.io_err(format!("writing {path}"), e))?;
         crate::faults::hit("after_parquet_write");
         let pv = actions::partition_values(self.meta.partition(), current);
         let file =

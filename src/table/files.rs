@@ -103,14 +103,13 @@ impl TableStore {
     pub(super) async fn fetch(&self, id: u32) -> Result<bytes::Bytes> {
         let f = self.files[id as usize].clone().expect("live file");
         let store = self.store()?;
-        let data_err = |msg: String| TableError::Data { uri: self.uri.clone(), msg };
         let bytes = store
             .get(&Path::from(f.path.as_str()))
             .await
-            .map_err(|e| data_err(format!("reading {}: {e}", f.path)))?
+            .map_err(|e| self.io_err(format!("reading {}", f.path), e))?
             .bytes()
             .await
-            .map_err(|e| data_err(format!("reading {}: {e}", f.path)))?;
+            .map_err(|e| self.io_err(format!("reading {}", f.path), e))?;
         Ok(bytes)
     }
 
@@ -139,7 +138,8 @@ impl TableStore {
         let mut ranges = vec![];
         for rg in meta.row_groups() {
             for c in rg.columns() {
-                if names.iter().any(|n| c.column_path().parts() == [n.to_string()]) {
+                // Matched as `ProjectionMask::columns` matches (dotted path).
+                if names.iter().any(|n| c.column_path().string() == *n) {
                     let (start, len) = c.byte_range();
                     ranges.push(start..start + len);
                 }
@@ -149,7 +149,7 @@ impl TableStore {
         let got = store
             .get_ranges(&path, &ranges)
             .await
-            .map_err(|e| data_err(format!("reading {}: {e}", f.path)))?;
+            .map_err(|e| self.io_err(format!("reading {}", f.path), e))?;
         let mut buf = vec![0u8; size as usize];
         for (r, b) in ranges.iter().zip(got) {
             buf[r.start as usize..r.end as usize].copy_from_slice(&b);

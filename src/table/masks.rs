@@ -33,7 +33,7 @@ impl TableStore {
         self.store()?
             .put(&Path::from(encoded.path.as_str()), encoded.bytes.into())
             .await
-            .map_err(|e| self.data_err(format!("writing {}: {e}", encoded.path)))?;
+            .map_err(|e| self.io_err(format!("writing {}", encoded.path), e))?;
         for (m, descriptor) in masked.into_iter().zip(encoded.descriptors) {
             let f = self.files[m.file as usize].as_ref().expect("live file");
             pc.actions.push(actions::remove(self.file_action(f), DataChange::Rows));

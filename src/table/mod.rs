@@ -309,6 +309,11 @@ impl TableStore {
         TableError::Data { uri: self.uri.clone(), msg: msg.into() }
     }
 
+    /// A storage request that failed (retryable when the store did not answer).
+    fn io_err(&self, what: String, source: object_store::Error) -> TableError {
+        TableError::Io { uri: self.uri.clone(), what, source }
+    }
+
     pub fn exists(&self) -> bool {
         self.table.is_some()
     }
