@@ -17,7 +17,7 @@ fn config(dir: &std::path::Path) -> std::path::PathBuf {
     );
     for i in 0..TABLES {
         yaml.push_str(&format!(
-            "    t{i}:\n      source: {{system: crm, object: account}}\n      business_key: [id]\n      merge: {{sequence_by: [seq]}}\n"
+            "    t{i}:\n      source: {{system: crm, object: account}}\n      business_key: [id]\n      strategy: scd1\n      merge: {{sequence_by: [seq]}}\n"
         ));
     }
     write(dir, "changelake.yaml", &yaml)
