@@ -293,7 +293,7 @@ mod tests {
             ("s3://key:secret@bucket/lake", "credentials in the URL"),
             ("s3://bucket/lake?x=1", "query"),
             ("s3://bu cket/lake", "not a valid URL"),
-            ("s3://key:se cret@bucket/lake", "not a valid URL"),
+            ("s3://key:secret@bu cket/lake", "not a valid URL"),
         ] {
             let e = check_root(bad).unwrap_err();
             assert!(e.contains(says), "{bad}: {e}");
