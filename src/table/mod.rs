@@ -193,6 +193,10 @@ pub struct TableStore {
     /// Key filters of history files, by path, loaded when late rows first
     /// need them (`None`: a file written without bloom filters).
     filters: std::sync::Mutex<HashMap<String, Option<Arc<KeyFilter>>>>,
+    /// The store of a table not created yet, built once: building one may
+    /// resolve cloud credentials, which the first run's every file would
+    /// otherwise repeat.
+    unborn_store: std::sync::OnceLock<Arc<dyn ObjectStore>>,
 }
 
 /// Opens a Delta table if one exists at `loc`.
@@ -226,6 +230,7 @@ impl TableStore {
             file_counter: 0,
             cache: Default::default(),
             filters: Default::default(),
+            unborn_store: Default::default(),
         };
         let Some(table) = open_existing(loc).await? else {
             return Ok(store);
@@ -353,7 +358,13 @@ impl TableStore {
     fn store(&self) -> Result<Arc<dyn ObjectStore>> {
         match &self.table {
             Some(t) => Ok(t.object_store()),
-            None => Ok(self.loc.object_store()?),
+            None => {
+                if let Some(s) = self.unborn_store.get() {
+                    return Ok(s.clone());
+                }
+                let s = self.loc.object_store()?;
+                Ok(self.unborn_store.get_or_init(|| s).clone())
+            }
         }
     }
 
