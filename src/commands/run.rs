@@ -84,6 +84,8 @@ async fn run_table_files(c: &Config, r: &mut TableRunner, once: bool) -> Result<
     let mut reports = vec![];
     let files = expand(&pattern)?;
     let table = r.cfg.name.clone();
+    let store_paths = changelake::decode::store_paths(&r.cfg, format);
+    let env_paths = changelake::decode::env_paths(&r.cfg, format);
     if once {
         progress::start(&table, progress::Unit::Files, files.len() as u64);
     }
@@ -98,18 +100,18 @@ async fn run_table_files(c: &Config, r: &mut TableRunner, once: bool) -> Result<
             progress::advance(&table, 1, 0);
             continue;
         }
-        let raw = match (csv_delim, format) {
-            (Some(d), _) => read_csv(Path::new(&rel), &bytes, d)?,
-            (None, Format::Json) => read_jsonl(Path::new(&rel), &bytes)?,
-            (None, Format::Debezium) => read_debezium_jsonl(
-                &rel,
-                &bytes,
-                &changelake::decode::store_paths(&r.cfg, format),
-                Some(&changelake::decode::env_paths(&r.cfg, format)),
-            ),
+        let decode = || -> Result<changelake::source::RawBatch> {
+            Ok(match (csv_delim, format) {
+                (Some(d), _) => read_csv(Path::new(&rel), &bytes, d)?,
+                (None, Format::Json) => read_jsonl(Path::new(&rel), &bytes)?,
+                (None, Format::Debezium) => {
+                    read_debezium_jsonl(&rel, &bytes, &store_paths, Some(&env_paths))
+                }
+            })
         };
+        let raw = decode()?;
         let events = raw.rows.len() as u64;
-        if let Some(report) = run_with_retries(c, r, raw, &marks).await? {
+        if let Some(report) = run_with_retries(c, r, raw, &decode, &marks).await? {
             reports.push(report);
         }
         progress::advance(&table, 1, events);
@@ -119,18 +121,25 @@ async fn run_table_files(c: &Config, r: &mut TableRunner, once: bool) -> Result<
 }
 
 /// Runs one file's batch; a retryable failure (a lost commit race, storage
-/// that did not answer) is retried with backoff on the table as it is now.
+/// that did not answer) is retried with backoff on the table as it is now,
+/// on the file decoded `again` (the first attempt needs no copy).
 /// A commit that landed although its answer was lost is found by its
 /// progress marker: the file is then done (`None`), never applied twice.
 async fn run_with_retries(
     c: &Config,
     r: &mut TableRunner,
-    raw: changelake::source::RawBatch,
+    first: changelake::source::RawBatch,
+    again: &dyn Fn() -> Result<changelake::source::RawBatch>,
     marks: &[Mark],
 ) -> Result<Option<RunReport>> {
     let mut attempt = 0;
+    let mut first = Some(first);
     loop {
-        match r.run_batch(raw.clone(), marks.to_vec()).await {
+        let raw = match first.take() {
+            Some(raw) => raw,
+            None => again()?,
+        };
+        match r.run_batch(raw, marks.to_vec()).await {
             Ok(report) => return Ok(Some(report)),
             Err(e) if e.retryable() && attempt < changelake::engine::BATCH_RETRIES => {
                 attempt += 1;

@@ -171,12 +171,12 @@ impl ObjectStore for Instrumented {
             let GetResult { meta, range, attributes, payload } = r;
             let body = match payload {
                 GetResultPayload::Stream(s) => {
-                    let chunks: Vec<Bytes> = s.try_collect().await?;
-                    let mut all = bytes::BytesMut::new();
-                    for c in chunks {
-                        all.extend_from_slice(&c);
+                    let mut chunks: Vec<Bytes> = s.try_collect().await?;
+                    if chunks.len() == 1 {
+                        chunks.pop().unwrap_or_default() // no copy
+                    } else {
+                        Bytes::from(chunks.concat())
                     }
-                    all.freeze()
                 }
                 file => return Ok(GetResult { meta, range, attributes, payload: file }),
             };

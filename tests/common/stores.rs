@@ -78,48 +78,43 @@ pub fn http(port: u16, method: &str, path: &str) -> u16 {
     out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
 }
 
-/// moto's S3 server.
-pub fn moto() -> Server {
-    let port = free_port();
-    let mut child = Command::new(tool("MOTO_SERVER", "moto_server"))
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+/// Starts `cmd` (its output discarded) and waits until it listens on `port`.
+fn serve(mut cmd: Command, port: u16, what: &str, dir: Option<tempfile::TempDir>) -> Server {
+    let mut child = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("moto_server runs (pip install 'moto[server]'; .ci/run does)");
-    wait_port(port, "moto_server", &mut child);
-    Server { port, child, _dir: None }
+        .unwrap_or_else(|e| panic!("{what} runs (.ci/run installs it): {e}"));
+    wait_port(port, what, &mut child);
+    Server { port, child, _dir: dir }
+}
+
+/// moto's S3 server.
+pub fn moto() -> Server {
+    let port = free_port();
+    let mut cmd = Command::new(tool("MOTO_SERVER", "moto_server"));
+    cmd.args(["-H", "127.0.0.1", "-p", &port.to_string()]);
+    serve(cmd, port, "moto_server (pip install 'moto[server]')", None)
 }
 
 /// s3rver: an S3 server that ignores conditional PUT.
 pub fn s3rver() -> Server {
     let port = free_port();
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(tool("S3RVER", "s3rver"))
-        .args(["-a", "127.0.0.1", "-p", &port.to_string(), "--silent", "-d"])
-        .arg(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("s3rver runs (npm install s3rver; .ci/run does)");
-    wait_port(port, "s3rver", &mut child);
-    Server { port, child, _dir: Some(dir) }
+    let mut cmd = Command::new(tool("S3RVER", "s3rver"));
+    cmd.args(["-a", "127.0.0.1", "-p", &port.to_string(), "--silent", "-d"]).arg(dir.path());
+    serve(cmd, port, "s3rver (npm install s3rver)", Some(dir))
 }
 
 /// Azurite's blob service (telemetry off: it would call out otherwise).
 pub fn azurite() -> Server {
     let port = free_port();
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(tool("AZURITE_BLOB", "azurite-blob"))
-        .args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string(), "--location"])
+    let mut cmd = Command::new(tool("AZURITE_BLOB", "azurite-blob"));
+    cmd.args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string(), "--location"])
         .arg(dir.path())
-        .args(["--skipApiVersionCheck", "--loose", "--disableTelemetry", "--silent"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("azurite-blob runs (npm install azurite; .ci/run does)");
-    wait_port(port, "azurite-blob", &mut child);
-    Server { port, child, _dir: Some(dir) }
+        .args(["--skipApiVersionCheck", "--loose", "--disableTelemetry", "--silent"]);
+    serve(cmd, port, "azurite-blob (npm install azurite)", Some(dir))
 }
 
 /// The fault-injecting proxy in front of `upstream`; faults go to `log`.
