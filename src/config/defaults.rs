@@ -23,6 +23,8 @@ pub(super) const KAFKA_FORMAT: Format = Format::Debezium;
 
 /// A JSONL system's `format`.
 pub(super) const JSONL_FORMAT: Format = Format::Json;
+/// Debezium's default `unavailable.value.placeholder`.
+pub(super) const UNAVAILABLE_PLACEHOLDER: &str = "__debezium_unavailable_value";
 
 /// A CSV system's `delimiter`.
 pub(super) const CSV_DELIMITER: u8 = b',';

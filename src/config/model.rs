@@ -49,6 +49,9 @@ pub struct System {
     pub kind: SystemKind,
     /// Declared column types (`columns: {id: integer}`); others are inferred.
     pub columns: Vec<(String, DType)>,
+    /// Debezium's `unavailable.value.placeholder` (PostgreSQL TOAST): a
+    /// value equal to it is unchanged, never data. Debezium formats only.
+    pub unavailable_placeholder: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -40,9 +40,18 @@ impl Cx {
             }
         };
         let allowed: &[&str] = match ty.as_str() {
-            "kafka" => &["type", "brokers", "group_id", "topic", "format", "kafka", "columns"],
+            "kafka" => &[
+                "type",
+                "brokers",
+                "group_id",
+                "topic",
+                "format",
+                "kafka",
+                "columns",
+                "unavailable_value_placeholder",
+            ],
             "csv" => &["type", "path", "delimiter", "columns"],
-            "jsonl" => &["type", "path", "format", "columns"],
+            "jsonl" => &["type", "path", "format", "columns", "unavailable_value_placeholder"],
             other => {
                 self.err(
                     &format!("{path}.type"),
@@ -58,7 +67,39 @@ impl Cx {
             "csv" => self.csv_system(&m, &path),
             _ => self.jsonl_system(&m, &path),
         };
-        Some(System { name: name.to_string(), kind, columns })
+        let unavailable_placeholder = self.unavailable_placeholder(&m, &path, &kind);
+        Some(System { name: name.to_string(), kind, columns, unavailable_placeholder })
+    }
+
+    /// `unavailable_value_placeholder`: Debezium's default unless set; only
+    /// Debezium events carry one.
+    fn unavailable_placeholder(
+        &mut self,
+        m: &Mapping,
+        path: &str,
+        kind: &SystemKind,
+    ) -> Option<String> {
+        let set = self.opt_string(m, "unavailable_value_placeholder", path);
+        let debezium = matches!(
+            kind,
+            SystemKind::Kafka { format: Format::Debezium, .. }
+                | SystemKind::Jsonl { format: Format::Debezium, .. }
+        );
+        match set {
+            Some(_) if !debezium => {
+                self.err(
+                    &format!("{path}.unavailable_value_placeholder"),
+                    "only Debezium events carry a placeholder (format: debezium)",
+                );
+                None
+            }
+            Some(p) if p.is_empty() => {
+                self.err(&format!("{path}.unavailable_value_placeholder"), "must not be empty");
+                None
+            }
+            Some(p) => Some(p),
+            None => debezium.then(|| defaults::UNAVAILABLE_PLACEHOLDER.to_string()),
+        }
     }
 
     /// `columns: {id: integer}`: column types the system declares.
@@ -68,12 +109,11 @@ impl Cx {
             let cp = format!("{path}.columns");
             for (col, t) in self.map(c, &cp, &[]) {
                 let tp = child(&cp, &col);
-                match self.string(t, &tp).and_then(|s| DType::parse(&s)) {
-                    Some(dt) => columns.push((col, dt)),
-                    None => self.err(
-                        &tp,
-                        "unknown type (expected integer, float, boolean, timestamp or string)",
-                    ),
+                if let Some(text) = self.string(t, &tp) {
+                    match DType::parse(&text) {
+                        Ok(dt) => columns.push((col, dt)),
+                        Err(e) => self.err(&tp, e),
+                    }
                 }
             }
         }

@@ -48,14 +48,21 @@ pub(super) fn route(slots: &mut [Slot], opts: &RunOpts, received: Received) -> V
             Ok(Decoded::Row { .. }) => {
                 // The last table reading the topic takes the decoded row; the others get copies.
                 let row = if n + 1 == targets.len() { owned.take() } else { owned.clone() };
-                let Some((Ok(Decoded::Row { mut data, env }), raw)) = row else {
+                let Some((Ok(Decoded::Row { mut data, env, declared }), raw)) = row else {
                     unreachable!("checked: a decoded row")
                 };
                 b.bytes += raw.len() + 64;
                 store_envelope(&mut data, &env, &s.store_paths);
                 let pos = off as u64;
-                let raw_row =
-                    RawRow { cells: vec![], pos, partition: p, raw, extra: env, replayed };
+                let raw_row = RawRow {
+                    cells: vec![],
+                    pos,
+                    partition: p,
+                    raw,
+                    extra: env,
+                    replayed,
+                    declared,
+                };
                 b.rows.push((data, raw_row));
             }
             Ok(Decoded::Tombstone) => {

@@ -7,7 +7,7 @@ use serde_json::{Map, Value as J};
 
 use super::json::json_cell;
 use super::schema::{field_schema, section_fields, typed, unwrap_schema};
-use super::{store_envelope, Decoded, Op};
+use super::{store_envelope, Declared, Decoded, Op};
 use crate::value::Value;
 
 /// An envelope: `after` (or `before` for deletes) as the row, the other
@@ -33,25 +33,58 @@ pub(super) fn debezium(
         None => return Err(format!("unknown Debezium op `{op}`")),
     };
     let field_schemas = schema.and_then(|s| section_fields(s, section));
+    let mut declared = vec![];
+    if let Some(fields) = field_schemas {
+        // Every declared field types its column, present in the row or not.
+        for f in fields {
+            if let (Some(name), Ok(d)) = (f.get("field").and_then(J::as_str), declared_of(f)) {
+                declared.push((name.to_string(), d));
+            }
+        }
+    }
     let mut data: Vec<(String, Value)> = match p.get(section) {
         Some(J::Object(row)) => row
             .iter()
-            .map(|(k, v)| (k.clone(), typed(v, field_schemas.and_then(|f| field_schema(f, k)))))
+            .map(|(k, v)| {
+                let (cell, decl) = typed(v, field_schemas.and_then(|f| field_schema(f, k)));
+                if let Some(Declared::Unstorable(e)) = decl {
+                    set(&mut declared, k, Declared::Unstorable(e));
+                }
+                (k.clone(), cell)
+            })
             .collect(),
         Some(J::Null) | None if is_delete => vec![],
         _ => return Err(format!("Debezium `{op}` event without `{section}`")),
     };
     if is_delete {
-        key_fallback(&mut data, key);
+        key_fallback(&mut data, &mut declared, key);
     }
     let mut env = vec![];
     flatten(p, "", &mut env);
     store_envelope(&mut data, &env, store_paths);
-    Ok(Decoded::Row { data, env })
+    Ok(Decoded::Row { data, env, declared })
 }
 
-/// Deletes may carry only the key (REPLICA IDENTITY DEFAULT): the message key supplies it.
-pub(super) fn key_fallback(data: &mut Vec<(String, Value)>, key: Option<&[u8]>) {
+/// The declaration of a field schema (an unstorable one included).
+fn declared_of(f: &J) -> Result<Declared, ()> {
+    Ok(super::schema::declared(f).unwrap_or_else(Declared::Unstorable))
+}
+
+/// Sets the declaration of `name`.
+fn set(declared: &mut Vec<(String, Declared)>, name: &str, d: Declared) {
+    match declared.iter_mut().find(|(n, _)| n == name) {
+        Some((_, old)) => *old = d,
+        None => declared.push((name.to_string(), d)),
+    }
+}
+
+/// Deletes may carry only the key (REPLICA IDENTITY DEFAULT): the message
+/// key supplies it (and, with a key schema, its declared types).
+pub(super) fn key_fallback(
+    data: &mut Vec<(String, Value)>,
+    declared: &mut Vec<(String, Declared)>,
+    key: Option<&[u8]>,
+) {
     if let Some(k) = key.and_then(|k| serde_json::from_slice::<J>(k).ok()) {
         let (kschema, kp) = unwrap_schema(&k);
         if let J::Object(km) = kp {
@@ -60,7 +93,11 @@ pub(super) fn key_fallback(data: &mut Vec<(String, Value)>, key: Option<&[u8]>) 
                 let have = data.iter().any(|(n, v)| n == name && !v.is_null());
                 if !have {
                     data.retain(|(n, _)| n != name);
-                    data.push((name.clone(), typed(kv, kf.and_then(|f| field_schema(f, name)))));
+                    let (cell, decl) = typed(kv, kf.and_then(|f| field_schema(f, name)));
+                    data.push((name.clone(), cell));
+                    if let Some(d) = decl.filter(|_| !declared.iter().any(|(n, _)| n == name)) {
+                        declared.push((name.clone(), d));
+                    }
                 }
             }
         }

@@ -62,7 +62,7 @@ impl<'de> Visitor<'de> for CellVisitor {
     }
     fn visit_map<A: MapAccess<'de>>(self, m: A) -> Result<Cell, A::Error> {
         let v = serde_json::Value::deserialize(serde::de::value::MapAccessDeserializer::new(m))?;
-        Ok(Cell(Value::Str(v.to_string())))
+        Ok(Cell(super::json_cell(&v)))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, s: A) -> Result<Cell, A::Error> {
         let v = serde_json::Value::deserialize(serde::de::value::SeqAccessDeserializer::new(s))?;
@@ -274,7 +274,7 @@ pub fn decode(
             let mut de = serde_json::Deserializer::from_slice(value);
             let data = Fields("", None).deserialize(&mut de).ok()??;
             de.end().ok()?;
-            Some(Ok(Decoded::Row { data, env: vec![] }))
+            Some(Ok(Decoded::Row { data, env: vec![], declared: vec![] }))
         }
         Format::Debezium => {
             let e = simd_envelope(value, keep)?;
@@ -297,10 +297,10 @@ pub fn decode(
                 None => return None,
             };
             if is_delete {
-                key_fallback(&mut data, key);
+                key_fallback(&mut data, &mut vec![], key);
             }
             store_envelope(&mut data, &e.env, store_paths);
-            Some(Ok(Decoded::Row { data, env: e.env }))
+            Some(Ok(Decoded::Row { data, env: e.env, declared: vec![] }))
         }
     }
 }

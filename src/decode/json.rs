@@ -7,7 +7,8 @@ use serde_json::Value as J;
 use super::Decoded;
 use crate::value::Value;
 
-/// Converts a JSON value to a cell; nested values are kept as JSON text.
+/// Converts a JSON value to a cell; nested values are kept as JSON text
+/// (except the shape of a Debezium VariableScaleDecimal, an exact decimal).
 pub fn json_cell(v: &serde_json::Value) -> Value {
     match v {
         serde_json::Value::Null => Value::Null,
@@ -17,7 +18,10 @@ pub fn json_cell(v: &serde_json::Value) -> Value {
             None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
         },
         serde_json::Value::String(s) => Value::Str(s.clone()),
-        other => Value::Str(other.to_string()),
+        // A VariableScaleDecimal without its schema still has its shape.
+        other => {
+            super::variable_scale_decimal(other).unwrap_or_else(|| Value::Str(other.to_string()))
+        }
     }
 }
 
@@ -27,6 +31,7 @@ pub(super) fn flat_row(v: J) -> Result<Decoded, String> {
         J::Object(m) => Ok(Decoded::Row {
             data: m.iter().map(|(k, v)| (k.clone(), json_cell(v))).collect(),
             env: vec![],
+            declared: vec![],
         }),
         _ => Err("not a JSON object".into()),
     }

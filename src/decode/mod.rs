@@ -25,19 +25,34 @@ use serde_json::Value as J;
 
 use self::envelope::debezium;
 pub use self::json::json_cell;
+pub use self::schema::variable_scale_decimal;
 use crate::config::Format;
-use crate::value::Value;
+use crate::value::{DType, Value};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decoded {
     Row {
         data: Vec<(String, Value)>,
         env: Vec<(String, Value)>,
+        /// Column types the message's schema declares (empty without one).
+        declared: Vec<(String, Declared)>,
     },
     /// Kafka tombstone (null value): skipped and counted.
     Tombstone,
     /// Debezium `t`: counted and logged; no data change.
     Truncate,
+}
+
+/// A column type a message's schema declares (docs/types.md, declared types win).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Declared {
+    Exact(DType),
+    /// `io.debezium.data.VariableScaleDecimal`: the scale is the table's
+    /// (`columns:` or the default), each value carries its own.
+    VariableScaleDecimal,
+    /// A type no Delta column holds exactly (a decimal wider than 38
+    /// digits): rows declaring it are dead letters with this reason.
+    Unstorable(String),
 }
 
 /// Column name under which an envelope path is stored.

@@ -1,14 +1,20 @@
 //! The Kafka Connect schema that the JSON converter may attach to a message
 //! (`{"schema": ..., "payload": ...}`): unwrapping it, and typing values by
-//! their schema's logical types (timestamps, dates, decimals, floats).
-//! Separate from the envelope logic because it is the converter's format,
-//! not Debezium's.
+//! their schema — primitive types and the Kafka Connect and Debezium
+//! logical types — as docs/types.md maps them. Separate from the envelope
+//! logic because it is the converter's format, not Debezium's.
+//!
+//! Every field also yields its declared column type, NULL or not: the
+//! declaration, not the values, types a column (docs/types.md, declared
+//! types win).
 
 use base64::Engine;
 use serde_json::Value as J;
 
 use super::json::json_cell;
-use crate::value::{parse_ts, Value};
+use super::Declared;
+use crate::value::temporal::format_time;
+use crate::value::{decimal, decimal_type, parse_ts, DType, Value};
 
 /// (schema, payload) of a wrapped message; (None, the message) otherwise.
 pub(super) fn unwrap_schema(v: &J) -> (Option<&J>, &J) {
@@ -36,65 +42,111 @@ pub(super) fn field_schema<'a>(fields: &'a [J], name: &str) -> Option<&'a J> {
     fields.iter().find(|f| f.get("field").and_then(J::as_str) == Some(name))
 }
 
-/// Maps a JSON value with its Kafka Connect schema to a cell (docs/events.md).
-pub(super) fn typed(v: &J, schema: Option<&J>) -> Value {
-    let Some(s) = schema else { return json_cell(v) };
-    if v.is_null() {
-        return Value::Null;
-    }
-    let name = s.get("name").and_then(J::as_str).unwrap_or("");
-    let ty = s.get("type").and_then(J::as_str).unwrap_or("");
-    let int = v.as_i64();
-    match name {
-        "io.debezium.time.Timestamp" | "org.apache.kafka.connect.data.Timestamp" => {
-            int.map(|ms| Value::Ts(ms * 1000)).unwrap_or_else(|| json_cell(v))
-        }
-        "io.debezium.time.MicroTimestamp" => int.map(Value::Ts).unwrap_or_else(|| json_cell(v)),
-        "io.debezium.time.NanoTimestamp" => {
-            int.map(|ns| Value::Ts(ns / 1000)).unwrap_or_else(|| json_cell(v))
-        }
-        "io.debezium.time.Date" | "org.apache.kafka.connect.data.Date" => {
-            int.map(|d| Value::Ts(d * 86_400_000_000)).unwrap_or_else(|| json_cell(v))
-        }
-        "io.debezium.time.ZonedTimestamp" => {
-            v.as_str().and_then(parse_ts).map(Value::Ts).unwrap_or_else(|| json_cell(v))
-        }
-        "org.apache.kafka.connect.data.Decimal" => {
-            let scale = s
-                .get("parameters")
-                .and_then(|p| p.get("scale"))
-                .and_then(|x| {
-                    x.as_str().and_then(|x| x.parse().ok()).or(x.as_i64().map(|i| i as i32))
-                })
-                .unwrap_or(0);
-            v.as_str()
-                .and_then(|b| decode_decimal(b, scale))
-                .map(Value::Float)
-                .unwrap_or_else(|| json_cell(v))
-        }
-        _ => match ty {
-            "float" | "float32" | "float64" | "double" => {
-                v.as_f64().map(Value::Float).unwrap_or_else(|| json_cell(v))
-            }
-            "boolean" => v.as_bool().map(Value::Bool).unwrap_or_else(|| json_cell(v)),
-            "string" => v
-                .as_str()
-                .map(|x| Value::Str(x.to_string()))
-                .unwrap_or_else(|| Value::Str(v.to_string())),
-            _ => json_cell(v),
-        },
-    }
+/// A schema parameter as an integer (Kafka Connect writes them as strings).
+fn parameter(s: &J, name: &str) -> Option<i64> {
+    let p = s.get("parameters")?.get(name)?;
+    p.as_str().and_then(|x| x.trim().parse().ok()).or_else(|| p.as_i64())
 }
 
-/// Kafka Connect decimals: base64 of a big-endian two's-complement unscaled integer.
-fn decode_decimal(b64: &str, scale: i32) -> Option<f64> {
-    let bytes = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
-    if bytes.is_empty() || bytes.len() > 16 {
+/// What a field's schema declares: its column type (None when the schema
+/// names no type this table can hold, e.g. a nested struct kept as text).
+pub(super) fn declared(s: &J) -> Result<Declared, String> {
+    let name = s.get("name").and_then(J::as_str).unwrap_or("");
+    let ty = s.get("type").and_then(J::as_str).unwrap_or("");
+    Ok(Declared::Exact(match name {
+        "io.debezium.time.Timestamp"
+        | "io.debezium.time.MicroTimestamp"
+        | "io.debezium.time.NanoTimestamp"
+        | "io.debezium.time.ZonedTimestamp"
+        | "org.apache.kafka.connect.data.Timestamp" => DType::Ts,
+        "io.debezium.time.Date" | "org.apache.kafka.connect.data.Date" => DType::Date,
+        "io.debezium.time.Time"
+        | "io.debezium.time.MicroTime"
+        | "io.debezium.time.NanoTime"
+        | "org.apache.kafka.connect.data.Time" => DType::Time,
+        "org.apache.kafka.connect.data.Decimal" => {
+            let scale = parameter(s, "scale").unwrap_or(0);
+            let precision =
+                parameter(s, "connect.decimal.precision").unwrap_or(decimal::MAX_PRECISION as i64);
+            decimal_type(precision.clamp(0, u32::MAX as i64) as u32, scale as i32).map_err(|e| {
+                format!("declared decimal({precision},{scale}) cannot be stored exactly: {e}")
+            })?
+        }
+        "io.debezium.data.VariableScaleDecimal" => return Ok(Declared::VariableScaleDecimal),
+        _ => match ty {
+            "int8" | "int16" | "int32" | "int64" => DType::Int,
+            "float" | "float32" | "float64" | "double" => DType::Float,
+            "boolean" => DType::Bool,
+            "bytes" => DType::Binary,
+            // Strings (Uuid, Json, Enum, EnumSet, Xml, ZonedTime, Interval
+            // included) and nested values, which are kept as JSON text.
+            _ => DType::Str,
+        },
+    }))
+}
+
+/// Maps a JSON value with its Kafka Connect schema to a cell and the
+/// column type its schema declares. A value that does not have the shape
+/// its schema declares is kept as sent: typing the batch then finds it
+/// does not convert and dead-letters its row (reason `type`).
+pub(super) fn typed(v: &J, schema: Option<&J>) -> (Value, Option<Declared>) {
+    let Some(s) = schema else { return (json_cell(v), None) };
+    let decl = match declared(s) {
+        Ok(d) => d,
+        // A type no Delta column holds exactly: the row is a dead letter.
+        Err(e) => return (Value::Null, Some(Declared::Unstorable(e))),
+    };
+    if v.is_null() {
+        return (Value::Null, Some(decl));
+    }
+    let name = s.get("name").and_then(J::as_str).unwrap_or("");
+    let int = v.as_i64();
+    let cell = match name {
+        "io.debezium.time.Timestamp" | "org.apache.kafka.connect.data.Timestamp" => {
+            int.and_then(|ms| ms.checked_mul(1000)).map(Value::Ts)
+        }
+        "io.debezium.time.MicroTimestamp" => int.map(Value::Ts),
+        "io.debezium.time.NanoTimestamp" => int.map(|ns| Value::Ts(ns.div_euclid(1000))),
+        "io.debezium.time.ZonedTimestamp" => v.as_str().and_then(parse_ts).map(Value::Ts),
+        "io.debezium.time.Date" | "org.apache.kafka.connect.data.Date" => {
+            int.and_then(|d| i32::try_from(d).ok()).map(Value::Date)
+        }
+        "io.debezium.time.Time" | "org.apache.kafka.connect.data.Time" => {
+            int.and_then(|ms| ms.checked_mul(1000)).map(|us| Value::Str(format_time(us)))
+        }
+        "io.debezium.time.MicroTime" => int.map(|us| Value::Str(format_time(us))),
+        "io.debezium.time.NanoTime" => int.map(|ns| Value::Str(format_time(ns.div_euclid(1000)))),
+        "org.apache.kafka.connect.data.Decimal" => {
+            let scale = parameter(s, "scale").unwrap_or(0) as i32;
+            v.as_str().and_then(decimal::from_base64).map(|u| Value::Decimal(u, scale))
+        }
+        "io.debezium.data.VariableScaleDecimal" => variable_scale_decimal(v),
+        _ => None,
+    };
+    let cell = cell.or_else(|| match &decl {
+        Declared::Exact(DType::Float) => v.as_f64().map(Value::Float),
+        Declared::Exact(DType::Int) => int.map(Value::Int),
+        Declared::Exact(DType::Bool) => v.as_bool().map(Value::Bool),
+        Declared::Exact(DType::Binary) => v
+            .as_str()
+            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+            .map(Value::Bytes),
+        Declared::Exact(DType::Str) => {
+            Some(Value::Str(v.as_str().map_or_else(|| v.to_string(), str::to_string)))
+        }
+        _ => None,
+    });
+    (cell.unwrap_or_else(|| json_cell(v)), Some(decl))
+}
+
+/// `io.debezium.data.VariableScaleDecimal`: `{"scale": 5, "value": "BMsv"}`
+/// (base64 unscaled bytes) is 3.14159.
+pub fn variable_scale_decimal(v: &J) -> Option<Value> {
+    let m = v.as_object()?;
+    if m.len() != 2 {
         return None;
     }
-    let mut n: i128 = if bytes[0] & 0x80 != 0 { -1 } else { 0 };
-    for b in bytes {
-        n = (n << 8) | b as i128;
-    }
-    Some(n as f64 / 10f64.powi(scale))
+    let scale = i32::try_from(m.get("scale")?.as_i64()?).ok()?;
+    let unscaled = decimal::from_base64(m.get("value")?.as_str()?)?;
+    Some(Value::Decimal(unscaled, scale))
 }

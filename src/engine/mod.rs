@@ -43,6 +43,8 @@ pub struct TableRunner {
     lock: Option<std::fs::File>,
     pub store: TableStore,
     declared: Vec<(String, DType)>,
+    /// The source's unavailable-value placeholder (Debezium TOAST).
+    unavailable: Option<crate::batch::Unavailable>,
     dead_letter_loc: crate::storage::Location,
     /// Version of the last checkpoint this process wrote (see `maintain`).
     last_checkpoint: i64,
@@ -68,13 +70,17 @@ impl TableRunner {
         if store.exists() {
             store.load_index(&build_spec(t, &store.columns)?).await?;
         }
-        let declared = config.systems.get(&t.system).map(|s| s.columns.clone()).unwrap_or_default();
+        let system = config.systems.get(&t.system);
+        let declared = system.map(|s| s.columns.clone()).unwrap_or_default();
+        let unavailable = (system.and_then(|s| s.unavailable_placeholder.as_deref()))
+            .map(crate::batch::Unavailable::new);
         let last_checkpoint = store.version().unwrap_or(0);
         Ok(TableRunner {
             cfg: t.clone(),
             lock: None,
             store,
             declared,
+            unavailable,
             dead_letter_loc: config.dead_letter_location(),
             last_checkpoint,
         })
@@ -247,6 +253,40 @@ impl TableRunner {
             }
         }
         Ok(())
+    }
+
+    /// Widens decimal columns whose declared precision grew (docs/types.md,
+    /// type changes) in a commit of its own, before the batch merges: the
+    /// new schema and every file rewritten with it. A failure leaves the
+    /// table as it was (the batch is retried on a fresh read).
+    pub(crate) async fn widen(
+        &mut self,
+        spec: &merge::Spec,
+        widened: &[(String, DType)],
+    ) -> Result<()> {
+        let table = self.cfg.name.clone();
+        let started = std::time::Instant::now();
+        let pc = match self.store.stage_widening(spec, widened).await {
+            Ok(pc) => pc,
+            Err(e) => {
+                self.reload_store().await?;
+                return Err(e.into());
+            }
+        };
+        let rewritten = pc.files_removed;
+        let columns: Vec<String> = widened.iter().map(|(n, t)| format!("{n} {t}")).collect();
+        let info = serde_json::json!({ "source": "widen", "columns": columns });
+        let req = CommitRequest { progress: vec![], execution: None, info };
+        match self.store.commit(pc, req).await {
+            Ok(v) => {
+                tracing::warn!(target: "changelake::engine", table = %table, columns = ?columns, files_rewritten = rewritten, version = v, duration_ms = started.elapsed().as_millis() as u64, "decimal columns widened");
+                Ok(())
+            }
+            Err(e) => {
+                self.reload_store().await?;
+                Err(e.into())
+            }
+        }
     }
 
     /// Re-reads the table's layout and key index from the Delta log.

@@ -112,6 +112,9 @@ impl TableRunner {
         }
         spec::missing_sequence_columns(&t, &conformed.columns, &conformed.untyped)?;
         let spec = build_spec(&t, &conformed.columns)?;
+        if !conformed.widened.is_empty() && self.store.exists() {
+            self.widen(&spec, &conformed.widened).await?;
+        }
         let filtered = filter_rows(&t, &conformed.columns, conformed.rows, text);
         run.report.filtered += filtered.filtered;
         phases.mark("conform");
@@ -161,7 +164,13 @@ impl TableRunner {
             .flat_map(|c| [c.clone(), crate::decode::stored_name(c)])
             .collect();
         let guarded = Guarded { keys: &t.business_key, sequence: &sequence };
-        let table = TableShape { columns: &self.store.columns, untyped: &self.store.untyped };
+        let table = TableShape {
+            columns: &self.store.columns,
+            untyped: &self.store.untyped,
+            exact: self.store.exact_types,
+            unavailable: self.unavailable.as_ref(),
+            debezium: self.unavailable.is_some(),
+        };
         conform(raw, table, &self.declared, t.schema_policy, guarded).map_err(|e| match e {
             ConformError::FloatKey { .. } => {
                 Error::ConfigData(format!("bronze.tables.{}.business_key: {e}", t.name))
@@ -362,6 +371,7 @@ fn filter_rows(
                 order: r.pos,
                 replayed: r.replayed,
                 hashes: None,
+                unavailable: r.unavailable,
             });
         }
         f

@@ -78,6 +78,10 @@ pub struct InRow {
     /// `(row_hash, tracked_hash)` of `data`, when already computed (classification
     /// computes them; the new version's key-index summary reuses them).
     pub hashes: Option<(u64, u64)>,
+    /// Columns the source left out as unchanged (Debezium's placeholder,
+    /// PostgreSQL TOAST): they take the key's previous value before the
+    /// rules apply ([`fill_unavailable`]).
+    pub unavailable: Vec<usize>,
 }
 
 /// Where a stored version lives; opaque to the merge, used by the table module.
@@ -200,6 +204,9 @@ pub struct Stats {
     pub versions_closed: u64,
     pub restated: u64,
     pub snapshot_deleted: u64,
+    /// Rows with an unchanged-value placeholder but no stored value to keep:
+    /// those columns are NULL.
+    pub unavailable_nulls: u64,
 }
 
 impl Stats {
@@ -223,7 +230,8 @@ impl Stats {
             deletes_unknown,
             versions_closed,
             restated,
-            snapshot_deleted
+            snapshot_deleted,
+            unavailable_nulls
         );
     }
 }
@@ -400,6 +408,7 @@ impl Spec {
             ValidTime::Date(d) => Some(*d),
             ValidTime::Column(i) => Some(match &data[*i] {
                 Value::Ts(t) => *t,
+                Value::Date(d) => crate::value::temporal::date_to_ts(*d),
                 Value::Int(t) => *t,
                 Value::Str(s) => crate::value::parse_ts(s).unwrap_or(ctx.now),
                 _ => ctx.now,
@@ -463,6 +472,7 @@ pub fn prepare(spec: &Spec, rows: Vec<InRow>) -> Prepared {
         }
         // Ascending by (sequence, position): the last row is the winner.
         group.sort_by(|a, b| spec.cmp_seq(&a.data, &b.data).then(a.order.cmp(&b.order)));
+        carry_unavailable(group);
         let before = group.len();
         if all {
             // One row per distinct sequence value, the later position winning ties.
@@ -484,6 +494,44 @@ pub fn prepare(spec: &Spec, rows: Vec<InRow>) -> Prepared {
         p.stats.duplicates += (before - group.len()) as u64;
     }
     p
+}
+
+/// Within one key's rows in order, an unchanged (unavailable) value is the
+/// previous row's: a deduplicated batch keeps what the rows it drops had set.
+fn carry_unavailable(group: &mut [InRow]) {
+    for i in 1..group.len() {
+        if group[i].unavailable.is_empty() {
+            continue;
+        }
+        let (before, rest) = group.split_at_mut(i);
+        let (prev, row) = (&before[i - 1], &mut rest[0]);
+        row.unavailable.retain(|&c| {
+            if prev.unavailable.contains(&c) {
+                return true;
+            }
+            row.data[c] = prev.data[c].clone();
+            false
+        });
+        row.hashes = None;
+    }
+}
+
+/// The key's stored value for every column a row left out as unchanged
+/// (scd1: the row; scd2: the open version). Without one those columns
+/// stay NULL, and the row is counted (docs/types.md, unchanged values).
+fn fill_unavailable(rows: &mut [InRow], current: Option<&Version>, stats: &mut Stats) {
+    for r in rows.iter_mut().filter(|r| !r.unavailable.is_empty()) {
+        match current {
+            Some(v) => {
+                for &c in &r.unavailable {
+                    r.data[c] = v.data.get(c).cloned().unwrap_or(Value::Null);
+                }
+            }
+            None => stats.unavailable_nulls += 1,
+        }
+        r.unavailable.clear();
+        r.hashes = None;
+    }
 }
 
 /// Decides from the key index alone what stored data a key's rows need.
@@ -528,7 +576,9 @@ pub fn classify(
                 stats.older_ignored += 1;
                 return None;
             }
-            if !row.delete && !s.deleted {
+            // A row with unchanged (unavailable) values is compared only
+            // once the stored values are in: the stored row is needed.
+            if !row.delete && !s.deleted && row.unavailable.is_empty() {
                 match tracked_change(spec, row, s, stats) {
                     None => return None,
                     Some(true) => return Some(Need::Replace),
@@ -563,6 +613,9 @@ pub fn classify(
             }
             if row.delete {
                 return Some(Need::Close);
+            }
+            if !row.unavailable.is_empty() {
+                return Some(Need::Current);
             }
             match tracked_change(spec, row, s, stats)? {
                 true => Some(Need::Close),
@@ -649,10 +702,11 @@ fn apply_keys(
 ) -> Output {
     let ctx = *ctx;
     let mut out = Output::default();
-    for (key, rows, need) in keys {
+    for (key, mut rows, need) in keys {
         let state = states
             .remove(&key)
             .unwrap_or_else(|| KeyState { replace: need == Need::Replace, ..Default::default() });
+        fill_unavailable(&mut rows, state.current.as_ref(), &mut out.stats);
         match spec.strategy {
             Strategy::Scd1 => scd1::apply_key(spec, &ctx, key, rows, state, &mut out),
             Strategy::Scd2 => scd2::apply_key(spec, &ctx, key, rows, state, &mut out),

@@ -104,6 +104,7 @@ pub fn read_csv(path: &Path, bytes: &[u8], delimiter: u8) -> Result<RawBatch, Fi
                     raw,
                     extra: vec![],
                     replayed: false,
+                    declared: vec![],
                 });
             }
         }
@@ -164,13 +165,21 @@ fn decode_debezium_lines(
         }
         match decode_keeping(crate::config::Format::Debezium, None, Some(line), store_paths, keep) {
             // Decoding already stored the table's envelope columns.
-            Ok(Decoded::Row { data, env }) => {
+            Ok(Decoded::Row { data, env, declared }) => {
                 // A line that decoded is UTF-8 (both JSON parsers check); lossy only as a guard.
                 let raw = std::str::from_utf8(line)
                     .map_or_else(|_| String::from_utf8_lossy(line).into_owned(), str::to_owned);
                 rows.push((
                     data,
-                    RawRow { cells: vec![], pos, partition: 0, raw, extra: env, replayed: false },
+                    RawRow {
+                        cells: vec![],
+                        pos,
+                        partition: 0,
+                        raw,
+                        extra: env,
+                        replayed: false,
+                        declared,
+                    },
                 ));
             }
             Ok(Decoded::Tombstone) => {}
@@ -217,6 +226,7 @@ pub fn read_jsonl(path: &Path, bytes: &[u8]) -> Result<RawBatch, FileError> {
                         raw: line.to_string(),
                         extra: vec![],
                         replayed: false,
+                        declared: vec![],
                     },
                 ));
             }

@@ -19,6 +19,9 @@ pub struct RawRow {
     pub extra: Vec<(String, Value)>,
     /// Re-read at or below the table's stored offset (`replay --reapply`).
     pub replayed: bool,
+    /// Column types the message's schema declared (docs/types.md): its
+    /// values must keep them. Empty for rows without a schema.
+    pub declared: Vec<(String, crate::decode::Declared)>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -115,7 +118,15 @@ mod tests {
     use super::*;
 
     fn row(pos: u64, cells: Vec<Value>) -> RawRow {
-        RawRow { cells, pos, partition: 0, raw: String::new(), extra: vec![], replayed: false }
+        RawRow {
+            cells,
+            pos,
+            partition: 0,
+            raw: String::new(),
+            extra: vec![],
+            replayed: false,
+            declared: vec![],
+        }
     }
 
     #[test]

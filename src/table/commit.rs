@@ -24,7 +24,7 @@ use super::actions::{self, DataChange, FileAction};
 use super::files::FileMeta;
 use super::index::PlacedFile;
 use super::Result;
-use super::{TableError, TableStore, PROP_KEY, PROP_STRATEGY, PROP_UNTYPED};
+use super::{TableError, TableStore, PROP_EXACT_TYPES, PROP_KEY, PROP_STRATEGY, PROP_UNTYPED};
 use crate::config::Strategy;
 use crate::merge::{Key, Summary};
 use crate::progress::Mark;
@@ -321,6 +321,7 @@ impl TableStore {
             (PROP_KEY, serde_json::to_string(&self.meta.business_key).unwrap_or_default()),
             ("changelake.file_rows", layout.file_rows.to_string()),
             (PROP_UNTYPED, serde_json::to_string(&self.untyped).unwrap_or_default()),
+            (PROP_EXACT_TYPES, "true".to_string()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))

@@ -1,6 +1,8 @@
 //! Small-file compaction: streaming runs leave small files behind; once a
 //! partition holds `compact_min_files` of them ([`plan::is_small_for_compaction`])
-//! they are rewritten into full ones.
+//! they are rewritten into full ones. Widening a decimal column rewrites
+//! every file the same way, with the wider type (docs/types.md, type
+//! changes): every reader then finds one type per column in every file.
 //!
 //! Rows are moved as Arrow columns, never changed, and the commit marks its
 //! actions `dataChange: false`, so readers see the same rows before and after
@@ -16,6 +18,7 @@ use super::Result;
 use super::TableStore;
 use crate::merge::{Key, Spec};
 use crate::phases::Phases;
+use crate::value::DType;
 
 impl TableStore {
     /// Stages the compaction of both partitions; None when nothing needs it.
@@ -44,6 +47,31 @@ impl TableStore {
             self.write_files(spec, files, 0, &mut pc, &mut Phases::new()).await?;
         }
         Ok((pc.files_removed > 0).then_some(pc))
+    }
+
+    /// Stages the widening of decimal columns: the schema takes the wider
+    /// types (written with the commit) and every live file is rewritten,
+    /// one at a time, with them. Rows move unchanged (`dataChange: false`).
+    pub async fn stage_widening(
+        &mut self,
+        spec: &Spec,
+        widened: &[(String, DType)],
+    ) -> Result<PendingCommit> {
+        for (name, t) in widened {
+            if let Some((_, stored)) = self.columns.iter_mut().find(|(c, _)| c == name) {
+                *stored = *t;
+                self.schema_changed = true;
+            }
+        }
+        let mut pc = PendingCommit::rearrange();
+        let live: Vec<(u32, bool)> = (self.files.iter().enumerate())
+            .filter_map(|(i, f)| f.as_ref().map(|f| (i as u32, f.current)))
+            .collect();
+        for (id, current) in live {
+            let files = self.compact_files(spec, &[id], current, &mut pc).await?;
+            self.write_files(spec, files, 0, &mut pc, &mut Phases::new()).await?;
+        }
+        Ok(pc)
     }
 
     /// The live rows of `small` (one partition) as full files, staging the

@@ -10,12 +10,15 @@
 use std::sync::Arc;
 
 use deltalake::arrow::array::{
-    Array, ArrayRef, BooleanArray, Date32Array, Float32Array, Float64Array, Int32Array, Int64Array,
+    Array, ArrayRef, BinaryArray, BinaryBuilder, BooleanArray, Date32Array, Decimal128Array,
+    Float32Array, Float64Array, Int16Array, Int32Array, Int64Array, Int8Array, LargeBinaryArray,
     LargeStringArray, RecordBatch, StringArray, StringBuilder, StringViewArray,
     TimestampMicrosecondArray, TimestampMillisecondArray, TimestampNanosecondArray,
 };
 use deltalake::arrow::datatypes::{DataType as ArrowType, Field, Schema as ArrowSchema, TimeUnit};
-use deltalake::kernel::{DataType as DeltaType, PrimitiveType, StructField, StructType};
+use deltalake::kernel::{
+    DataType as DeltaType, DecimalType, PrimitiveType, StructField, StructType,
+};
 
 use super::Result;
 use super::{TableError, TableStore};
@@ -28,11 +31,18 @@ pub(super) fn delta_type(t: DType) -> DeltaType {
         DType::Bool => PrimitiveType::Boolean,
         DType::Int => PrimitiveType::Long,
         DType::Float => PrimitiveType::Double,
-        DType::Str => PrimitiveType::String,
+        DType::Str | DType::Time => PrimitiveType::String,
         DType::Ts => PrimitiveType::Timestamp,
+        DType::Date => PrimitiveType::Date,
+        DType::Binary => PrimitiveType::Binary,
+        DType::Decimal { precision, scale } => PrimitiveType::Decimal(
+            DecimalType::try_new(precision, scale).expect("decimal types are checked when made"),
+        ),
     })
 }
 
+/// The column type of a Delta type; None for types a table of ours never
+/// holds (nested types).
 pub(super) fn dtype_of(t: &DeltaType) -> Option<DType> {
     match t {
         DeltaType::Primitive(p) => Some(match p {
@@ -43,8 +53,11 @@ pub(super) fn dtype_of(t: &DeltaType) -> Option<DType> {
             | PrimitiveType::Byte => DType::Int,
             PrimitiveType::Double | PrimitiveType::Float => DType::Float,
             PrimitiveType::String => DType::Str,
-            PrimitiveType::Timestamp | PrimitiveType::TimestampNtz | PrimitiveType::Date => {
-                DType::Ts
+            PrimitiveType::Timestamp | PrimitiveType::TimestampNtz => DType::Ts,
+            PrimitiveType::Date => DType::Date,
+            PrimitiveType::Binary => DType::Binary,
+            PrimitiveType::Decimal(d) => {
+                DType::Decimal { precision: d.precision(), scale: d.scale() }
             }
             _ => return None,
         }),
@@ -57,14 +70,17 @@ pub(super) fn arrow_type(t: DType) -> ArrowType {
         DType::Bool => ArrowType::Boolean,
         DType::Int => ArrowType::Int64,
         DType::Float => ArrowType::Float64,
-        DType::Str => ArrowType::Utf8,
+        DType::Str | DType::Time => ArrowType::Utf8,
         DType::Ts => ArrowType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+        DType::Date => ArrowType::Date32,
+        DType::Binary => ArrowType::Binary,
+        DType::Decimal { precision, scale } => ArrowType::Decimal128(precision, scale as i8),
     }
 }
 
 /// An Arrow array of type `t` from cells (a cell of another type is NULL,
 /// an integer in a float column widens, anything in a string column is its
-/// text).
+/// text, a decimal is brought to the column's scale when that is exact).
 pub(super) fn build_array<'a>(t: DType, vals: impl Iterator<Item = &'a Value>) -> ArrayRef {
     match t {
         DType::Bool => Arc::new(
@@ -83,7 +99,7 @@ pub(super) fn build_array<'a>(t: DType, vals: impl Iterator<Item = &'a Value>) -
             })
             .collect::<Float64Array>(),
         ),
-        DType::Str => {
+        DType::Str | DType::Time => {
             let mut b = StringBuilder::new();
             for v in vals {
                 match v {
@@ -98,6 +114,29 @@ pub(super) fn build_array<'a>(t: DType, vals: impl Iterator<Item = &'a Value>) -
             vals.map(|v| if let Value::Ts(x) = v { Some(*x) } else { None })
                 .collect::<TimestampMicrosecondArray>()
                 .with_timezone("UTC"),
+        ),
+        DType::Date => Arc::new(
+            vals.map(|v| if let Value::Date(x) = v { Some(*x) } else { None })
+                .collect::<Date32Array>(),
+        ),
+        DType::Binary => {
+            let mut b = BinaryBuilder::new();
+            for v in vals {
+                match v {
+                    Value::Bytes(x) => b.append_value(x),
+                    _ => b.append_null(),
+                }
+            }
+            Arc::new(b.finish())
+        }
+        DType::Decimal { precision, scale } => Arc::new(
+            vals.map(|v| match v {
+                Value::Decimal(x, s) => crate::value::decimal::rescale(*x, *s, scale as i32),
+                _ => None,
+            })
+            .collect::<Decimal128Array>()
+            .with_precision_and_scale(precision, scale as i8)
+            .expect("decimal types are checked when made"),
         ),
     }
 }
@@ -188,7 +227,17 @@ pub fn cell(a: &ArrayRef, i: usize) -> Value {
     } else if let Some(x) = any.downcast_ref::<TimestampNanosecondArray>() {
         Value::Ts(x.value(i) / 1000)
     } else if let Some(x) = any.downcast_ref::<Date32Array>() {
-        Value::Ts(x.value(i) as i64 * 86_400_000_000)
+        Value::Date(x.value(i))
+    } else if let Some(x) = any.downcast_ref::<Decimal128Array>() {
+        Value::Decimal(x.value(i), x.scale() as i32)
+    } else if let Some(x) = any.downcast_ref::<BinaryArray>() {
+        Value::Bytes(x.value(i).to_vec())
+    } else if let Some(x) = any.downcast_ref::<LargeBinaryArray>() {
+        Value::Bytes(x.value(i).to_vec())
+    } else if let Some(x) = any.downcast_ref::<Int16Array>() {
+        Value::Int(x.value(i) as i64)
+    } else if let Some(x) = any.downcast_ref::<Int8Array>() {
+        Value::Int(x.value(i) as i64)
     } else {
         Value::Null
     }

@@ -83,6 +83,10 @@ pub const PROP_KEY: &str = "changelake.business_key";
 /// NULLs so far, typed `string` in the schema until their first values
 /// decide, and absent from every data file (docs/schema.md, no type yet).
 pub const PROP_UNTYPED: &str = "changelake.untyped_columns";
+/// Table property of tables created with exact types (`true`): decimals,
+/// dates and declared types as docs/types.md maps them. Tables without it
+/// were written by older versions and keep their column types.
+pub const PROP_EXACT_TYPES: &str = "changelake.exact_types";
 
 #[derive(Debug, thiserror::Error)]
 pub enum TableError {
@@ -182,6 +186,8 @@ pub struct TableStore {
     pub columns: Vec<(String, DType)>,
     /// Columns with no type yet (see [`PROP_UNTYPED`]): in the schema, not in files.
     pub untyped: std::collections::BTreeSet<String>,
+    /// Created with exact types (see [`PROP_EXACT_TYPES`]); true for a new table.
+    pub exact_types: bool,
     /// Columns added since the last commit (written with the next one).
     schema_changed: bool,
     files: Vec<Option<FileMeta>>,
@@ -223,6 +229,7 @@ impl TableStore {
             table: None,
             columns: vec![],
             untyped: Default::default(),
+            exact_types: true,
             schema_changed: false,
             files: vec![],
             index: Default::default(),
@@ -240,6 +247,8 @@ impl TableStore {
         if let Some(u) = snap.metadata().configuration().get(PROP_UNTYPED) {
             store.untyped = serde_json::from_str(u).unwrap_or_default();
         }
+        store.exact_types =
+            snap.metadata().configuration().get(PROP_EXACT_TYPES).is_some_and(|v| v == "true");
         store.load_columns(snap.schema().fields())?;
         store.load_files(&table).await?;
         let exec_app = crate::progress::execution_app_id(&store.meta.name);

@@ -232,6 +232,10 @@ pub fn run_committed(r: &RunReport) {
         s.inserted + s.updated + s.updated_in_place + s.restated + s.revived + s.late_inserted,
     );
     m.rows_deleted.with_label_values(&[t, st]).inc_by(s.deleted + s.snapshot_deleted);
+    m.rows_unavailable_values.with_label_values(&[t]).inc_by(s.unavailable_nulls);
+    if s.unavailable_nulls > 0 {
+        tracing::warn!(table = %r.table, count = s.unavailable_nulls, "rows with an unchanged-value placeholder but no stored value: those columns are NULL");
+    }
     m.batches.with_label_values(&[t]).inc();
     m.files_written.with_label_values(&[t]).inc_by(r.files_added as u64);
     m.files_removed.with_label_values(&[t]).inc_by(r.files_removed as u64);

@@ -37,6 +37,7 @@ pub struct Metrics {
     pub rows_decoded: IntCounterVec,
     pub rows_upserted: IntCounterVec,
     pub rows_deleted: IntCounterVec,
+    pub rows_unavailable_values: IntCounterVec,
     pub rows_dropped: IntCounterVec,
     pub dead_letters: IntCounterVec,
     pub versions_inserted: IntCounterVec,
@@ -121,6 +122,7 @@ impl Metrics {
             rows_decoded: counter(&r, "changelake_rows_decoded_total", "Events decoded and converted into table rows.", t),
             rows_upserted: counter(&r, "changelake_rows_upserted_total", "Rows that inserted or updated the table.", ts),
             rows_deleted: counter(&r, "changelake_rows_deleted_total", "Rows deleted (scd1) or closed by a delete (scd2), including snapshot deletes.", ts),
+            rows_unavailable_values: counter(&r, "changelake_rows_unavailable_values_total", "Rows with Debezium's unchanged-value placeholder (PostgreSQL TOAST) for a key with no stored value: those columns were written NULL.", t),
             rows_dropped: counter(
                 &r,
                 "changelake_rows_dropped_total",
@@ -217,6 +219,7 @@ pub fn register_table(table: &str, strategy: &str) {
         &m.files_compacted,
         &m.checkpoints,
         &m.files_vacuumed,
+        &m.rows_unavailable_values,
     ] {
         c.with_label_values(&[table]);
     }

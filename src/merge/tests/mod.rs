@@ -51,7 +51,14 @@ fn cell_str(c: &str) -> Value {
 }
 
 fn mk(data: Vec<Value>, delete: bool) -> InRow {
-    InRow { data, delete, order: ORDER.fetch_add(1, AO::Relaxed), replayed: false, hashes: None }
+    InRow {
+        data,
+        delete,
+        order: ORDER.fetch_add(1, AO::Relaxed),
+        replayed: false,
+        hashes: None,
+        unavailable: vec![],
+    }
 }
 
 /// An upsert row: id, city, seq, modified_on.
@@ -95,3 +102,4 @@ mod properties;
 mod scd1;
 mod scd2;
 mod snapshot;
+mod unavailable;

@@ -1,0 +1,522 @@
+//! From a raw batch to typed rows aligned with the table's columns
+//! (docs/schema.md, docs/types.md).
+//!
+//! Existing columns keep their stored type and incoming cells are converted to
+//! it; only genuinely new columns are typed by declaration or inference. A cell
+//! that cannot be converted sends its row to the dead-letter table with the
+//! reason, and the rest of the batch goes on. A declared type (`columns:`,
+//! or the message's schema) wins over inference; a declaration that changes
+//! a stored column's type dead-letters its row, except a decimal's growing
+//! precision, which widens the column ([`declared`]).
+
+pub mod declared;
+
+use crate::config::SchemaPolicy;
+use crate::source::{RawBatch, Unparsable};
+use crate::value::{infer, parse_as, unify, DType, Value};
+
+#[derive(Debug)]
+pub struct TypedRow {
+    pub data: Vec<Value>,
+    pub pos: u64,
+    pub partition: i32,
+    pub raw: String,
+    /// Raw cells of columns not stored in the table (still visible to predicates).
+    pub extra: Vec<(String, Value)>,
+    pub replayed: bool,
+    /// Columns whose value the source left out as unchanged (Debezium's
+    /// unavailable-value placeholder, PostgreSQL TOAST): NULL in `data`
+    /// until the merge fills in the stored value.
+    pub unavailable: Vec<usize>,
+}
+
+#[derive(Debug, Default)]
+pub struct Conformed {
+    /// Final data columns: the table's, then the new ones.
+    pub columns: Vec<(String, DType)>,
+    pub new_columns: Vec<(String, DType)>,
+    pub rows: Vec<TypedRow>,
+    pub dead: Vec<Unparsable>,
+    /// Columns dropped under `schema_policy: ignore`.
+    pub ignored_columns: Vec<String>,
+    /// Columns with only NULLs so far, after this batch: no type yet, kept
+    /// in `columns` as provisional text, written to no file, typed by their
+    /// first values (docs/schema.md, no type yet).
+    pub untyped: Vec<String>,
+    /// Stored decimal columns whose precision this batch's declarations
+    /// grow (same scale): the table widens them before the merge.
+    pub widened: Vec<(String, DType)>,
+}
+
+/// The table a batch is typed against: its columns, those of them that
+/// have no type yet, whether its types are exact (written by a version
+/// with exact types: a declared type change is refused, see
+/// [`declared::compatible`]), and its source's marker of unchanged values.
+#[derive(Debug, Clone, Copy)]
+pub struct TableShape<'a> {
+    pub columns: &'a [(String, DType)],
+    pub untyped: &'a std::collections::BTreeSet<String>,
+    pub exact: bool,
+    pub unavailable: Option<&'a Unavailable>,
+    /// The source sends Debezium events: text in a decimal column that is
+    /// not a number is Kafka Connect's base64 decimal bytes (precise mode
+    /// without the schema wrapper).
+    pub debezium: bool,
+}
+
+/// Debezium's unavailable-value placeholder (`unavailable.value.placeholder`,
+/// `__debezium_unavailable_value` by default): a value PostgreSQL did not
+/// send because it did not change (TOAST). Text columns carry it as is,
+/// bytes columns base64-encoded (docs/types.md, unchanged values).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unavailable {
+    text: String,
+    base64: String,
+}
+
+impl Unavailable {
+    pub const DEFAULT: &'static str = "__debezium_unavailable_value";
+
+    pub fn new(text: &str) -> Unavailable {
+        use base64::Engine;
+        let base64 = base64::engine::general_purpose::STANDARD.encode(text.as_bytes());
+        Unavailable { text: text.to_string(), base64 }
+    }
+
+    pub fn matches(&self, v: &Value) -> bool {
+        match v {
+            Value::Str(s) => *s == self.text || *s == self.base64,
+            Value::Bytes(b) => *b == self.text.as_bytes(),
+            _ => false,
+        }
+    }
+}
+
+/// The columns whose kind of value must never change: the business key and
+/// the `sequence_by` columns (as stored), which decide identity and order.
+#[derive(Debug, Clone, Copy)]
+pub struct Guarded<'a> {
+    pub keys: &'a [String],
+    pub sequence: &'a [String],
+}
+
+fn cell_type(v: &Value, text: bool) -> Option<DType> {
+    match v {
+        Value::Str(s) if text => infer(s),
+        // Only a VariableScaleDecimal without its schema brings a decimal
+        // without a declaration: its column takes that rule's type.
+        Value::Decimal(..) => {
+            declared::resolve(&crate::decode::Declared::VariableScaleDecimal, None).ok()
+        }
+        other => other.dtype(),
+    }
+}
+
+fn convert(v: Value, t: DType, text: bool) -> Result<Value, String> {
+    match v {
+        Value::Str(s) if text => {
+            parse_as(&s, t).ok_or_else(|| format!("{s:?} is not a valid {}", t.name()))
+        }
+        other => other.convert(t),
+    }
+}
+
+/// Types `raw` against `table` (empty for a new table). `keys` must be present.
+/// Why a batch cannot be aligned with the table at all (row-level problems
+/// are dead letters, not errors).
+#[derive(Debug, thiserror::Error)]
+pub enum ConformError {
+    /// A text extract (CSV) without a business-key column: bad input.
+    #[error("business key column `{column}` is missing from the input {input} (key columns can never be added or dropped)")]
+    MissingKey { column: String, input: String },
+    /// A business key typed float: the config's key does not fit the data.
+    #[error("business key column `{column}` has type float; floating-point business keys have no stable identity")]
+    FloatKey { column: String },
+}
+
+pub fn conform(
+    raw: RawBatch,
+    table: TableShape,
+    declared: &[(String, DType)],
+    policy: SchemaPolicy,
+    guarded: Guarded,
+) -> Result<Conformed, ConformError> {
+    let keys = guarded.keys;
+    for k in keys {
+        // A CSV header without the key is a malformed extract; JSON rows
+        // without it simply have a NULL key (dropped and counted downstream).
+        if raw.text && !raw.columns.contains(k) {
+            return Err(ConformError::MissingKey { column: k.clone(), input: raw.source });
+        }
+    }
+    let schema_types =
+        declared::batch_types(raw.rows.iter().map(|r| r.declared.as_slice()), declared);
+    let plan = plan_columns(
+        &raw,
+        table,
+        Declarations { configured: declared, schema: &schema_types },
+        policy,
+        guarded,
+    );
+    for (k, t) in &plan.columns {
+        if keys.contains(k) && *t == DType::Float {
+            return Err(ConformError::FloatKey { column: k.clone() });
+        }
+    }
+    let (rows, dead) = type_rows(raw, &plan, table);
+    let ColumnPlan { columns, new_columns, ignored_columns, untyped, widened, .. } = plan;
+    Ok(Conformed { columns, new_columns, rows, dead, ignored_columns, untyped, widened })
+}
+
+/// The declared types a batch is planned with: the config's `columns:`
+/// (they win) and the batch's schema declarations ([`declared::batch_types`]).
+#[derive(Clone, Copy)]
+struct Declarations<'a> {
+    configured: &'a [(String, DType)],
+    schema: &'a [(String, DType)],
+}
+
+impl Declarations<'_> {
+    fn configured(&self, name: &str) -> Option<DType> {
+        self.configured.iter().find(|(n, _)| n == name).map(|(_, t)| *t)
+    }
+
+    fn of(&self, name: &str) -> Option<DType> {
+        self.configured(name)
+            .or_else(|| self.schema.iter().find(|(n, _)| n == name).map(|(_, t)| *t))
+    }
+}
+
+/// Where each raw column of a batch goes, and the table's columns after it.
+struct ColumnPlan {
+    /// The table's columns, then the new ones.
+    columns: Vec<(String, DType)>,
+    new_columns: Vec<(String, DType)>,
+    ignored_columns: Vec<String>,
+    /// Per raw column: its index in `columns`, or None (dropped / unknown).
+    target: Vec<Option<usize>>,
+    /// Raw columns unknown to a `schema_policy: strict` table.
+    unknown_strict: Vec<usize>,
+    /// New columns without a non-NULL value yet.
+    untyped: Vec<String>,
+    /// Per column of `columns`: values must keep their kind (see [`Guarded`]).
+    strict_kind: Vec<bool>,
+    /// Per column of `columns`: `columns:` declares it (its values convert
+    /// to it whatever their schema says).
+    configured: Vec<bool>,
+    widened: Vec<(String, DType)>,
+}
+
+/// Existing columns keep their type (a decimal may widen); a new column
+/// takes its declared type, or the type its cells infer to, unless the
+/// policy ignores or refuses new columns of an existing table. A new column
+/// with only NULLs and no declaration has no type yet and is left out; a
+/// key or sequence column takes the kind of its first value (docs/schema.md,
+/// how a column gets its type).
+fn plan_columns(
+    raw: &RawBatch,
+    table: TableShape,
+    declared: Declarations,
+    policy: SchemaPolicy,
+    guarded: Guarded,
+) -> ColumnPlan {
+    let mut plan = ColumnPlan {
+        columns: table.columns.to_vec(),
+        new_columns: vec![],
+        ignored_columns: vec![],
+        target: vec![],
+        unknown_strict: vec![],
+        untyped: vec![],
+        strict_kind: vec![],
+        configured: vec![],
+        widened: vec![],
+    };
+    let table_exists = !table.columns.is_empty();
+    // A column's type from this batch: declared, else inferred (None: only NULLs).
+    let type_of = |ci: usize, name: &String| -> Option<DType> {
+        let kinds = raw.rows.iter().filter_map(|r| cell_type(&r.cells[ci], raw.text));
+        match declared.of(name) {
+            Some(t) => Some(t),
+            // The first value's kind; a float never types a key (a float key
+            // value, or an integer beyond 64 bits, is then a dead letter).
+            None if guarded.keys.contains(name) => {
+                let mut kinds = kinds.peekable();
+                let any = kinds.peek().is_some();
+                kinds.find(|&t| t != DType::Float).or(any.then_some(DType::Int))
+            }
+            None if guarded.sequence.contains(name) => kinds.take(1).next(),
+            None => kinds.fold(None, |acc, t| unify(acc, Some(t))),
+        }
+    };
+    for (ci, name) in raw.columns.iter().enumerate() {
+        if let Some(i) = plan.columns.iter().position(|(n, _)| n == name) {
+            let stored = plan.columns[i].1;
+            if table.untyped.contains(name) {
+                // No type yet: its first values (if any here) decide it.
+                match type_of(ci, name) {
+                    Some(t) => plan.columns[i].1 = t,
+                    None => plan.untyped.push(name.clone()),
+                }
+            } else if let Some(t) = declared.of(name) {
+                if let Some(w) = declared::widened(stored, t) {
+                    plan.columns[i].1 = w;
+                    plan.widened.push((name.clone(), w));
+                } else if t != stored && t.storage() == stored {
+                    // A declared time of day in its text column: values are
+                    // checked and written as times.
+                    plan.columns[i].1 = t;
+                }
+            }
+            plan.target.push(Some(i));
+            continue;
+        }
+        if table_exists && policy == SchemaPolicy::Ignore {
+            plan.ignored_columns.push(name.clone());
+            plan.target.push(None);
+            continue;
+        }
+        if table_exists && policy == SchemaPolicy::Strict {
+            plan.unknown_strict.push(ci);
+            plan.target.push(None);
+            continue;
+        }
+        let t = match type_of(ci, name) {
+            Some(t) => t,
+            // A key without values yet: the table cannot exist yet (no row has a key).
+            None if guarded.keys.contains(name) => {
+                plan.target.push(None);
+                continue;
+            }
+            // Provisional text in the schema, in no file, until values arrive.
+            None => {
+                plan.untyped.push(name.clone());
+                DType::Str
+            }
+        };
+        plan.target.push(Some(plan.columns.len()));
+        plan.columns.push((name.clone(), t));
+        plan.new_columns.push((name.clone(), t));
+    }
+    // Untyped columns this batch does not mention stay untyped.
+    for u in table.untyped {
+        if !raw.columns.contains(u) {
+            plan.untyped.push(u.clone());
+        }
+    }
+    plan.configured = plan.columns.iter().map(|(n, _)| declared.configured(n).is_some()).collect();
+    // A configured type is the user's word: values convert to it.
+    plan.strict_kind = (plan.columns.iter().zip(&plan.configured))
+        .map(|((n, _), &conf)| !conf && (guarded.keys.contains(n) || guarded.sequence.contains(n)))
+        .collect();
+    plan
+}
+
+/// Converts a cell of a key or sequence column: only to the same kind of
+/// value (an integer column takes integers, a timestamp column timestamps),
+/// never across kinds, which would change how values match and order. Text
+/// columns take any value as text, and text cells (CSV) are read as values
+/// first. Numbers: an integer may land in a float column, never the reverse.
+fn convert_strict(v: Value, t: DType, text: bool) -> Result<Value, String> {
+    let kind = match &v {
+        Value::Str(s) if text => infer(s),
+        other => other.dtype(),
+    };
+    let same_kind = |k: DType| {
+        std::mem::discriminant(&k) == std::mem::discriminant(&t)
+            || (k == DType::Int && matches!(t, DType::Float | DType::Decimal { .. }))
+    };
+    match (kind, t) {
+        (None, _) | (_, DType::Str) => convert(v, t, text),
+        (Some(k), t) if same_kind(k) => convert(v, t, text),
+        (Some(k), t) => Err(format!(
+            "a {} value in a {} column whose values keep their kind ({v})",
+            k.name(),
+            t.name()
+        )),
+    }
+}
+
+/// A Debezium decimal sent without its schema (base64 Kafka Connect bytes)
+/// as the value of the decimal column it lands in; anything else as is.
+fn connect_bytes(v: Value, t: DType, table: TableShape) -> Value {
+    use crate::value::decimal;
+    match (v, t) {
+        (Value::Str(s), DType::Decimal { scale, .. })
+            if table.debezium && decimal::parse(&s).is_none() =>
+        {
+            match decimal::from_base64(&s) {
+                Some(u) => Value::Decimal(u, scale as i32),
+                None => Value::Str(s),
+            }
+        }
+        (v, _) => v,
+    }
+}
+
+/// Columns of a table from an older version that store as integers what
+/// this row declares a time of day: they take microseconds since midnight
+/// (docs/types.md, tables from older versions).
+fn legacy_time_columns(
+    row: &[(String, crate::decode::Declared)],
+    plan: &ColumnPlan,
+    index: &std::collections::HashMap<&str, usize>,
+    exact: bool,
+) -> Vec<usize> {
+    if exact || row.is_empty() {
+        return vec![];
+    }
+    row.iter()
+        .filter(|(_, d)| *d == crate::decode::Declared::Exact(DType::Time))
+        .filter_map(|(n, _)| index.get(n.as_str()).copied())
+        .filter(|&i| plan.columns[i].1 == DType::Int)
+        .collect()
+}
+
+/// Why a row's schema declarations do not fit the table, if they do not:
+/// a type no Delta column holds, or a change of a stored column's type
+/// ([`declared::compatible`]). Columns `columns:` declares take any
+/// declaration (their values convert to the configured type or not).
+fn declarations_refused(
+    row: &[(String, crate::decode::Declared)],
+    plan: &ColumnPlan,
+    index: &std::collections::HashMap<&str, usize>,
+    exact: bool,
+) -> Option<String> {
+    for (name, d) in row {
+        let Some(&i) = index.get(name.as_str()) else { continue };
+        if plan.configured[i] {
+            continue;
+        }
+        let stored = plan.columns[i].1;
+        let refused = match declared::resolve(d, None) {
+            Err(e) => Some(e),
+            Ok(t) if !declared::compatible(d, t, stored, exact) => {
+                Some(format!("declared {t}, but the table stores it as {stored} (a type change)"))
+            }
+            Ok(_) => None,
+        };
+        if let Some(e) = refused {
+            return Some(format!("column `{name}`: {e}"));
+        }
+    }
+    None
+}
+
+/// Converts every row's cells to their column's type. Typing is per row: on
+/// all cores, rows and dead letters kept in input order. A row with a cell
+/// that does not convert, a declared type the column cannot take, or a
+/// value in a column a strict table does not know, is a dead letter. A
+/// cell holding the source's unavailable-value placeholder is left NULL
+/// and marked unavailable (the merge keeps the stored value).
+fn type_rows(
+    raw: RawBatch,
+    plan: &ColumnPlan,
+    table: TableShape,
+) -> (Vec<TypedRow>, Vec<Unparsable>) {
+    let columns = &plan.columns;
+    let index: std::collections::HashMap<&str, usize> =
+        columns.iter().enumerate().map(|(i, (n, _))| (n.as_str(), i)).collect();
+    let (target, unknown_strict) = (&plan.target, &plan.unknown_strict);
+    let (names, text) = (&raw.columns, raw.text);
+    let parts = crate::par::par_map(crate::par::split(raw.rows, 8), |rows| {
+        let (mut typed, mut dead_rows) = (Vec::with_capacity(rows.len()), vec![]);
+        'rows: for r in rows {
+            let mut data = vec![Value::Null; columns.len()];
+            let mut extra = r.extra;
+            let dead = |reason: &'static str, error: String| Unparsable {
+                partition: r.partition,
+                pos: r.pos,
+                raw: r.raw.clone().into_bytes(),
+                error,
+                reason,
+            };
+            for &ci in unknown_strict {
+                if !r.cells[ci].is_null() {
+                    dead_rows.push(dead(
+                        "schema",
+                        format!("unknown column `{}` (schema_policy: strict)", names[ci]),
+                    ));
+                    continue 'rows;
+                }
+            }
+            if !r.declared.is_empty() {
+                if let Some(e) = declarations_refused(&r.declared, plan, &index, table.exact) {
+                    dead_rows.push(dead("type", e));
+                    continue 'rows;
+                }
+            }
+            let legacy_times = legacy_time_columns(&r.declared, plan, &index, table.exact);
+            let mut unavailable = vec![];
+            for (ci, mut v) in r.cells.into_iter().enumerate() {
+                if let (Some(i), Value::Str(s)) = (target[ci], &v) {
+                    if legacy_times.contains(&i) {
+                        if let Some(us) = crate::value::temporal::parse_time(s) {
+                            v = Value::Int(us);
+                        }
+                    }
+                }
+                if let (Some(i), Some(u)) = (target[ci], table.unavailable) {
+                    if u.matches(&v) && !plan.strict_kind[i] {
+                        unavailable.push(i);
+                        continue;
+                    }
+                }
+                match target[ci] {
+                    Some(i) if plan.strict_kind[i] => match convert_strict(v, columns[i].1, text) {
+                        Ok(v) => data[i] = v,
+                        Err(e) => {
+                            dead_rows.push(dead("type", format!("column `{}`: {e}", columns[i].0)));
+                            continue 'rows;
+                        }
+                    },
+                    Some(i) => {
+                        match convert(connect_bytes(v, columns[i].1, table), columns[i].1, text) {
+                            Ok(v) => data[i] = v,
+                            Err(e) => {
+                                dead_rows
+                                    .push(dead("type", format!("column `{}`: {e}", columns[i].0)));
+                                continue 'rows;
+                            }
+                        }
+                    }
+                    None => extra.push((names[ci].clone(), v)),
+                }
+            }
+            typed.push(TypedRow {
+                data,
+                pos: r.pos,
+                partition: r.partition,
+                raw: r.raw,
+                extra,
+                replayed: r.replayed,
+                unavailable,
+            });
+        }
+        (typed, dead_rows)
+    });
+    let (mut rows, mut dead) = (vec![], vec![]);
+    for (typed, d) in parts {
+        rows.extend(typed);
+        dead.extend(d);
+    }
+    (rows, dead)
+}
+
+/// Looks up a column or dotted path for predicates: typed value if stored,
+/// else the raw cell (text cells typed by inference).
+pub fn lookup(columns: &[(String, DType)], row: &TypedRow, text: bool, path: &[String]) -> Value {
+    let name = path.join(".");
+    if let Some(i) = columns.iter().position(|(n, _)| *n == name) {
+        return row.data[i].clone();
+    }
+    match row.extra.iter().find(|(n, _)| *n == name) {
+        Some((_, Value::Str(s))) if text => {
+            infer(s).and_then(|t| parse_as(s, t)).unwrap_or(Value::Null)
+        }
+        Some((_, v)) => v.clone(),
+        None => Value::Null,
+    }
+}
+
+#[cfg(test)]
+mod tests;

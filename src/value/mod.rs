@@ -1,0 +1,685 @@
+//! Typed cell values shared by every stage.
+//!
+//! The merge engine compares, hashes and orders individual cells (sequence
+//! columns, business keys, tracked columns), so values are a small closed enum
+//! rather than Arrow arrays: the rules of docs/batch.md, scd1.md, scd2.md and snapshot.md are per key, and a
+//! per-key representation keeps them readable and unit-testable. Conversion to
+//! and from Arrow happens only at the table edge (`table` module).
+
+pub mod decimal;
+pub mod temporal;
+
+use std::cmp::Ordering;
+use std::fmt;
+
+use base64::Engine;
+
+use self::temporal::{date_to_ts, format_date, format_time, parse_date, parse_time, ts_to_date};
+pub use self::temporal::{format_ts, parse_ts};
+
+/// Column types a table can hold (docs/types.md). Business keys may not be `Float`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    Bool,
+    /// Every integer width: one type, so int32 after int64 is no change.
+    Int,
+    Float,
+    Str,
+    /// UTC timestamp, microseconds since the epoch.
+    Ts,
+    /// Calendar date, days since 1970-01-01.
+    Date,
+    /// Exact decimal; precision at most 38.
+    Decimal {
+        precision: u8,
+        scale: u8,
+    },
+    Binary,
+    /// Time of day: stored as text `HH:MM:SS[.ffffff]` (Delta has no time
+    /// type); as a declared type it checks and normalises the text.
+    Time,
+}
+
+impl DType {
+    /// A type name as `columns:` writes it: `integer`, `decimal(10,2)`, ...
+    pub fn parse(s: &str) -> Result<DType, String> {
+        let l = s.trim().to_ascii_lowercase();
+        if let Some(args) = l
+            .strip_prefix("decimal")
+            .or_else(|| l.strip_prefix("numeric"))
+            .filter(|a| !a.is_empty())
+        {
+            return parse_decimal_args(args).map_err(|e| format!("`{s}`: {e}"));
+        }
+        Ok(match l.as_str() {
+            "bool" | "boolean" => DType::Bool,
+            "int" | "integer" | "long" | "bigint" | "int64" => DType::Int,
+            "float" | "double" | "float64" | "real" => DType::Float,
+            "string" | "str" | "text" | "utf8" => DType::Str,
+            "timestamp" | "datetime" => DType::Ts,
+            "date" => DType::Date,
+            "time" => DType::Time,
+            "binary" | "bytes" => DType::Binary,
+            _ => {
+                return Err(format!(
+                    "unknown type `{s}` (expected integer, float, boolean, timestamp, date, time, string or decimal(p,s))"
+                ))
+            }
+        })
+    }
+
+    pub fn name(self) -> String {
+        self.to_string()
+    }
+
+    /// The type values of this type are stored as (a time of day is text).
+    pub fn storage(self) -> DType {
+        match self {
+            DType::Time => DType::Str,
+            t => t,
+        }
+    }
+}
+
+/// `(p,s)` or `(p)` after `decimal`.
+fn parse_decimal_args(args: &str) -> Result<DType, String> {
+    let inner = args
+        .trim()
+        .strip_prefix('(')
+        .and_then(|a| a.strip_suffix(')'))
+        .ok_or("expected decimal(precision,scale)")?;
+    let mut nums = inner.split(',').map(|x| x.trim().parse::<u8>());
+    let precision = nums.next().and_then(|p| p.ok()).ok_or("precision is not a number")?;
+    let scale = match nums.next() {
+        None => 0,
+        Some(s) => s.map_err(|_| "scale is not a number")?,
+    };
+    if nums.next().is_some() {
+        return Err("expected decimal(precision,scale)".into());
+    }
+    decimal_type(precision as u32, scale as i32)
+}
+
+/// `decimal(precision, scale)`, or why Delta cannot hold it.
+pub fn decimal_type(precision: u32, scale: i32) -> Result<DType, String> {
+    if precision == 0 || precision > decimal::MAX_PRECISION as u32 {
+        return Err(format!(
+            "precision {precision} is outside 1..={} (Delta decimals hold at most {} digits)",
+            decimal::MAX_PRECISION,
+            decimal::MAX_PRECISION
+        ));
+    }
+    if scale < 0 || scale > precision as i32 {
+        return Err(format!("scale {scale} is outside 0..={precision}"));
+    }
+    Ok(DType::Decimal { precision: precision as u8, scale: scale as u8 })
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DType::Bool => f.write_str("boolean"),
+            DType::Int => f.write_str("integer"),
+            DType::Float => f.write_str("float"),
+            DType::Str => f.write_str("string"),
+            DType::Ts => f.write_str("timestamp"),
+            DType::Date => f.write_str("date"),
+            DType::Decimal { precision, scale } => write!(f, "decimal({precision},{scale})"),
+            DType::Binary => f.write_str("binary"),
+            DType::Time => f.write_str("time"),
+        }
+    }
+}
+
+/// One cell. `Null` sorts lowest (docs/batch.md, deduplication and ordering).
+#[derive(Debug, Clone)]
+pub enum Value {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+    Ts(i64),
+    /// Days since 1970-01-01.
+    Date(i32),
+    /// Unscaled value and scale (`Decimal(-1, 2)` is -0.01).
+    Decimal(i128, i32),
+    Bytes(Vec<u8>),
+}
+
+impl Value {
+    pub fn is_null(&self) -> bool {
+        matches!(self, Value::Null)
+    }
+
+    /// The kind of value (a decimal's precision is its digit count).
+    pub fn dtype(&self) -> Option<DType> {
+        Some(match self {
+            Value::Null => return None,
+            Value::Bool(_) => DType::Bool,
+            Value::Int(_) => DType::Int,
+            Value::Float(_) => DType::Float,
+            Value::Str(_) => DType::Str,
+            Value::Ts(_) => DType::Ts,
+            Value::Date(_) => DType::Date,
+            Value::Decimal(v, s) => {
+                let scale = (*s).clamp(0, decimal::MAX_PRECISION as i32) as u8;
+                let precision = decimal::digits(*v).max(scale as u32).max(1);
+                DType::Decimal {
+                    precision: precision.min(decimal::MAX_PRECISION as u32) as u8,
+                    scale,
+                }
+            }
+            Value::Bytes(_) => DType::Binary,
+        })
+    }
+
+    fn rank(&self) -> u8 {
+        match self {
+            Value::Null => 0,
+            Value::Bool(_) => 1,
+            Value::Int(_) | Value::Float(_) | Value::Decimal(..) => 2,
+            Value::Ts(_) | Value::Date(_) => 3,
+            Value::Str(_) => 4,
+            Value::Bytes(_) => 5,
+        }
+    }
+
+    /// Total order: NULL lowest, numbers compared numerically across
+    /// integer, float and decimal (exactly between integers and decimals),
+    /// dates as their midnight.
+    pub fn total_cmp(&self, other: &Value) -> Ordering {
+        use Value::*;
+        match (self, other) {
+            (Null, Null) => Ordering::Equal,
+            (Bool(a), Bool(b)) => a.cmp(b),
+            (Int(a), Int(b)) => a.cmp(b),
+            (Float(a), Float(b)) => a.total_cmp(b),
+            (Int(a), Float(b)) => (*a as f64).total_cmp(b),
+            (Float(a), Int(b)) => a.total_cmp(&(*b as f64)),
+            (Decimal(a, sa), Decimal(b, sb)) => decimal::cmp(*a, *sa, *b, *sb),
+            (Decimal(a, sa), Int(b)) => decimal::cmp(*a, *sa, *b as i128, 0),
+            (Int(a), Decimal(b, sb)) => decimal::cmp(*a as i128, 0, *b, *sb),
+            (Decimal(a, sa), Float(b)) => decimal::to_f64(*a, *sa).total_cmp(b),
+            (Float(a), Decimal(b, sb)) => a.total_cmp(&decimal::to_f64(*b, *sb)),
+            (Ts(a), Ts(b)) => a.cmp(b),
+            (Date(a), Date(b)) => a.cmp(b),
+            (Date(a), Ts(b)) => date_to_ts(*a).cmp(b),
+            (Ts(a), Date(b)) => a.cmp(&date_to_ts(*b)),
+            (Str(a), Str(b)) => a.cmp(b),
+            (Bytes(a), Bytes(b)) => a.cmp(b),
+            _ => self.rank().cmp(&other.rank()),
+        }
+    }
+
+    /// NULL-safe equality used for change detection and key matching.
+    pub fn same(&self, other: &Value) -> bool {
+        self.total_cmp(other) == Ordering::Equal && self.is_null() == other.is_null()
+    }
+
+    /// Appends a self-delimiting, type-tagged encoding. Used for key bytes,
+    /// change hashes and surrogate keys, so it must never change meaning.
+    /// Key columns read straight from Arrow use the same encoders
+    /// ([`encode_int`], [`encode_str`]). A decimal column's values all
+    /// have the column's scale, so equal values encode equally.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Value::Null => out.push(tag::NULL),
+            Value::Bool(b) => {
+                out.push(tag::BOOL);
+                out.push(*b as u8);
+            }
+            Value::Int(i) => encode_int(*i, out),
+            Value::Float(f) => {
+                out.push(tag::FLOAT);
+                // -0.0 and 0.0 are the same value for change detection.
+                let f = if *f == 0.0 { 0.0 } else { *f };
+                out.extend_from_slice(&f.to_bits().to_be_bytes());
+            }
+            Value::Str(s) => encode_str(s, out),
+            Value::Ts(t) => {
+                out.push(tag::TS);
+                out.extend_from_slice(&t.to_be_bytes());
+            }
+            Value::Date(d) => {
+                out.push(tag::DATE);
+                out.extend_from_slice(&d.to_be_bytes());
+            }
+            Value::Decimal(v, s) => {
+                out.push(tag::DECIMAL);
+                out.extend_from_slice(&s.to_be_bytes());
+                out.extend_from_slice(&v.to_be_bytes());
+            }
+            Value::Bytes(b) => {
+                out.push(tag::BYTES);
+                out.extend_from_slice(&(b.len() as u32).to_be_bytes());
+                out.extend_from_slice(b);
+            }
+        }
+    }
+
+    /// Decodes bytes written by [`Value::encode`] (a whole key) back into
+    /// values; None if they are not such an encoding.
+    pub fn decode_all(mut bytes: &[u8]) -> Option<Vec<Value>> {
+        fn take<const N: usize>(b: &mut &[u8]) -> Option<[u8; N]> {
+            let (head, rest) = b.split_at_checked(N)?;
+            *b = rest;
+            head.try_into().ok()
+        }
+        fn take_n<'a>(b: &mut &'a [u8]) -> Option<&'a [u8]> {
+            let n = u32::from_be_bytes(take::<4>(b)?) as usize;
+            let (head, rest) = b.split_at_checked(n)?;
+            *b = rest;
+            Some(head)
+        }
+        let mut out = vec![];
+        while let Some((&t, rest)) = bytes.split_first() {
+            bytes = rest;
+            let b = &mut bytes;
+            out.push(match t {
+                tag::NULL => Value::Null,
+                tag::BOOL => Value::Bool(take::<1>(b)?[0] != 0),
+                tag::INT => Value::Int(i64::from_be_bytes(take(b)?)),
+                tag::FLOAT => Value::Float(f64::from_bits(u64::from_be_bytes(take(b)?))),
+                tag::STR => Value::Str(String::from_utf8(take_n(b)?.to_vec()).ok()?),
+                tag::TS => Value::Ts(i64::from_be_bytes(take(b)?)),
+                tag::DATE => Value::Date(i32::from_be_bytes(take(b)?)),
+                tag::DECIMAL => {
+                    let s = i32::from_be_bytes(take(b)?);
+                    Value::Decimal(i128::from_be_bytes(take(b)?), s)
+                }
+                tag::BYTES => Value::Bytes(take_n(b)?.to_vec()),
+                _ => return None,
+            });
+        }
+        Some(out)
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Value::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Converts to `t`, or explains why not. NULL converts to anything.
+    /// Conversions are exact: a value that would lose digits, a time of
+    /// day or its meaning is refused.
+    pub fn convert(self, t: DType) -> Result<Value, String> {
+        use Value::*;
+        let out = match (self, t) {
+            (Null, _) => Null,
+            (v @ Bool(_), DType::Bool) => v,
+            (v @ Int(_), DType::Int) => v,
+            (v @ Float(_), DType::Float) => v,
+            (v @ Str(_), DType::Str) => v,
+            (v @ Ts(_), DType::Ts) => v,
+            (v @ Date(_), DType::Date) => v,
+            (v @ Bytes(_), DType::Binary) => v,
+            (Int(i), DType::Float) => Float(i as f64),
+            (Float(f), DType::Int) if f.fract() == 0.0 && f.abs() < 9.0e15 => Int(f as i64),
+            (Decimal(v, s), DType::Decimal { precision, scale }) => {
+                Decimal(decimal::fit(v, s, precision, scale)?, scale as i32)
+            }
+            (Int(i), DType::Decimal { precision, scale }) => {
+                Decimal(decimal::fit(i as i128, 0, precision, scale)?, scale as i32)
+            }
+            (Float(f), DType::Decimal { precision, scale }) => {
+                let (v, s) = decimal::from_f64(f).ok_or_else(|| format!("{f} is not a decimal"))?;
+                Decimal(decimal::fit(v, s, precision, scale)?, scale as i32)
+            }
+            (Decimal(v, s), DType::Int) => Int(decimal::rescale(v, s, 0)
+                .and_then(|v| i64::try_from(v).ok())
+                .ok_or_else(|| format!("{} is not an integer", decimal::format(v, s)))?),
+            // Tables written before exact decimals and dates (docs/types.md,
+            // tables from older versions): a float column takes decimals as
+            // floats, a timestamp column takes dates as their midnight.
+            (Decimal(v, s), DType::Float) => Float(decimal::to_f64(v, s)),
+            (Date(d), DType::Ts) => Ts(date_to_ts(d)),
+            (Ts(t), DType::Date) => {
+                Date(ts_to_date(t).ok_or_else(|| format!("{} is not a date", format_ts(t)))?)
+            }
+            (Int(d), DType::Date) => {
+                Date(i32::try_from(d).map_err(|_| format!("{d} days is not a date"))?)
+            }
+            (Int(i), DType::Time) => Str(format_time(i)),
+            (Int(i), DType::Ts) => Ts(i),
+            (Bytes(b), DType::Str) => Str(base64::engine::general_purpose::STANDARD.encode(b)),
+            (Str(s), t) => {
+                return parse_as(&s, t).ok_or_else(|| format!("{s:?} is not a valid {t}"))
+            }
+            (v, DType::Str) => Str(v.to_string()),
+            (v, t) => return Err(format!("{v} cannot be converted to {t}")),
+        };
+        Ok(out)
+    }
+}
+
+/// NULL-safe equality (`NULL = NULL`), as change detection needs.
+impl PartialEq for Value {
+    fn eq(&self, other: &Value) -> bool {
+        self.same(other)
+    }
+}
+
+/// The type tags of [`Value::encode`], one byte before each value.
+mod tag {
+    pub const NULL: u8 = 0;
+    pub const BOOL: u8 = 1;
+    pub const INT: u8 = 2;
+    pub const FLOAT: u8 = 3;
+    pub const STR: u8 = 4;
+    pub const TS: u8 = 5;
+    pub const DATE: u8 = 6;
+    pub const DECIMAL: u8 = 7;
+    pub const BYTES: u8 = 8;
+}
+
+/// Appends an integer exactly as [`Value::encode`] encodes `Value::Int`.
+#[inline]
+pub fn encode_int(i: i64, out: &mut Vec<u8>) {
+    out.push(tag::INT);
+    out.extend_from_slice(&i.to_be_bytes());
+}
+
+/// Appends a string exactly as [`Value::encode`] encodes `Value::Str`.
+#[inline]
+pub fn encode_str(s: &str, out: &mut Vec<u8>) {
+    out.push(tag::STR);
+    out.extend_from_slice(&(s.len() as u32).to_be_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+impl fmt::Display for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Null => f.write_str("NULL"),
+            Value::Bool(b) => write!(f, "{b}"),
+            Value::Int(i) => write!(f, "{i}"),
+            Value::Float(x) => write!(f, "{x}"),
+            Value::Str(s) => f.write_str(s),
+            Value::Ts(t) => f.write_str(&format_ts(*t)),
+            Value::Date(d) => f.write_str(&format_date(*d)),
+            Value::Decimal(v, s) => f.write_str(&decimal::format(*v, *s)),
+            Value::Bytes(b) => f.write_str(&base64::engine::general_purpose::STANDARD.encode(b)),
+        }
+    }
+}
+
+/// Parses a text cell as `t`. Timestamps accept RFC 3339, `YYYY-MM-DD HH:MM:SS[.f]`
+/// (taken as UTC) and plain dates (midnight UTC); decimals plain or
+/// exponent notation, exactly; times `HH:MM:SS[.f]`.
+pub fn parse_as(s: &str, t: DType) -> Option<Value> {
+    let s = s.trim();
+    Some(match t {
+        DType::Str => Value::Str(s.to_string()),
+        DType::Int => Value::Int(parse_int(s)?),
+        DType::Float => Value::Float(parse_float(s)?),
+        DType::Bool => Value::Bool(parse_bool(s)?),
+        DType::Ts => Value::Ts(parse_ts(s)?),
+        DType::Date => Value::Date(parse_date(s).or_else(|| ts_to_date(parse_ts(s)?))?),
+        DType::Time => Value::Str(format_time(parse_time(s)?)),
+        DType::Decimal { precision, scale } => {
+            let (v, sc) = decimal::parse(s)?;
+            Value::Decimal(decimal::fit(v, sc, precision, scale).ok()?, scale as i32)
+        }
+        DType::Binary => Value::Bytes(base64::engine::general_purpose::STANDARD.decode(s).ok()?),
+    })
+}
+
+pub fn parse_int(s: &str) -> Option<i64> {
+    let digits = s.strip_prefix(['-', '+']).unwrap_or(s);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+pub fn parse_float(s: &str) -> Option<f64> {
+    // Only decimal notation: "nan", "inf" and friends stay strings.
+    if !s.bytes().any(|b| b.is_ascii_digit())
+        || !s.bytes().all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b))
+    {
+        return None;
+    }
+    s.parse().ok()
+}
+
+pub fn parse_bool(s: &str) -> Option<bool> {
+    if s.eq_ignore_ascii_case("true") {
+        Some(true)
+    } else if s.eq_ignore_ascii_case("false") {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// Infers the narrowest type of a text cell (empty cells are NULL and carry no type).
+pub fn infer(s: &str) -> Option<DType> {
+    if s.is_empty() {
+        None
+    } else if parse_int(s).is_some() {
+        Some(DType::Int)
+    } else if parse_float(s).is_some() {
+        Some(DType::Float)
+    } else if parse_bool(s).is_some() {
+        Some(DType::Bool)
+    } else if parse_ts(s).is_some() {
+        Some(DType::Ts)
+    } else {
+        Some(DType::Str)
+    }
+}
+
+/// The type that holds both: int widens to float, decimals of one scale
+/// widen to the larger precision, anything else mixed is a string.
+pub fn unify(a: Option<DType>, b: Option<DType>) -> Option<DType> {
+    match (a, b) {
+        (None, x) | (x, None) => x,
+        (Some(x), Some(y)) if x == y => Some(x),
+        (Some(DType::Int), Some(DType::Float)) | (Some(DType::Float), Some(DType::Int)) => {
+            Some(DType::Float)
+        }
+        (
+            Some(DType::Decimal { precision: p, scale: s }),
+            Some(DType::Decimal { precision: q, scale: t }),
+        ) => {
+            // The smallest type holding both exactly.
+            let scale = s.max(t);
+            let int = (p - s).max(q - t);
+            match decimal_type((int + scale) as u32, scale as i32) {
+                Ok(d) => Some(d),
+                Err(_) => Some(DType::Str),
+            }
+        }
+        _ => Some(DType::Str),
+    }
+}
+
+/// Compares two value slices column by column (composite sequences, docs/batch.md).
+pub fn cmp_slices(a: &[Value], b: &[Value]) -> Ordering {
+    for (x, y) in a.iter().zip(b) {
+        let o = x.total_cmp(y);
+        if o != Ordering::Equal {
+            return o;
+        }
+    }
+    a.len().cmp(&b.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_encoding_decodes_back() {
+        let vals = vec![
+            Value::Str("acc-é".into()),
+            Value::Int(-7),
+            Value::Null,
+            Value::Bool(true),
+            Value::Float(2.5),
+            Value::Ts(1_700_000_000_000_000),
+            Value::Str(String::new()),
+            Value::Decimal(-1234567890123456789012345678901234567, 2),
+            Value::Date(-165),
+            Value::Bytes(vec![0, 255]),
+        ];
+        let mut bytes = vec![];
+        vals.iter().for_each(|v| v.encode(&mut bytes));
+        let back = Value::decode_all(&bytes).unwrap();
+        assert_eq!(back.len(), vals.len());
+        assert!(back.iter().zip(&vals).all(|(a, b)| a.same(b)), "{back:?}");
+        assert!(
+            Value::decode_all(&bytes[..bytes.len() - 1]).is_none(),
+            "a truncated key is not a key"
+        );
+        assert!(Value::decode_all(&[9]).is_none());
+    }
+
+    #[test]
+    fn null_sorts_lowest() {
+        assert_eq!(Value::Null.total_cmp(&Value::Int(i64::MIN)), Ordering::Less);
+        assert_eq!(Value::Str("".into()).total_cmp(&Value::Null), Ordering::Greater);
+    }
+
+    #[test]
+    fn composite_sequences_compare_column_by_column() {
+        let a = [Value::Int(1), Value::Int(9)];
+        let b = [Value::Int(2), Value::Int(0)];
+        assert_eq!(cmp_slices(&a, &b), Ordering::Less);
+        let c = [Value::Int(1), Value::Null];
+        assert_eq!(cmp_slices(&c, &a), Ordering::Less);
+    }
+
+    #[test]
+    fn inference_picks_the_narrowest_type() {
+        assert_eq!(infer("42"), Some(DType::Int));
+        assert_eq!(infer("-4.5"), Some(DType::Float));
+        assert_eq!(infer("TRUE"), Some(DType::Bool));
+        assert_eq!(
+            infer("2024-01-02"),
+            Some(DType::Ts),
+            "CSV dates stay timestamps unless declared"
+        );
+        assert_eq!(infer("2024-01-02T03:04:05Z"), Some(DType::Ts));
+        assert_eq!(infer("Köln"), Some(DType::Str));
+        assert_eq!(infer("nan"), Some(DType::Str));
+        assert_eq!(infer(""), None);
+        assert_eq!(unify(Some(DType::Int), Some(DType::Float)), Some(DType::Float));
+        assert_eq!(unify(Some(DType::Int), Some(DType::Bool)), Some(DType::Str));
+    }
+
+    #[test]
+    fn conversion_refuses_lossy_values() {
+        assert!(Value::Str("abc".into()).convert(DType::Int).is_err());
+        assert!(Value::Float(1.5).convert(DType::Int).is_err());
+        assert!(Value::Float(2.0).convert(DType::Int).is_ok());
+        assert!(matches!(Value::Int(3).convert(DType::Float), Ok(Value::Float(f)) if f == 3.0));
+    }
+
+    #[test]
+    fn encoding_distinguishes_types_and_null() {
+        let enc = |v: &Value| {
+            let mut o = vec![];
+            v.encode(&mut o);
+            o
+        };
+        assert_ne!(enc(&Value::Int(1)), enc(&Value::Str("1".into())));
+        assert_ne!(enc(&Value::Null), enc(&Value::Str(String::new())));
+    }
+
+    #[test]
+    fn declared_types_parse_as_columns_writes_them() {
+        assert_eq!(DType::parse("decimal(38,6)"), Ok(DType::Decimal { precision: 38, scale: 6 }));
+        assert_eq!(DType::parse("NUMERIC(10)"), Ok(DType::Decimal { precision: 10, scale: 0 }));
+        assert_eq!(DType::parse("date"), Ok(DType::Date));
+        assert_eq!(DType::parse("time"), Ok(DType::Time));
+        assert!(DType::parse("decimal(39,2)").unwrap_err().contains("at most 38 digits"));
+        assert!(DType::parse("decimal(5,6)").unwrap_err().contains("scale 6"));
+        assert!(DType::parse("decimal").is_err());
+        assert!(DType::parse("money").is_err());
+        assert_eq!(DType::Decimal { precision: 20, scale: 2 }.to_string(), "decimal(20,2)");
+    }
+
+    #[test]
+    fn declared_decimals_and_dates_convert_exactly_or_not_at_all() {
+        let d = DType::Decimal { precision: 20, scale: 2 };
+        let ok = |v: Value, t: DType| v.convert(t).unwrap().to_string();
+        assert_eq!(ok(Value::Str("12345678901234567.89".into()), d), "12345678901234567.89");
+        assert_eq!(ok(Value::Str("-0.1".into()), d), "-0.10");
+        assert_eq!(ok(Value::Int(7), d), "7.00");
+        assert_eq!(ok(Value::Float(12.34), d), "12.34");
+        assert_eq!(
+            ok(Value::Decimal(314159, 5), DType::Decimal { precision: 38, scale: 18 }),
+            "3.141590000000000000"
+        );
+        assert!(Value::Str("1.234".into()).convert(d).is_err());
+        assert!(Value::Decimal(314159, 5)
+            .convert(DType::Decimal { precision: 38, scale: 4 })
+            .is_err());
+        assert!(Value::Str("abc".into()).convert(d).is_err());
+        assert_eq!(ok(Value::Str("1969-07-20".into()), DType::Date), "1969-07-20");
+        assert_eq!(ok(Value::Int(-165), DType::Date), "1969-07-20");
+        assert_eq!(ok(Value::Int(36_930_123_456), DType::Time), "10:15:30.123456");
+        assert_eq!(ok(Value::Str("10:15:30".into()), DType::Time), "10:15:30");
+        // Tables from older versions: float and timestamp columns.
+        assert!(
+            matches!(Value::Decimal(1, 2).convert(DType::Float), Ok(Value::Float(f)) if f == 0.01)
+        );
+        assert!(matches!(Value::Date(1).convert(DType::Ts), Ok(Value::Ts(86_400_000_000))));
+        assert!(Value::Ts(1).convert(DType::Date).is_err(), "a time of day is never dropped");
+    }
+
+    #[test]
+    fn decimals_compare_and_unify_exactly() {
+        assert!(Value::Decimal(150, 2).same(&Value::Decimal(15, 1)));
+        assert_eq!(Value::Decimal(1, 2).total_cmp(&Value::Int(0)), Ordering::Greater);
+        assert_eq!(Value::Date(0).total_cmp(&Value::Ts(1)), Ordering::Less);
+        let dec = |p, s| Some(DType::Decimal { precision: p, scale: s });
+        assert_eq!(unify(dec(10, 2), dec(12, 2)), dec(12, 2));
+        assert_eq!(unify(dec(10, 2), dec(10, 4)), dec(12, 4));
+        assert_eq!(unify(dec(38, 0), dec(38, 2)), Some(DType::Str));
+    }
+
+    proptest::proptest! {
+        /// Decimals survive text, Kafka Connect bytes and the key encoding
+        /// exactly, and equal values at a column's scale are one key.
+        #[test]
+        fn decimals_round_trip_through_text_bytes_and_keys(
+            digits in 1u32..=38,
+            raw in proptest::num::i128::ANY,
+            scale in 0u8..=38,
+            extra in 0u8..=5,
+        ) {
+            let limit = decimal::pow10(digits).unwrap();
+            let v = raw % limit;
+            let scale = scale.min(digits as u8);
+            let text = decimal::format(v, scale as i32);
+            proptest::prop_assert_eq!(decimal::parse(&text), Some((v, scale as i32)));
+            proptest::prop_assert_eq!(decimal::from_be_bytes(&decimal::to_be_bytes(v)), Some(v));
+            let mut key = vec![];
+            Value::Decimal(v, scale as i32).encode(&mut key);
+            let back = Value::decode_all(&key).unwrap();
+            proptest::prop_assert!(back[0].same(&Value::Decimal(v, scale as i32)));
+            // The same number written with more zeros converts to the same key.
+            let t = DType::Decimal { precision: 38, scale };
+            if let Some(wider) = decimal::rescale(v, scale as i32, (scale + extra) as i32) {
+                if decimal::digits(wider) <= 38 {
+                    let a = Value::Decimal(wider, (scale + extra) as i32).convert(t).unwrap();
+                    let mut ka = vec![];
+                    a.encode(&mut ka);
+                    proptest::prop_assert_eq!(ka, key);
+                }
+            }
+        }
+
+        #[test]
+        fn dates_and_times_round_trip_through_text(days in -719_162i32..2_932_896, us in 0i64..86_400_000_000) {
+            let d = temporal::format_date(days);
+            proptest::prop_assert_eq!(temporal::parse_date(&d), Some(days));
+            proptest::prop_assert_eq!(temporal::parse_time(&temporal::format_time(us)), Some(us));
+        }
+    }
+}
