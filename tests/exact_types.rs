@@ -68,7 +68,7 @@ fn check_table(table: &Path, exp: &Path) {
     );
 }
 
-/// The dead letters of a lake: (reason, error) per row.
+/// The dead letters of a lake: (topic, error) per row.
 fn dead_letters(cfg: &Path) -> Vec<(String, String)> {
     let out = cli(&["show", "_dead_letters", "--format", "jsonl"], cfg);
     if !out.status.success() {
@@ -79,25 +79,26 @@ fn dead_letters(cfg: &Path) -> Vec<(String, String)> {
         .lines()
         .map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            (v["reason"].as_str().unwrap_or("").into(), v["error"].as_str().unwrap().into())
+            (v["topic"].as_str().unwrap_or("").into(), v["error"].as_str().unwrap().into())
         })
         .collect()
 }
 
-/// Runs one fixture through the JSONL file source and checks the table.
+/// Runs one fixture through the JSONL file source, one event per file (one
+/// run each, as the broker test batches them: every event merges against
+/// the stored table), and checks the table.
 fn file_source(fixture: &str, expectation: &str) {
     let tmp = tempfile::tempdir().unwrap();
     let (exp_path, exp) = expected(expectation);
-    std::fs::copy(
-        fixtures().join(format!("{fixture}.jsonl")),
-        write(tmp.path(), &format!("data/{fixture}.jsonl"), ""),
-    )
-    .unwrap();
+    let events = std::fs::read_to_string(fixtures().join(format!("{fixture}.jsonl"))).unwrap();
+    for (i, line) in events.lines().enumerate() {
+        write(tmp.path(), &format!("data/{fixture}/{i:03}.jsonl"), &format!("{line}\n"));
+    }
     let cfg = write(
         tmp.path(),
         "changelake.yaml",
         &format!(
-            "storage: {{root: ./lake}}\nsystems:\n  src:\n    type: jsonl\n    format: debezium\n    path: data/{{object}}.jsonl\n{}{}",
+            "storage: {{root: ./lake}}\nsystems:\n  src:\n    type: jsonl\n    format: debezium\n    path: \"data/{{object}}/*.jsonl\"\n{}{}",
             columns_yaml(&exp),
             table_yaml(fixture)
         ),
@@ -106,7 +107,7 @@ fn file_source(fixture: &str, expectation: &str) {
     check_table(&tmp.path().join("lake/bronze/t"), &exp_path);
     let dead = dead_letters(&cfg);
     assert_eq!(dead.len() as u64, exp["dead_letters"].as_u64().unwrap(), "{dead:?}");
-    assert!(dead.iter().all(|(reason, _)| reason == "type"), "{dead:?}");
+    assert!(dead.iter().all(|(_, error)| error.starts_with("column `")), "{dead:?}");
 }
 
 #[test]
@@ -141,6 +142,8 @@ fn types_toast_placeholders_keep_the_stored_value() {
 /// The same events through the broker, one batch per message, so every
 /// event merges against the stored table (TOAST values come from the
 /// table, the declared type of a column NULL so far wins in a later batch).
+/// An scd2 table on the same topic carries TOASTed values into each new
+/// version.
 #[test]
 fn types_through_the_broker_land_as_through_files() {
     let broker = Broker::start();
@@ -157,13 +160,120 @@ fn types_through_the_broker_land_as_through_files() {
             &dir,
             "changelake.yaml",
             &format!(
-                "storage: {{root: ./lake}}\nsystems:\n  src:\n    type: kafka\n    brokers: \"{}\"\n    group_id: types-{fixture}\n    topic: \"types.{{object}}\"\n    format: debezium\n    kafka: {{max.poll.interval.ms: \"10000\"}}\n{}",
+                "storage: {{root: ./lake}}\nsystems:\n  src:\n    type: kafka\n    brokers: \"{}\"\n    group_id: types-{fixture}\n    topic: \"types.{{object}}\"\n    format: debezium\n{}",
                 broker.brokers(),
-                table_yaml(fixture).replace("max_rows: 100000", "max_rows: 1")
+                table_yaml(fixture).replace("max_rows: 100000", "max_rows: 1").replace(
+                    "batching:",
+                    &format!("    h:\n      source: {{system: src, object: {fixture}}}\n      business_key: [id]\n      strategy: scd2\nbatching:")
+                )
             ),
         );
         let out = stdout_of(cli(&["run", "--once"], &cfg));
         assert!(!out.contains("error"), "{out}");
-        check_table(&dir.join("lake/bronze/t"), &expected(fixture).0);
+        let (exp_path, exp) = expected(fixture);
+        check_table(&dir.join("lake/bronze/t"), &exp_path);
+        if fixture == "postgres_toast" {
+            toast_versions(&cfg, &exp);
+        }
     }
+}
+
+/// scd2 under TOAST: every version of key 1 keeps the photo its first
+/// event sent (later events carry the placeholder), no version holds the
+/// placeholder, and key 2 (no stored row) has a NULL bio.
+fn toast_versions(cfg: &Path, exp: &serde_json::Value) {
+    let shown = stdout_of(cli(&["show", "h", "--view", "all", "--format", "jsonl"], cfg));
+    assert!(!shown.contains("__debezium_unavailable_value"), "{shown}");
+    assert!(!shown.contains("X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ"), "{shown}");
+    let rows: Vec<serde_json::Value> =
+        shown.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let photo = exp["rows"][0]["photo"].clone();
+    let key1: Vec<_> = rows.iter().filter(|r| r["id"] == 1).collect();
+    assert!(key1.len() >= 2, "{shown}");
+    assert!(key1.iter().all(|r| r["photo"] == photo), "{shown}");
+    let open = key1.iter().find(|r| r["_is_current"] == true).unwrap();
+    assert_eq!(open["bio"], exp["rows"][0]["bio"], "{shown}");
+    let key2: Vec<_> = rows.iter().filter(|r| r["id"] == 2).collect();
+    assert!(key2.len() == 1 && key2[0]["bio"].is_null(), "{shown}");
+}
+
+/// A PostgreSQL-shaped event with the schema wrapper: key `id`, a Kafka
+/// Connect decimal `amount` of the given precision and scale.
+fn decimal_event(id: i64, amount_b64: &str, precision: u32, scale: u32) -> String {
+    let row = format!(
+        r#"{{"type":"struct","optional":true,"name":"pg.public.t.Value","field":"after","fields":[{{"type":"int32","optional":false,"field":"id"}},{{"type":"bytes","optional":true,"name":"org.apache.kafka.connect.data.Decimal","version":1,"parameters":{{"scale":"{scale}","connect.decimal.precision":"{precision}"}},"field":"amount"}}]}}"#
+    );
+    format!(
+        r#"{{"schema":{{"type":"struct","optional":false,"name":"pg.public.t.Envelope","fields":[{row},{{"type":"string","optional":false,"field":"op"}}]}},"payload":{{"before":null,"after":{{"id":{id},"amount":"{amount_b64}"}},"op":"u"}}}}"#
+    )
+}
+
+#[test]
+fn types_a_decimal_whose_precision_grows_widens_the_column_for_every_reader() {
+    let tmp = tempfile::tempdir().unwrap();
+    // 123.45 as decimal(10,2); then 1234567890123456.78 as decimal(20,2);
+    // then 1.234 as decimal(10,3): a scale change, a dead letter.
+    write(tmp.path(), "data/t/1.jsonl", &(decimal_event(1, "MDk=", 10, 2) + "\n"));
+    write(tmp.path(), "data/t/2.jsonl", &(decimal_event(2, "AbabS6Yw804=", 20, 2) + "\n"));
+    write(tmp.path(), "data/t/3.jsonl", &(decimal_event(3, "BNI=", 10, 3) + "\n"));
+    let cfg = write(
+        tmp.path(),
+        "changelake.yaml",
+        &format!(
+            "storage: {{root: ./lake}}\nsystems:\n  src:\n    type: jsonl\n    format: debezium\n    path: \"data/{{object}}/*.jsonl\"\n{}",
+            table_yaml("t")
+        ),
+    );
+    ok(cli(&["run", "--once"], &cfg));
+    let exp = serde_json::json!({
+        "key": "id",
+        "types": {"id": "int64", "amount": "decimal128(20, 2)"},
+        "rows": [{"id": 1, "amount": "123.45"}, {"id": 2, "amount": "1234567890123456.78"}],
+    });
+    let exp_path = write(tmp.path(), "expected.json", &exp.to_string());
+    check_table(&tmp.path().join("lake/bronze/t"), &exp_path);
+    let dead = dead_letters(&cfg);
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert!(
+        dead[0].1.contains("declared decimal(10,3), but the table stores it as decimal(20,2)"),
+        "{dead:?}"
+    );
+    // Every data file holds the wider type (no reader meets two types).
+    let shown = stdout_of(cli(&["show", "t", "--format", "jsonl"], &cfg));
+    assert!(shown.contains(r#""amount":"1234567890123456.78""#), "{shown}");
+    assert!(shown.contains(r#""amount":"123.45""#), "{shown}");
+}
+
+/// Decimal and date business keys from a CSV extract with declared types:
+/// `1.5` and `1.50` are one key, and a re-run changes nothing.
+#[test]
+fn types_decimal_and_date_business_keys_match_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(tmp.path(), "data/t/1.csv", "code,day,name\n1.5,1969-07-20,a\n2,2024-02-29,b\n");
+    write(tmp.path(), "data/t/2.csv", "code,day,name\n1.50,1969-07-20,a2\n");
+    let cfg = write(
+        tmp.path(),
+        "changelake.yaml",
+        "storage: {root: ./lake}\nsystems:\n  src:\n    type: csv\n    path: \"data/{object}/*.csv\"\n    columns: {code: \"decimal(10,2)\", day: date}\nbronze:\n  tables:\n    t:\n      source: {system: src, object: t}\n      business_key: [code, day]\n      strategy: scd2\n      merge: {surrogate_key: true}\n",
+    );
+    ok(cli(&["run", "--once"], &cfg));
+    let rows = stdout_of(cli(&["show", "t", "--format", "jsonl", "--view", "all"], &cfg));
+    let rows: Vec<serde_json::Value> =
+        rows.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    let versions: Vec<_> = rows.iter().filter(|r| r["code"] == "1.50").collect();
+    assert_eq!(versions.len(), 2, "one key, two versions: {rows:?}");
+    assert!(rows.iter().all(|r| r["day"] == "1969-07-20" || r["day"] == "2024-02-29"), "{rows:?}");
+    let py = "import sys; from deltalake import DeltaTable; import polars as pl, os\nt = DeltaTable(sys.argv[1]).to_pyarrow_table()\nprint(t.schema.field('code').type, t.schema.field('day').type, pl.read_delta(sys.argv[1]).schema['code'])\nsys.stdout.flush(); os._exit(0)";
+    let out = Command::new("python3")
+        .args(["-c", py])
+        .arg(tmp.path().join("lake/bronze/t"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with("decimal128(10, 2) date32[day] Decimal(precision=10, scale=2)"),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

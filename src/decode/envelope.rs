@@ -6,7 +6,7 @@
 use serde_json::{Map, Value as J};
 
 use super::json::json_cell;
-use super::schema::{field_schema, section_fields, typed, unwrap_schema};
+use super::schema::{declaration, field_schema, section_fields, typed, unwrap_schema};
 use super::{store_envelope, Declared, Decoded, Op};
 use crate::value::Value;
 
@@ -37,21 +37,15 @@ pub(super) fn debezium(
     if let Some(fields) = field_schemas {
         // Every declared field types its column, present in the row or not.
         for f in fields {
-            if let (Some(name), Ok(d)) = (f.get("field").and_then(J::as_str), declared_of(f)) {
-                declared.push((name.to_string(), d));
+            if let Some(name) = f.get("field").and_then(J::as_str) {
+                declared.push((name.to_string(), declaration(f)));
             }
         }
     }
     let mut data: Vec<(String, Value)> = match p.get(section) {
         Some(J::Object(row)) => row
             .iter()
-            .map(|(k, v)| {
-                let (cell, decl) = typed(v, field_schemas.and_then(|f| field_schema(f, k)));
-                if let Some(Declared::Unstorable(e)) = decl {
-                    set(&mut declared, k, Declared::Unstorable(e));
-                }
-                (k.clone(), cell)
-            })
+            .map(|(k, v)| (k.clone(), typed(v, field_schemas.and_then(|f| field_schema(f, k))).0))
             .collect(),
         Some(J::Null) | None if is_delete => vec![],
         _ => return Err(format!("Debezium `{op}` event without `{section}`")),
@@ -63,19 +57,6 @@ pub(super) fn debezium(
     flatten(p, "", &mut env);
     store_envelope(&mut data, &env, store_paths);
     Ok(Decoded::Row { data, env, declared })
-}
-
-/// The declaration of a field schema (an unstorable one included).
-fn declared_of(f: &J) -> Result<Declared, ()> {
-    Ok(super::schema::declared(f).unwrap_or_else(Declared::Unstorable))
-}
-
-/// Sets the declaration of `name`.
-fn set(declared: &mut Vec<(String, Declared)>, name: &str, d: Declared) {
-    match declared.iter_mut().find(|(n, _)| n == name) {
-        Some((_, old)) => *old = d,
-        None => declared.push((name.to_string(), d)),
-    }
 }
 
 /// Deletes may carry only the key (REPLICA IDENTITY DEFAULT): the message

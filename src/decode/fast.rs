@@ -274,6 +274,9 @@ pub fn decode(
             let mut de = serde_json::Deserializer::from_slice(value);
             let data = Fields("", None).deserialize(&mut de).ok()??;
             de.end().ok()?;
+            if data.len() == 2 && data.iter().all(|(n, _)| n == "schema" || n == "payload") {
+                return None; // the schema wrapper: the general path types it
+            }
             Some(Ok(Decoded::Row { data, env: vec![], declared: vec![] }))
         }
         Format::Debezium => {

@@ -25,8 +25,34 @@ pub fn json_cell(v: &serde_json::Value) -> Value {
     }
 }
 
-/// A flat JSON object as a row: every field a column, no envelope.
+/// A flat JSON object as a row: every field a column, no envelope. With
+/// the Kafka Connect schema wrapper (the JSON converter with schemas, e.g.
+/// after Debezium's ExtractNewRecordState), the payload is the row and the
+/// schema types it (docs/types.md).
 pub(super) fn flat_row(v: J) -> Result<Decoded, String> {
+    if let (Some(schema), payload) = super::schema::unwrap_schema(&v) {
+        let fields = schema.get("fields").and_then(J::as_array);
+        return match payload {
+            J::Null => Ok(Decoded::Tombstone),
+            J::Object(m) => {
+                let mut declared = vec![];
+                for f in fields.into_iter().flatten() {
+                    if let Some(name) = f.get("field").and_then(J::as_str) {
+                        declared.push((name.to_string(), super::schema::declaration(f)));
+                    }
+                }
+                let data = m
+                    .iter()
+                    .map(|(k, v)| {
+                        let s = fields.and_then(|f| super::schema::field_schema(f, k));
+                        (k.clone(), super::schema::typed(v, s).0)
+                    })
+                    .collect();
+                Ok(Decoded::Row { data, env: vec![], declared })
+            }
+            _ => Err("not a JSON object: the payload is not an object".into()),
+        };
+    }
     match v {
         J::Object(m) => Ok(Decoded::Row {
             data: m.iter().map(|(k, v)| (k.clone(), json_cell(v))).collect(),

@@ -85,6 +85,11 @@ pub(super) fn declared(s: &J) -> Result<Declared, String> {
     }))
 }
 
+/// [`declared`], a type no Delta column holds included (as `Unstorable`).
+pub(super) fn declaration(s: &J) -> Declared {
+    declared(s).unwrap_or_else(Declared::Unstorable)
+}
+
 /// Maps a JSON value with its Kafka Connect schema to a cell and the
 /// column type its schema declares. A value that does not have the shape
 /// its schema declares is kept as sent: typing the batch then finds it

@@ -309,3 +309,71 @@ fn bad_input_duplicate_fields_and_oversized_messages_are_dead_letters() {
     let e = decode(Format::Json, None, Some(big.as_bytes()), &[]).unwrap_err();
     assert!(e.error.contains("more than"), "{}", e.error);
 }
+
+/// A PostgreSQL change event with the schema wrapper, in the shape of the
+/// connector documentation: NUMERIC without scale (VariableScaleDecimal),
+/// TIME (MicroTime), DATE, and an int32 column NULL in this event.
+const PG_TYPES_WITH_SCHEMA: &str = r#"{"schema":{"type":"struct","fields":[
+ {"type":"struct","optional":true,"field":"after","fields":[
+  {"type":"int32","optional":false,"field":"id"},
+  {"type":"struct","optional":true,"name":"io.debezium.data.VariableScaleDecimal","version":1,"fields":[{"type":"int32","optional":false,"field":"scale"},{"type":"bytes","optional":false,"field":"value"}],"field":"price"},
+  {"type":"int64","optional":true,"name":"io.debezium.time.MicroTime","version":1,"field":"wake"},
+  {"type":"int32","optional":true,"name":"io.debezium.time.Date","version":1,"field":"born"},
+  {"type":"bytes","optional":true,"name":"org.apache.kafka.connect.data.Decimal","version":1,"parameters":{"scale":"2","connect.decimal.precision":"20"},"field":"amount"},
+  {"type":"int32","optional":true,"field":"later_int"}]},
+ {"type":"string","optional":false,"field":"op"}],"optional":false,"name":"pg.public.t.Envelope"},
+ "payload":{"before":null,"after":{"id":1,"price":{"scale":5,"value":"BMsv"},"wake":36930123456,"born":-165,"amount":"ESIQ9H3pgRU=","later_int":null},"op":"c"}}"#;
+
+#[test]
+fn types_the_schema_wrapper_decodes_exact_values_and_declares_every_column() {
+    let Decoded::Row { data, declared, .. } =
+        decode(Format::Debezium, None, Some(PG_TYPES_WITH_SCHEMA.as_bytes()), &[]).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(get(&data, "price").to_string(), "3.14159");
+    assert_eq!(get(&data, "wake"), &Value::Str("10:15:30.123456".into()));
+    assert_eq!(get(&data, "born").to_string(), "1969-07-20");
+    assert_eq!(get(&data, "amount").to_string(), "12345678901234567.89");
+    let decl = |n: &str| declared.iter().find(|(c, _)| c == n).map(|(_, d)| d.clone());
+    use crate::decode::Declared;
+    use crate::value::DType;
+    assert_eq!(decl("later_int"), Some(Declared::Exact(DType::Int)), "declared though NULL");
+    assert_eq!(decl("price"), Some(Declared::VariableScaleDecimal));
+    assert_eq!(decl("amount"), Some(Declared::Exact(DType::Decimal { precision: 20, scale: 2 })));
+    assert_eq!(decl("wake"), Some(Declared::Exact(DType::Time)));
+    assert_eq!(decl("born"), Some(Declared::Exact(DType::Date)));
+    // A precision Delta cannot hold is declared unstorable, never a float.
+    let wide = PG_TYPES_WITH_SCHEMA.replace("\"20\"", "\"40\"");
+    let Decoded::Row { declared, .. } =
+        decode(Format::Debezium, None, Some(wide.as_bytes()), &[]).unwrap()
+    else {
+        panic!()
+    };
+    assert!(declared.iter().any(|(n, d)| n == "amount"
+        && matches!(d, Declared::Unstorable(e) if e.contains("decimal(40,2)"))));
+}
+
+#[test]
+fn types_flat_json_with_the_schema_wrapper_is_typed_by_its_schema() {
+    let msg = r#"{"schema":{"type":"struct","fields":[{"type":"int32","optional":false,"field":"id"},{"type":"int32","optional":true,"name":"io.debezium.time.Date","field":"d"},{"type":"string","optional":true,"field":"__op"}]},"payload":{"id":7,"d":0,"__op":"u"}}"#;
+    let Decoded::Row { data, declared, .. } =
+        decode(Format::Json, None, Some(msg.as_bytes()), &[]).unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!(get(&data, "id"), &Value::Int(7));
+    assert_eq!(get(&data, "d"), &Value::Date(0));
+    assert_eq!(declared.len(), 3);
+    let tomb = r#"{"schema":{"type":"struct","fields":[]},"payload":null}"#;
+    assert_eq!(decode(Format::Json, None, Some(tomb.as_bytes()), &[]).unwrap(), Decoded::Tombstone);
+}
+
+#[test]
+fn types_a_variable_scale_decimal_without_its_schema_is_still_exact() {
+    let msg = br#"{"after":{"id":1,"price":{"scale":5,"value":"BMsv"}},"op":"c"}"#;
+    let Decoded::Row { data, .. } = decode(Format::Debezium, None, Some(msg), &[]).unwrap() else {
+        panic!()
+    };
+    assert_eq!(get(&data, "price"), &Value::Decimal(314159, 5));
+}
