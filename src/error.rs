@@ -21,6 +21,18 @@ pub enum Error {
     Kafka(#[from] KafkaError),
     #[error("{0}")]
     Input(String),
+    /// A table's stored next offset lies outside its partition's range
+    /// (`on_offset_out_of_range: fail`).
+    #[error("table {table}: stored next offset {stored} of {topic} partition {partition} is outside the partition's range [{low}, {high}] ({why}); nothing was read. Set progress with `changelake replay --table {table} --from-offsets {topic}:{partition}=<offset>` (or `--from-beginning`), or set `on_offset_out_of_range: earliest` to continue from offset {low}")]
+    OffsetOutOfRange {
+        table: String,
+        topic: String,
+        partition: i32,
+        stored: i64,
+        low: i64,
+        high: i64,
+        why: &'static str,
+    },
     #[error("{0}")]
     Usage(String),
     /// Writing the output of a command failed.

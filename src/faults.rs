@@ -1,8 +1,9 @@
 //! Test-only fault points: `CHANGELAKE_FAULT=<point>[:<n>]` aborts the process
 //! (as SIGKILL would) the n-th time (default first) execution reaches `<point>`.
 //! Crash-safety tests use it to stop between the parquet write and the Delta
-//! commit, and between the commit and the consumer-group commit. Unset, it
-//! costs one relaxed atomic load.
+//! commit, between the commit and the consumer-group commit, and inside
+//! table upkeep (after the checkpoint, the log cleanup, the vacuum). Unset,
+//! it costs one relaxed atomic load.
 
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::OnceLock;

@@ -160,6 +160,75 @@ fn crash_safety_sigkill_and_fault_points_lose_and_repeat_nothing() {
     }
 }
 
+/// Kills during table upkeep — checkpoints every 3 commits, compaction of
+/// 2 small files, vacuum and log cleanup with zero retention — at fault
+/// points inside each step and at random moments: the tables end equal to
+/// an uninterrupted run, with no version applied twice.
+#[test]
+fn crash_safety_kills_during_upkeep_lose_and_repeat_nothing() {
+    let broker = Broker::start();
+    broker.create_topic("crm.public.account", 2);
+    let events = debezium_stream(500, 50, 2);
+    broker.produce("crm.public.account", &events);
+    let (want1, want2) = reference(&broker, events.len());
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = "      layout: {checkpoint_interval: 3, compact_min_files: 2, vacuum_retention: 0s, log_retention: 0s}\n";
+    let text = debezium_config(&broker.brokers(), 30, "100ms")
+        .replace("strategy: scd1\n", &format!("strategy: scd1\n{layout}"))
+        .replace("strategy: scd2\n", &format!("strategy: scd2\n{layout}"));
+    let cfg = write(tmp.path(), "c.yaml", &text);
+    let faults = [
+        "after_checkpoint:1",
+        "after_log_cleanup:1",
+        "after_vacuum:1",
+        "after_delta_commit:3",
+        "after_checkpoint:2",
+        "after_log_cleanup:3",
+        "",
+        "",
+    ];
+    let mut x: u64 = 11;
+    for (i, fault) in faults.iter().enumerate() {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["run", "--config"]).arg(&cfg).stdout(Stdio::null()).stderr(Stdio::null());
+        if !fault.is_empty() {
+            cmd.env("CHANGELAKE_FAULT", fault);
+        }
+        let mut child = cmd.spawn().unwrap();
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let wait = Duration::from_millis(400 + (x >> 33) % 1200);
+        std::thread::sleep(wait);
+        let _ = child.kill();
+        let _ = child.wait();
+        eprintln!("round {i}: fault={fault:?} killed after {wait:?}");
+    }
+    ok(cli(&["run", "--once"], &cfg));
+    assert_eq!(
+        live(show(&cfg, "account", &["_execution_id"])),
+        want1,
+        "scd1 equals an uninterrupted run"
+    );
+    let hist = show(&cfg, "account_history", &["_execution_id"]);
+    let cur: Vec<_> = hist.iter().filter(|r| r["_is_current"] == true).cloned().collect();
+    assert_eq!(cur, want2, "scd2 current versions equal an uninterrupted run");
+    let mut seen = std::collections::HashSet::new();
+    for r in &hist {
+        let v = (
+            r["id"].to_string(),
+            r["source_lsn"].to_string(),
+            r["city"].to_string(),
+            r["_is_deleted"].to_string(),
+        );
+        assert!(seen.insert(v), "duplicate version {r}");
+    }
+    let log = tmp.path().join("lake/bronze/account/_delta_log");
+    let commits = std::fs::read_dir(&log)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".json"))
+        .count();
+    assert!(commits <= 12, "log cleanup kept the log short: {commits} commit files");
+}
+
 #[test]
 fn replay_from_beginning_commits_nothing_and_reapply_keeps_the_table() {
     let broker = Broker::start();

@@ -17,7 +17,12 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 
 /// 30 extracts; each inserts 10 new accounts and updates 5 older ones.
 fn extracts(dir: &Path) {
-    for run in 0..30u32 {
+    extracts_n(dir, 30);
+}
+
+/// `n` extracts of the kind [`extracts`] writes.
+fn extracts_n(dir: &Path, n: u32) {
+    for run in 0..n {
         let mut csv = String::from("id,city,seq\n");
         for i in 0..10 {
             let id = run * 10 + i;
@@ -554,4 +559,71 @@ import os; os._exit(0)
             [3, 10, "c0", true, false, false],
         ])
     );
+}
+
+/// The JSON commit files of a table's log.
+fn commit_files(table: &Path) -> usize {
+    std::fs::read_dir(table.join("_delta_log"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".json"))
+        .count()
+}
+
+#[test]
+fn log_cleanup_keeps_the_log_bounded_and_progress_intact() {
+    let plain = tempfile::tempdir().unwrap();
+    extracts_n(plain.path(), 46);
+    run_once(&config(plain.path(), "file_rows: 64, compact_min_files: 0, vacuum_retention: off"));
+
+    let tmp = tempfile::tempdir().unwrap();
+    extracts_n(tmp.path(), 46);
+    let layout = "file_rows: 64, compact_min_files: 4, checkpoint_interval: 3, vacuum_retention: 0s, log_retention: 0s";
+    let cfg = config(tmp.path(), layout);
+    let log = run_once(&cfg);
+    assert!(log.contains("log_files_removed"), "{log}");
+    for t in ["account", "account_history"] {
+        let table = tmp.path().join("lake/bronze").join(t);
+        let b = read(&table);
+        assert!(b["version"].as_i64().unwrap() >= 46, "{t}: one commit per extract at least");
+        let commits = commit_files(&table);
+        assert!(commits <= 10, "{t}: {commits} commit files left; the checkpoint covers the rest");
+        let a = read(&plain.path().join("lake/bronze").join(t));
+        assert_eq!(a["rows"], b["rows"], "{t}: log cleanup changed what readers see");
+    }
+    // Progress lives on in the checkpoints: a second pass applies nothing,
+    // a new extract applies exactly itself.
+    let table = tmp.path().join("lake/bronze/account");
+    let before = read(&table);
+    run_once(&cfg);
+    assert_eq!(read(&table)["version"], before["version"], "a re-run found every file applied");
+    write(tmp.path(), "data/account/999.csv", "id,city,seq\n1,final,99999\n");
+    write(plain.path(), "data/account/999.csv", "id,city,seq\n1,final,99999\n");
+    run_once(&cfg);
+    run_once(&config(plain.path(), "file_rows: 64, compact_min_files: 0, vacuum_retention: off"));
+    for t in ["account", "account_history"] {
+        let a = read(&plain.path().join("lake/bronze").join(t));
+        let b = read(&tmp.path().join("lake/bronze").join(t));
+        assert_eq!(a["rows"], b["rows"], "{t}: after the new extract");
+    }
+}
+
+#[test]
+fn a_table_that_would_expire_progress_markers_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    extracts_n(tmp.path(), 1);
+    let cfg = config(tmp.path(), "file_rows: 64");
+    run_once(&cfg);
+    // Another engine sets the property (delta-rs here, as Spark's ALTER TABLE would).
+    let py = "import sys, os\nfrom deltalake import DeltaTable\nDeltaTable(sys.argv[1]).alter.set_table_properties({'delta.setTransactionRetentionDuration': 'interval 1 days'}, raise_if_not_exists=False)\nos._exit(0)";
+    let out = Command::new("python3")
+        .args(["-c", py])
+        .arg(tmp.path().join("lake/bronze/account"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    extracts_n(tmp.path(), 2);
+    let out = Command::new(BIN).args(["run", "--once", "--config"]).arg(&cfg).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("delta.setTransactionRetentionDuration"), "{err}");
 }

@@ -33,13 +33,18 @@ pub fn main() -> i32 {
         }
     };
     let sel = Selection { shard: cli.shard, tables: cli.tables };
-    match rt.block_on(dispatch(cli.cmd, sel)) {
+    let code = match rt.block_on(dispatch(cli.cmd, sel)) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("error: {e}");
             e.exit_code()
         }
-    }
+    };
+    // Whatever the run promised is committed by now. Blocking work still
+    // running — a metadata probe or a Kafka client closing against a dead
+    // broker — must not hold the exit (docs/operations.md, shutdown).
+    rt.shutdown_timeout(std::time::Duration::from_millis(500));
+    code
 }
 
 /// The arguments; `--version` also names the storage backends of this build.

@@ -56,6 +56,7 @@ impl Default for Layout {
             checkpoint_interval: 20,
             compact_min_files: 16,
             vacuum_retention: Some(std::time::Duration::from_secs(7 * 24 * 3600)),
+            log_retention: std::time::Duration::from_secs(30 * 24 * 3600),
             deletion_vectors: false,
         }
     }

@@ -13,6 +13,7 @@ const LAYOUT_KEYS: &[&str] = &[
     "checkpoint_interval",
     "compact_min_files",
     "vacuum_retention",
+    "log_retention",
     "deletion_vectors",
 ];
 
@@ -62,6 +63,15 @@ impl Cx {
                         format!("`{s}` is not a duration such as 168h, or off"),
                     ),
                 },
+            }
+        }
+        if let Some(s) = self.opt_string(&lm, "log_retention", &lp) {
+            match parse_duration(&s) {
+                Some(d) => layout.log_retention = d,
+                None => self.err(
+                    &child(&lp, "log_retention"),
+                    format!("`{s}` is not a duration such as 720h or 0s"),
+                ),
             }
         }
         layout

@@ -42,8 +42,8 @@ use serde_yaml::Value as Y;
 
 pub use errors::ConfigErrors;
 pub use model::{
-    Batching, Config, DeadLetters, DeleteMode, Format, Guardrails, Layout, SchemaPolicy, Strategy,
-    System, SystemKind, TableConfig, ValidTime,
+    Batching, Config, DeadLetters, DeleteMode, Format, Guardrails, Layout, OutOfRange,
+    SchemaPolicy, Strategy, System, SystemKind, TableConfig, ValidTime,
 };
 pub use paths::join_uri;
 pub use reserved::Reserved;

@@ -54,6 +54,19 @@ pub struct System {
     pub unavailable_placeholder: Option<String>,
 }
 
+/// `on_offset_out_of_range` (docs/commit-protocol.md, offsets outside the
+/// partition range): a stored next offset below the partition's low
+/// watermark (events lost to retention) or beyond its high watermark (the
+/// topic was recreated).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OutOfRange {
+    /// Stop (exit 1) naming the table, partition, offset and range.
+    #[default]
+    Fail,
+    /// Continue from the low watermark, logged and counted.
+    Earliest,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     Json,
@@ -68,6 +81,8 @@ pub enum SystemKind {
         topic: String,
         format: Format,
         kafka: BTreeMap<String, String>,
+        /// What to do with a stored offset outside its partition's range.
+        on_out_of_range: OutOfRange,
     },
     Csv {
         path: String,
@@ -156,6 +171,10 @@ pub struct Layout {
     /// from storage (readers time-travelling further back lose them); None
     /// disables vacuum.
     pub vacuum_retention: Option<std::time::Duration>,
+    /// Commit files older than this and covered by a checkpoint are deleted
+    /// after each checkpoint (Delta's `delta.logRetentionDuration`); time
+    /// travel reaches back this far.
+    pub log_retention: std::time::Duration,
     /// Merge-on-read: updates and deletes mask stored rows with Delta
     /// deletion vectors instead of rewriting their files (new tables only;
     /// readers need the `deletionVectors` feature).

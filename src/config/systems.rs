@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde_yaml::Value as Y;
 
 use super::cx::{child, Cx, Mapping};
-use super::{defaults, Format, System, SystemKind};
+use super::{defaults, Format, OutOfRange, System, SystemKind};
 use crate::value::DType;
 
 impl Cx {
@@ -49,6 +49,7 @@ impl Cx {
                 "kafka",
                 "columns",
                 "unavailable_value_placeholder",
+                "on_offset_out_of_range",
             ],
             "csv" => &["type", "path", "delimiter", "columns"],
             "jsonl" => &["type", "path", "format", "columns", "unavailable_value_placeholder"],
@@ -146,7 +147,18 @@ impl Cx {
                 }
             }
         }
-        SystemKind::Kafka { brokers, group_id, topic, format, kafka }
+        let on_out_of_range = match self.opt_string(m, "on_offset_out_of_range", path).as_deref() {
+            None | Some("fail") => OutOfRange::Fail,
+            Some("earliest") => OutOfRange::Earliest,
+            Some(other) => {
+                self.err(
+                    &format!("{path}.on_offset_out_of_range"),
+                    format!("unknown value `{other}` (expected fail or earliest)"),
+                );
+                OutOfRange::Fail
+            }
+        };
+        SystemKind::Kafka { brokers, group_id, topic, format, kafka, on_out_of_range }
     }
 
     /// librdkafka judges its own settings (names and values), exactly as

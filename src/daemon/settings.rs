@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use rdkafka::consumer::BaseConsumer;
 
-use crate::config::{Config, Format, SystemKind};
+use crate::config::{Config, Format, OutOfRange, SystemKind};
 use crate::error::{Error, Result};
 use crate::source::kafka::{Ctx, KafkaError};
 
@@ -19,16 +19,25 @@ pub(super) struct KafkaSystem<'a> {
     topic_template: &'a str,
     pub(super) format: Format,
     pub(super) kafka: &'a BTreeMap<String, String>,
+    pub(super) on_out_of_range: OutOfRange,
 }
 
 impl<'a> KafkaSystem<'a> {
     pub(super) fn of(config: &'a Config, name: &'a str) -> Self {
-        let SystemKind::Kafka { brokers, group_id, topic, format, kafka } =
+        let SystemKind::Kafka { brokers, group_id, topic, format, kafka, on_out_of_range } =
             &config.systems[name].kind
         else {
             unreachable!()
         };
-        KafkaSystem { name, brokers, group_id, topic_template: topic, format: *format, kafka }
+        KafkaSystem {
+            name,
+            brokers,
+            group_id,
+            topic_template: topic,
+            format: *format,
+            kafka,
+            on_out_of_range: *on_out_of_range,
+        }
     }
 
     /// The topic a table's object is read from.

@@ -9,11 +9,13 @@ use std::time::Duration;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use super::settings::meta_call;
+use super::settings::{meta_call, KafkaSystem};
 use super::slots::{stored_min, PartitionKey, Slot, TopicPartitions};
 use super::{RunOpts, StartAt};
+use crate::config::OutOfRange;
 use crate::error::{Error, Result};
 use crate::source::kafka::{watermarks, Ctx, KafkaError, Watermarks};
+use crate::telemetry;
 
 /// Every partition's start, and how far each reached when the run started.
 pub(super) struct Assignment {
@@ -30,11 +32,12 @@ pub(super) struct Assignment {
 pub(super) async fn start_positions(
     cc: &ClientConfig,
     meta: &BaseConsumer<Ctx>,
-    brokers: &str,
+    kafka: &KafkaSystem<'_>,
     topic_parts: &TopicPartitions,
-    slots: &[Slot],
+    slots: &mut [Slot],
     opts: &RunOpts,
 ) -> Result<Assignment> {
+    let brokers = kafka.brokers;
     let mut a = Assignment {
         partitions: TopicPartitionList::new(),
         position: HashMap::new(),
@@ -47,6 +50,13 @@ pub(super) async fn start_positions(
     for (topic, ps) in topic_parts {
         for &p in ps {
             let key = PartitionKey::new(topic, p);
+            let Watermarks { low, high } =
+                meta_call(meta, |m| watermarks(m, topic, p, brokers)).await?;
+            // A replay is the operator setting progress: an out-of-range
+            // position is reset to the partition's start as with `earliest`.
+            let policy =
+                if opts.start.is_some() { OutOfRange::Earliest } else { kafka.on_out_of_range };
+            check_stored_in_range(slots, topic, p, Watermarks { low, high }, policy).await?;
             let stored_min = stored_min(slots, topic, p);
             let start = match &opts.start {
                 None => stored_min.map(Offset::Offset).unwrap_or(Offset::Beginning),
@@ -61,11 +71,6 @@ pub(super) async fn start_positions(
             a.partitions
                 .add_partition_offset(topic, p, start)
                 .map_err(|e| Error::Input(e.to_string()))?;
-            let Watermarks { low, high } =
-                meta_call(meta, |m| watermarks(m, topic, p, brokers)).await?;
-            if let Some(stored) = stored_min.filter(|s| *s > high) {
-                warn_stored_beyond_end(topic, p, stored, high);
-            }
             let pos = match start {
                 Offset::Offset(o) => o,
                 Offset::End => high,
@@ -103,13 +108,54 @@ async fn timestamp_offsets(
         .collect())
 }
 
-/// The topic was recreated or truncated: events up to the stored offset
-/// would be taken for replays and skipped.
-fn warn_stored_beyond_end(topic: &str, p: i32, stored: i64, high: i64) {
-    tracing::error!(
-        target: "changelake::daemon",
-        topic = %topic, partition = p, stored_next_offset = stored, high_watermark = high,
-        "stored offset is beyond the partition's end (topic recreated?); new events below it are skipped as replays. \
-         Re-read them with `changelake replay --from-offsets {topic}:{p}=0 --reapply`"
-    );
+/// Every table's stored next offset in one partition must lie within the
+/// partition's range: below the low watermark, events were deleted before
+/// they were applied (retention); beyond the high watermark, the topic was
+/// recreated and every new event would be taken for a replay and skipped.
+/// `fail` stops the run naming it all; `earliest` moves the table's
+/// progress to the low watermark (its next commit records it), logged and
+/// counted (docs/commit-protocol.md, offsets outside the partition range).
+async fn check_stored_in_range(
+    slots: &mut [Slot],
+    topic: &str,
+    p: i32,
+    range: Watermarks,
+    policy: OutOfRange,
+) -> Result<()> {
+    for slot in slots.iter_mut().filter(|s| s.topic == topic) {
+        let Some(&stored) = slot.stored.get(&p) else { continue };
+        let why = if stored < range.low {
+            "below the low watermark: retention deleted events before they were applied"
+        } else if stored > range.high {
+            "beyond the high watermark: the topic was recreated or truncated"
+        } else {
+            continue;
+        };
+        let table = slot.runner.cfg.name.clone();
+        telemetry::offset_out_of_range(&table, topic, p, stored, range.low, range.high, why);
+        match policy {
+            OutOfRange::Fail => {
+                return Err(Error::OffsetOutOfRange {
+                    table,
+                    topic: topic.to_string(),
+                    partition: p,
+                    stored,
+                    low: range.low,
+                    high: range.high,
+                    why,
+                })
+            }
+            OutOfRange::Earliest => {
+                // Recorded at once (a txn-only commit), so a restart, a
+                // conflict re-read and lag tools all see the new position.
+                let mark = crate::progress::Mark::partition(&table, topic, p, range.low);
+                let empty =
+                    crate::source::RawBatch { source: topic.to_string(), ..Default::default() };
+                slot.runner.run_batch(empty, vec![mark]).await?;
+                telemetry::offset_reset(&table, topic, p, stored, range.low);
+                slot.stored.insert(p, range.low);
+            }
+        }
+    }
+    Ok(())
 }

@@ -74,7 +74,7 @@ pub(super) async fn run_system(
         slots.push(open_slot(config, t, &kafka, &clients.meta, &mut topic_parts).await?);
     }
     let start =
-        start_positions(&clients.config, &clients.meta, kafka.brokers, &topic_parts, &slots, &opts)
+        start_positions(&clients.config, &clients.meta, &kafka, &topic_parts, &mut slots, &opts)
             .await?;
     assign(&clients.consumer, system, &start.partitions)?;
     let (tx, mut rx) = mpsc::channel::<Ev>(CHANNEL_CAPACITY);
@@ -389,6 +389,10 @@ impl SystemLoop<'_> {
                 tracing::info!(target: "changelake::daemon", table = %s.runner.cfg.name, tombstones = s.tombstones, truncates = s.truncates, "skipped tombstones and truncate events");
             }
         }
-        Ok(self.reports.into_iter().filter(|r| !r.skipped).collect())
+        // Closing the Kafka clients may wait on a dead broker (requests in
+        // flight): on a blocking thread the process exit does not wait for.
+        let SystemLoop { consumer, probes, reports, .. } = self;
+        tokio::task::spawn_blocking(move || drop((consumer, probes)));
+        Ok(reports.into_iter().filter(|r| !r.skipped).collect())
     }
 }

@@ -247,7 +247,12 @@ impl TableRunner {
             if v / interval > self.last_checkpoint / interval {
                 self.last_checkpoint = v;
                 match self.store.checkpoint_and_vacuum().await {
-                    Ok(vacuumed) => crate::telemetry::checkpointed(&table, v, vacuumed),
+                    Ok(done) => crate::telemetry::checkpointed(
+                        &table,
+                        v,
+                        done.files_vacuumed,
+                        done.log_files_removed,
+                    ),
                     Err(e) => crate::telemetry::maintenance_failed(&table, "checkpoint", &e),
                 }
             }

@@ -19,8 +19,12 @@ impl ClientContext for Ctx {
     fn error(&self, error: RdError, reason: &str) {
         let eof = matches!(error, RdError::PartitionEOF(_))
             || error.rdkafka_error_code() == Some(rdkafka::types::RDKafkaErrorCode::PartitionEOF);
-        if !eof {
-            tracing::warn!(error = %error, reason, "kafka client error (librdkafka retries)");
+        if eof {
+            return;
+        }
+        let text = error.to_string();
+        if let Some(repeated) = crate::telemetry::CLIENT_ERRORS.admit(&text) {
+            tracing::warn!(error = %text, reason, repeated, "kafka client error (librdkafka retries)");
         }
     }
 }

@@ -71,6 +71,7 @@ pub(crate) use parquet::encode_parquet;
 pub use scan::{KeyRange, Projected, ScanFile};
 pub use state::{ClosingRows, LoadedStates};
 pub use stats::{table_stats, TableStats};
+pub use upkeep::Upkept;
 
 type FxMap<K, V> = HashMap<K, V, rustc_hash::FxBuildHasher>;
 type FxSet<K> = HashSet<K, rustc_hash::FxBuildHasher>;
@@ -285,6 +286,11 @@ impl TableStore {
             if *k != key_json {
                 return Err(refuse(format!("was created with business key {k}, the config says {key_json}; refusing to write")));
             }
+        }
+        if let Some(d) = props.get("delta.setTransactionRetentionDuration") {
+            return Err(refuse(format!(
+                "has delta.setTransactionRetentionDuration = {d}: Delta would expire the `txn` progress markers after it, and a restart or replay would then apply events twice or skip them; unset the property (ALTER TABLE ... UNSET TBLPROPERTIES) to let changelake write"
+            )));
         }
         let has_dvs = props.get("delta.enableDeletionVectors").map(String::as_str) == Some("true");
         if self.meta.layout.deletion_vectors && !has_dvs {

@@ -1,7 +1,12 @@
-//! Upkeep of a long-running table: checkpoints, vacuum and the orphan sweep.
+//! Upkeep of a long-running table: checkpoints, log cleanup, vacuum and the
+//! orphan sweep.
 //!
 //! A checkpoint is written every `checkpoint_interval` commits, so readers
-//! and restarts replay at most that many JSON commits. Data files removed
+//! and restarts replay at most that many JSON commits. Commit files older
+//! than `log_retention` that a checkpoint covers are then deleted, as
+//! Delta's `delta.logRetentionDuration` cleanup does: the log stops growing,
+//! and progress survives because every checkpoint holds every `txn`
+//! (docs/operations.md, table upkeep). Data files removed
 //! and deletion vectors replaced longer ago than `vacuum_retention` are then
 //! deleted (counted from the removing commit), as are files a crashed writer
 //! wrote but never committed. None of it changes what a reader of the
@@ -18,6 +23,15 @@ use std::collections::HashSet;
 /// Files no commit references are vacuumed only once at least this old, even
 /// with a shorter retention (another writer's file may await its commit).
 pub(super) const ORPHAN_MIN_AGE_MS: i64 = 3_600_000;
+
+/// What one round of upkeep deleted.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Upkept {
+    /// Data and deletion-vector files (vacuum and orphan sweep).
+    pub files_vacuumed: usize,
+    /// Commit and checkpoint files of the Delta log (log cleanup).
+    pub log_files_removed: usize,
+}
 
 /// A file entry of a checkpoint: an `add` (live) or a `remove` (tombstone).
 pub(super) struct CheckpointFile {
@@ -112,10 +126,34 @@ impl TableStore {
     /// Writes a Delta checkpoint of the current version, then vacuums files
     /// removed longer ago than the retention. Neither changes what a reader
     /// of the current version sees.
-    pub async fn checkpoint_and_vacuum(&mut self) -> Result<usize> {
-        let Some(t) = self.table.clone() else { return Ok(0) };
+    pub async fn checkpoint_and_vacuum(&mut self) -> Result<Upkept> {
+        let mut done = Upkept::default();
+        let Some(mut t) = self.table.clone() else { return Ok(done) };
         deltalake::checkpoints::create_checkpoint(&t, None).await.map_err(|e| self.delta(e))?;
-        let Some(retention) = self.meta.layout.vacuum_retention else { return Ok(0) };
+        crate::faults::hit("after_checkpoint");
+        if let Some(version) = t.version() {
+            // Our snapshot was built from commit files the cleanup may
+            // delete; the same version read from the checkpoint just written
+            // needs none of them (and stays at our own last commit).
+            t.load_version(version).await.map_err(|e| self.delta(e))?;
+            self.table = Some(t.clone());
+            // Only what the checkpoint just written (or an older one) covers
+            // and what is older than the retention; `_last_checkpoint` and
+            // the checkpoint itself stay.
+            let retention = chrono::Duration::from_std(self.meta.layout.log_retention)
+                .unwrap_or(chrono::Duration::days(30));
+            let cutoff = (chrono::Utc::now() - retention).timestamp_millis();
+            done.log_files_removed = deltalake::checkpoints::cleanup_expired_logs_for(
+                version,
+                t.log_store().as_ref(),
+                cutoff,
+                None,
+            )
+            .await
+            .map_err(|e| self.delta(e))?;
+            crate::faults::hit("after_log_cleanup");
+        }
+        let Some(retention) = self.meta.layout.vacuum_retention else { return Ok(done) };
         let retention = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::days(7));
         // The vacuum's own log entries (VACUUM START/END) carry no data; our
         // table state stays at our last commit (see `commit_inner`).
@@ -126,8 +164,10 @@ impl TableStore {
             .with_enforce_retention_duration(false)
             .await
             .map_err(|e| self.delta(e))?;
+        crate::faults::hit("after_vacuum");
         let swept = self.sweep(&t, retention).await?;
-        Ok(m.files_deleted.len() + swept)
+        done.files_vacuumed = m.files_deleted.len() + swept;
+        Ok(done)
     }
 
     /// Deletes what delta-rs' vacuum leaves behind, each file judged by when

@@ -28,6 +28,7 @@ mod health;
 mod http;
 pub mod progress;
 mod registry;
+mod repeat;
 #[cfg(test)]
 mod tests;
 
@@ -40,6 +41,7 @@ pub use self::registry::{
     metrics, register_partition, register_table, Metrics, DEAD_REASONS, DROP_REASONS,
     STORAGE_OPERATIONS,
 };
+pub use self::repeat::{RepeatFilter, CLIENT_ERRORS};
 use crate::config::Strategy;
 use crate::report::RunReport;
 
@@ -141,11 +143,58 @@ pub fn compacted(table: &str, removed: usize, added: usize, version: i64, secs: 
     );
 }
 
-pub fn checkpointed(table: &str, version: i64, vacuumed: usize) {
+pub fn checkpointed(table: &str, version: i64, vacuumed: usize, log_files_removed: usize) {
     let m = metrics();
     m.checkpoints.with_label_values(&[table]).inc();
     m.files_vacuumed.with_label_values(&[table]).inc_by(vacuumed as u64);
-    tracing::info!(table, version, files_vacuumed = vacuumed, "checkpoint written, table vacuumed");
+    m.log_files_removed.with_label_values(&[table]).inc_by(log_files_removed as u64);
+    tracing::info!(
+        table,
+        version,
+        files_vacuumed = vacuumed,
+        log_files_removed,
+        "checkpoint written, log cleaned up, table vacuumed"
+    );
+}
+
+/// A table's stored next offset lies outside its partition's range.
+pub fn offset_out_of_range(
+    table: &str,
+    topic: &str,
+    partition: i32,
+    stored: i64,
+    low: i64,
+    high: i64,
+    why: &str,
+) {
+    let p = partition.to_string();
+    metrics().offsets_out_of_range.with_label_values(&[table, topic, &p]).inc();
+    tracing::error!(
+        table,
+        topic,
+        partition,
+        stored_next_offset = stored,
+        low_watermark = low,
+        high_watermark = high,
+        why,
+        "stored offset outside the partition's range"
+    );
+}
+
+/// `on_offset_out_of_range: earliest` moved a table's progress.
+pub fn offset_reset(table: &str, topic: &str, partition: i32, stored: i64, low: i64) {
+    let p = partition.to_string();
+    metrics().offset_resets.with_label_values(&[table, topic, &p]).inc();
+    metrics().committed_offset.with_label_values(&[table, topic, &p]).set(low);
+    tracing::warn!(
+        table,
+        topic,
+        partition,
+        from = stored,
+        to = low,
+        gap = stored - low,
+        "progress reset to the partition's low watermark (on_offset_out_of_range: earliest)"
+    );
 }
 
 pub fn maintenance_failed(table: &str, what: &'static str, error: &dyn std::fmt::Display) {
@@ -172,7 +221,9 @@ pub fn paused(partitions: usize, buffered: usize, limit: usize) {
 
 pub fn kafka_error(system: &str, error: &str) {
     metrics().kafka_errors.inc();
-    tracing::warn!(system, error, "kafka client error (the client retries)");
+    if let Some(repeated) = CLIENT_ERRORS.admit(error) {
+        tracing::warn!(system, error, repeated, "kafka client error (the client retries)");
+    }
 }
 
 /// Logs and counts one processed batch: the single place both happen.
@@ -182,7 +233,7 @@ pub fn run_committed(r: &RunReport) {
     let st = r.strategy.as_str();
     let duration_ms = ((r.merge_secs + r.commit_secs) * 1000.0).round() as u64;
     tracing::info!(
-        table = %r.table, source = %r.source, version = ?r.version, execution_id = ?r.exec, duration_ms,
+        table = %r.table, source = %r.source, version = r.version, execution_id = r.exec, duration_ms,
         rows = s.rows_in, inserted = s.inserted, updated = s.updated, in_place = s.updated_in_place,
         deleted = s.deleted + s.snapshot_deleted, revived = s.revived, late = s.late_inserted,
         ignored_older = s.older_ignored, unchanged = s.unchanged + s.late_noop, filtered = r.filtered,

@@ -38,6 +38,7 @@ pub struct Metrics {
     pub rows_upserted: IntCounterVec,
     pub rows_deleted: IntCounterVec,
     pub rows_unavailable_values: IntCounterVec,
+    pub log_files_removed: IntCounterVec,
     pub rows_dropped: IntCounterVec,
     pub dead_letters: IntCounterVec,
     pub versions_inserted: IntCounterVec,
@@ -52,6 +53,8 @@ pub struct Metrics {
     pub files_written: IntCounterVec,
     pub files_removed: IntCounterVec,
     pub committed_offset: IntGaugeVec,
+    pub offsets_out_of_range: IntCounterVec,
+    pub offset_resets: IntCounterVec,
     pub high_watermark: IntGaugeVec,
     pub consumer_lag: IntGaugeVec,
     pub table_version: IntGaugeVec,
@@ -122,6 +125,7 @@ impl Metrics {
             rows_decoded: counter(&r, "changelake_rows_decoded_total", "Events decoded and converted into table rows.", t),
             rows_upserted: counter(&r, "changelake_rows_upserted_total", "Rows that inserted or updated the table.", ts),
             rows_deleted: counter(&r, "changelake_rows_deleted_total", "Rows deleted (scd1) or closed by a delete (scd2), including snapshot deletes.", ts),
+            log_files_removed: counter(&r, "changelake_log_files_removed_total", "Delta log files (commits, old checkpoints) deleted by log cleanup: older than layout.log_retention and covered by a checkpoint.", t),
             rows_unavailable_values: counter(&r, "changelake_rows_unavailable_values_total", "Rows with Debezium's unchanged-value placeholder (PostgreSQL TOAST) for a key with no stored value: those columns were written NULL.", t),
             rows_dropped: counter(
                 &r,
@@ -152,6 +156,8 @@ impl Metrics {
             files_written: counter(&r, "changelake_files_written_total", "Parquet data files added to the table.", t),
             files_removed: counter(&r, "changelake_files_removed_total", "Parquet data files removed (rewritten) from the table.", t),
             committed_offset: gauge_vec(&r, "changelake_committed_offset", "Next offset to read, as committed with the table.", tp),
+            offsets_out_of_range: counter(&r, "changelake_offsets_out_of_range_total", "A table's stored next offset found outside its partition's range at start (events lost to retention, or the topic recreated).", tp),
+            offset_resets: counter(&r, "changelake_offset_resets_total", "Stored offsets moved to the partition's low watermark (on_offset_out_of_range: earliest).", tp),
             high_watermark: gauge_vec(&r, "changelake_high_watermark", "Partition high watermark (offset of the next message produced).", &["topic", "partition"]),
             consumer_lag: gauge_vec(&r, "changelake_consumer_lag_messages", "High watermark minus the committed next offset.", tp),
             table_version: gauge_vec(&r, "changelake_table_version", "Latest Delta table version written by this process.", t),
@@ -220,6 +226,7 @@ pub fn register_table(table: &str, strategy: &str) {
         &m.checkpoints,
         &m.files_vacuumed,
         &m.rows_unavailable_values,
+        &m.log_files_removed,
     ] {
         c.with_label_values(&[table]);
     }
@@ -265,4 +272,6 @@ pub fn register_partition(table: &str, topic: &str, partition: i32, stored: Opti
     }
     m.consumer_lag.with_label_values(&[table, topic, &p]);
     m.high_watermark.with_label_values(&[topic, &p]);
+    m.offsets_out_of_range.with_label_values(&[table, topic, &p]);
+    m.offset_resets.with_label_values(&[table, topic, &p]);
 }

@@ -107,6 +107,15 @@ impl Broker {
         assert!(st.success(), "create topic {name}");
     }
 
+    pub fn delete_topic(&self, name: &str) {
+        let st = Command::new(&self.bin)
+            .args(["topic", "delete", name, "--broker", &format!("tcp://127.0.0.1:{}", self.port)])
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success(), "delete topic {name}");
+    }
+
     /// Produces (partition, key, value) records one per batch (see DEVELOPERS.md).
     pub fn produce(&self, topic: &str, records: &[(i32, String, Option<String>)]) {
         let p: ThreadedProducer<DefaultProducerContext> = ClientConfig::new()
