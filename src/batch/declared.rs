@@ -33,7 +33,13 @@ pub fn batch_types<'a>(
     configured: &[(String, DType)],
 ) -> Vec<(String, DType)> {
     let mut out: Vec<(String, DType)> = vec![];
+    let mut last: &[(String, Declared)] = &[];
     for row in declarations {
+        // Messages of one schema declare the same: each schema is read once.
+        if row == last {
+            continue;
+        }
+        last = row;
         for (name, d) in row {
             let conf = configured.iter().find(|(n, _)| n == name).map(|(_, t)| *t);
             let Ok(t) = resolve(d, conf) else { continue };

@@ -420,6 +420,8 @@ fn type_rows(
     let (names, text) = (&raw.columns, raw.text);
     let parts = crate::par::par_map(crate::par::split(raw.rows, 8), |rows| {
         let (mut typed, mut dead_rows) = (Vec::with_capacity(rows.len()), vec![]);
+        // The declarations last found to fit: messages of one schema are checked once.
+        let mut accepted: Vec<(String, crate::decode::Declared)> = vec![];
         'rows: for r in rows {
             let mut data = vec![Value::Null; columns.len()];
             let mut extra = r.extra;
@@ -439,11 +441,12 @@ fn type_rows(
                     continue 'rows;
                 }
             }
-            if !r.declared.is_empty() {
+            if !r.declared.is_empty() && r.declared != accepted {
                 if let Some(e) = declarations_refused(&r.declared, plan, &index, table.exact) {
                     dead_rows.push(dead("type", e));
                     continue 'rows;
                 }
+                accepted.clone_from(&r.declared);
             }
             let legacy_times = legacy_time_columns(&r.declared, plan, &index, table.exact);
             let mut unavailable = vec![];
