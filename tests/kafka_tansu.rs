@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -98,6 +99,59 @@ fn reference(broker: &Broker, events: usize) -> (Vec<serde_json::Value>, Vec<ser
     (scd1, cur)
 }
 
+/// Runs the daemon once per entry of `faults` (a fault point, or "" for
+/// none) and SIGKILLs it after a pseudo-random wait of `base_ms` plus up to
+/// `spread_ms`, whether or not the fault point fired first.
+fn crash_rounds(cfg: &Path, faults: &[&str], seed: u64, base_ms: u64, spread_ms: u64) {
+    let table = cfg.parent().unwrap().join("lake/bronze/account");
+    let mut x = seed;
+    for (i, fault) in faults.iter().enumerate() {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["run", "--config"]).arg(cfg).stdout(Stdio::null()).stderr(Stdio::null());
+        if !fault.is_empty() {
+            cmd.env("CHANGELAKE_FAULT", fault);
+        }
+        let mut child = cmd.spawn().unwrap();
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let wait = Duration::from_millis(base_ms + (x >> 33) % spread_ms);
+        std::thread::sleep(wait);
+        let _ = child.kill();
+        let _ = child.wait();
+        eprintln!(
+            "round {i}: fault={fault:?} killed after {wait:?}, table versions: {}",
+            versions(&table)
+        );
+    }
+}
+
+/// After the crashes, one clean pass: both tables equal an uninterrupted
+/// run, and no key has two versions with the same sequence and values.
+fn assert_equals_uninterrupted(
+    cfg: &Path,
+    want1: &[serde_json::Value],
+    want2: &[serde_json::Value],
+) {
+    ok(cli(&["run", "--once"], cfg));
+    assert_eq!(
+        live(show(cfg, "account", &["_execution_id"])),
+        want1,
+        "scd1 after crashes equals an uninterrupted run"
+    );
+    let hist = show(cfg, "account_history", &["_execution_id"]);
+    let cur: Vec<_> = hist.iter().filter(|r| r["_is_current"] == true).cloned().collect();
+    assert_eq!(cur, want2, "scd2 current versions equal an uninterrupted run");
+    let mut seen = std::collections::HashSet::new();
+    for r in &hist {
+        let v = (
+            r["id"].to_string(),
+            r["source_lsn"].to_string(),
+            r["city"].to_string(),
+            r["_is_deleted"].to_string(),
+        );
+        assert!(seen.insert(v), "duplicate version {r}");
+    }
+}
+
 #[test]
 fn crash_safety_sigkill_and_fault_points_lose_and_repeat_nothing() {
     let broker = Broker::start();
@@ -118,46 +172,8 @@ fn crash_safety_sigkill_and_fault_points_lose_and_repeat_nothing() {
         "",
         "",
     ];
-    let mut x: u64 = 7;
-    for (i, fault) in faults.iter().enumerate() {
-        let mut cmd = Command::new(BIN);
-        cmd.args(["run", "--config"]).arg(&cfg).stdout(Stdio::null()).stderr(Stdio::null());
-        if !fault.is_empty() {
-            cmd.env("CHANGELAKE_FAULT", fault);
-        }
-        let mut child = cmd.spawn().unwrap();
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        let wait = Duration::from_millis(300 + (x >> 33) % 900);
-        std::thread::sleep(wait);
-        let _ = child.kill(); // SIGKILL, whether or not the fault point fired first
-        let _ = child.wait();
-        eprintln!(
-            "round {i}: fault={fault:?} killed after {wait:?}, table versions: {}",
-            versions(&tmp.path().join("lake/bronze/account"))
-        );
-    }
-    ok(cli(&["run", "--once"], &cfg));
-    assert_eq!(
-        live(show(&cfg, "account", &["_execution_id"])),
-        want1,
-        "scd1 after crashes equals an uninterrupted run"
-    );
-    let hist = show(&cfg, "account_history", &["_execution_id"]);
-    let cur: Vec<_> = hist.iter().filter(|r| r["_is_current"] == true).cloned().collect();
-    assert_eq!(cur, want2, "scd2 current versions equal an uninterrupted run");
-    // Nothing applied twice: no key has two versions with the same sequence and values.
-    let mut seen = std::collections::HashSet::new();
-    for r in &hist {
-        assert!(
-            seen.insert((
-                r["id"].to_string(),
-                r["source_lsn"].to_string(),
-                r["city"].to_string(),
-                r["_is_deleted"].to_string()
-            )),
-            "duplicate version {r}"
-        );
-    }
+    crash_rounds(&cfg, &faults, 7, 300, 900);
+    assert_equals_uninterrupted(&cfg, &want1, &want2);
 }
 
 /// Kills during table upkeep — checkpoints every 3 commits, compaction of
@@ -187,40 +203,8 @@ fn crash_safety_kills_during_upkeep_lose_and_repeat_nothing() {
         "",
         "",
     ];
-    let mut x: u64 = 11;
-    for (i, fault) in faults.iter().enumerate() {
-        let mut cmd = Command::new(BIN);
-        cmd.args(["run", "--config"]).arg(&cfg).stdout(Stdio::null()).stderr(Stdio::null());
-        if !fault.is_empty() {
-            cmd.env("CHANGELAKE_FAULT", fault);
-        }
-        let mut child = cmd.spawn().unwrap();
-        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        let wait = Duration::from_millis(400 + (x >> 33) % 1200);
-        std::thread::sleep(wait);
-        let _ = child.kill();
-        let _ = child.wait();
-        eprintln!("round {i}: fault={fault:?} killed after {wait:?}");
-    }
-    ok(cli(&["run", "--once"], &cfg));
-    assert_eq!(
-        live(show(&cfg, "account", &["_execution_id"])),
-        want1,
-        "scd1 equals an uninterrupted run"
-    );
-    let hist = show(&cfg, "account_history", &["_execution_id"]);
-    let cur: Vec<_> = hist.iter().filter(|r| r["_is_current"] == true).cloned().collect();
-    assert_eq!(cur, want2, "scd2 current versions equal an uninterrupted run");
-    let mut seen = std::collections::HashSet::new();
-    for r in &hist {
-        let v = (
-            r["id"].to_string(),
-            r["source_lsn"].to_string(),
-            r["city"].to_string(),
-            r["_is_deleted"].to_string(),
-        );
-        assert!(seen.insert(v), "duplicate version {r}");
-    }
+    crash_rounds(&cfg, &faults, 11, 400, 1200);
+    assert_equals_uninterrupted(&cfg, &want1, &want2);
     let log = tmp.path().join("lake/bronze/account/_delta_log");
     let commits = std::fs::read_dir(&log)
         .unwrap()

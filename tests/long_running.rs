@@ -6,6 +6,7 @@
 
 mod common;
 
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -100,17 +101,13 @@ fn wait_buffered(port: u16) {
     }
 }
 
-#[test]
-fn sigterm_during_a_broker_outage_commits_the_open_batch_and_exits_within_5s() {
-    let mut broker = Broker::start();
-    broker.create_topic(TOPIC, 1);
-    broker.produce(TOPIC, &events(30));
-    let tmp = tempfile::tempdir().unwrap();
+/// A daemon on `broker` whose batches close only by age (10 minutes), so
+/// what it reads stays open until SIGTERM; its metrics on the returned port.
+fn daemon_with_open_batches(broker: &Broker, dir: &Path) -> (std::process::Child, PathBuf, u16) {
     let port = common::free_port();
-    // Batches close only by age (10 minutes): the events stay open until SIGTERM.
     let cfg_text = debezium_config(&broker.brokers(), 100_000, "10m")
         + &format!("metrics: {{listen: \"127.0.0.1:{port}\"}}\n");
-    let cfg = write(tmp.path(), "c.yaml", &cfg_text);
+    let cfg = write(dir, "c.yaml", &cfg_text);
     let child = Command::new(BIN)
         .args(["run", "--config"])
         .arg(&cfg)
@@ -118,7 +115,15 @@ fn sigterm_during_a_broker_outage_commits_the_open_batch_and_exits_within_5s() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    wait_buffered(port);
+    (child, cfg, port)
+}
+
+/// Stops `broker`, lets the outage be noticed, sends SIGTERM: the daemon's
+/// output and how long it took to exit.
+fn sigterm_during_outage(
+    broker: &mut Broker,
+    child: std::process::Child,
+) -> (std::process::Output, Duration) {
     broker.stop();
     std::thread::sleep(Duration::from_secs(2));
     let t0 = Instant::now();
@@ -128,7 +133,18 @@ fn sigterm_during_a_broker_outage_commits_the_open_batch_and_exits_within_5s() {
         .unwrap()
         .success());
     let out = child.wait_with_output().unwrap();
-    let took = t0.elapsed();
+    (out, t0.elapsed())
+}
+
+#[test]
+fn sigterm_during_a_broker_outage_commits_the_open_batch_and_exits_within_5s() {
+    let mut broker = Broker::start();
+    broker.create_topic(TOPIC, 1);
+    broker.produce(TOPIC, &events(30));
+    let tmp = tempfile::tempdir().unwrap();
+    let (child, cfg, port) = daemon_with_open_batches(&broker, tmp.path());
+    wait_buffered(port);
+    let (out, took) = sigterm_during_outage(&mut broker, child);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit 0: {err}");
     assert!(took < Duration::from_secs(5), "exited after {took:?}: {err}");
@@ -141,17 +157,7 @@ fn sigterm_during_a_broker_outage_commits_the_open_batch_and_exits_within_5s() {
     let mut broker = Broker::start();
     broker.create_topic(TOPIC, 1);
     let tmp = tempfile::tempdir().unwrap();
-    let port = common::free_port();
-    let cfg_text = debezium_config(&broker.brokers(), 100_000, "10m")
-        + &format!("metrics: {{listen: \"127.0.0.1:{port}\"}}\n");
-    let cfg = write(tmp.path(), "c.yaml", &cfg_text);
-    let child = Command::new(BIN)
-        .args(["run", "--config"])
-        .arg(&cfg)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (child, _, port) = daemon_with_open_batches(&broker, tmp.path());
     let t0 = Instant::now();
     while !http_get(port, "/metrics")
         .is_some_and(|(_, b)| b.lines().any(|l| l == "changelake_assigned_partitions 1"))
@@ -159,17 +165,9 @@ fn sigterm_during_a_broker_outage_commits_the_open_batch_and_exits_within_5s() {
         assert!(t0.elapsed() < Duration::from_secs(30), "daemon never assigned its partition");
         std::thread::sleep(Duration::from_millis(100));
     }
-    broker.stop();
-    std::thread::sleep(Duration::from_secs(2));
-    let t0 = Instant::now();
-    assert!(Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success());
-    let out = child.wait_with_output().unwrap();
+    let (out, took) = sigterm_during_outage(&mut broker, child);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(t0.elapsed() < Duration::from_secs(5), "exited after {:?}", t0.elapsed());
+    assert!(took < Duration::from_secs(5), "exited after {took:?}");
 }
 
 #[test]

@@ -45,7 +45,7 @@ pub(super) fn debezium(
     let mut data: Vec<(String, Value)> = match p.get(section) {
         Some(J::Object(row)) => row
             .iter()
-            .map(|(k, v)| (k.clone(), typed(v, field_schemas.and_then(|f| field_schema(f, k))).0))
+            .map(|(k, v)| (k.clone(), typed(v, field_schemas.and_then(|f| field_schema(f, k)))))
             .collect(),
         Some(J::Null) | None if is_delete => vec![],
         _ => return Err(format!("Debezium `{op}` event without `{section}`")),
@@ -74,10 +74,10 @@ pub(super) fn key_fallback(
                 let have = data.iter().any(|(n, v)| n == name && !v.is_null());
                 if !have {
                     data.retain(|(n, _)| n != name);
-                    let (cell, decl) = typed(kv, kf.and_then(|f| field_schema(f, name)));
-                    data.push((name.clone(), cell));
-                    if let Some(d) = decl.filter(|_| !declared.iter().any(|(n, _)| n == name)) {
-                        declared.push((name.clone(), d));
+                    let schema = kf.and_then(|f| field_schema(f, name));
+                    data.push((name.clone(), typed(kv, schema)));
+                    if let Some(s) = schema.filter(|_| !declared.iter().any(|(n, _)| n == name)) {
+                        declared.push((name.clone(), declaration(s)));
                     }
                 }
             }

@@ -45,7 +45,7 @@ pub(super) fn flat_row(v: J) -> Result<Decoded, String> {
                     .iter()
                     .map(|(k, v)| {
                         let s = fields.and_then(|f| super::schema::field_schema(f, k));
-                        (k.clone(), super::schema::typed(v, s).0)
+                        (k.clone(), super::schema::typed(v, s))
                     })
                     .collect();
                 Ok(Decoded::Row { data, env: vec![], declared })

@@ -90,19 +90,16 @@ pub(super) fn declaration(s: &J) -> Declared {
     declared(s).unwrap_or_else(Declared::Unstorable)
 }
 
-/// Maps a JSON value with its Kafka Connect schema to a cell and the
-/// column type its schema declares. A value that does not have the shape
+/// Maps a JSON value with its Kafka Connect schema to a cell (its column
+/// type is [`declaration`]). A value that does not have the shape
 /// its schema declares is kept as sent: typing the batch then finds it
 /// does not convert and dead-letters its row (reason `type`).
-pub(super) fn typed(v: &J, schema: Option<&J>) -> (Value, Option<Declared>) {
-    let Some(s) = schema else { return (json_cell(v), None) };
-    let decl = match declared(s) {
-        Ok(d) => d,
-        // A type no Delta column holds exactly: the row is a dead letter.
-        Err(e) => return (Value::Null, Some(Declared::Unstorable(e))),
-    };
+pub(super) fn typed(v: &J, schema: Option<&J>) -> Value {
+    let Some(s) = schema else { return json_cell(v) };
+    // A type no Delta column holds exactly: its declaration dead-letters the row.
+    let Ok(decl) = declared(s) else { return Value::Null };
     if v.is_null() {
-        return (Value::Null, Some(decl));
+        return Value::Null;
     }
     let name = s.get("name").and_then(J::as_str).unwrap_or("");
     let int = v.as_i64();
@@ -141,7 +138,7 @@ pub(super) fn typed(v: &J, schema: Option<&J>) -> (Value, Option<Declared>) {
         }
         _ => None,
     });
-    (cell.unwrap_or_else(|| json_cell(v)), Some(decl))
+    cell.unwrap_or_else(|| json_cell(v))
 }
 
 /// `io.debezium.data.VariableScaleDecimal`: `{"scale": 5, "value": "BMsv"}`

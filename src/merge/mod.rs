@@ -15,6 +15,7 @@
 
 pub mod scd1;
 pub mod scd2;
+mod unavailable;
 
 use std::cmp::Ordering;
 
@@ -80,7 +81,7 @@ pub struct InRow {
     pub hashes: Option<(u64, u64)>,
     /// Columns the source left out as unchanged (Debezium's placeholder,
     /// PostgreSQL TOAST): they take the key's previous value before the
-    /// rules apply ([`fill_unavailable`]).
+    /// rules apply (`unavailable::fill`).
     pub unavailable: Vec<usize>,
 }
 
@@ -472,7 +473,7 @@ pub fn prepare(spec: &Spec, rows: Vec<InRow>) -> Prepared {
         }
         // Ascending by (sequence, position): the last row is the winner.
         group.sort_by(|a, b| spec.cmp_seq(&a.data, &b.data).then(a.order.cmp(&b.order)));
-        carry_unavailable(group);
+        unavailable::carry(group);
         let before = group.len();
         if all {
             // One row per distinct sequence value, the later position winning ties.
@@ -494,44 +495,6 @@ pub fn prepare(spec: &Spec, rows: Vec<InRow>) -> Prepared {
         p.stats.duplicates += (before - group.len()) as u64;
     }
     p
-}
-
-/// Within one key's rows in order, an unchanged (unavailable) value is the
-/// previous row's: a deduplicated batch keeps what the rows it drops had set.
-fn carry_unavailable(group: &mut [InRow]) {
-    for i in 1..group.len() {
-        if group[i].unavailable.is_empty() {
-            continue;
-        }
-        let (before, rest) = group.split_at_mut(i);
-        let (prev, row) = (&before[i - 1], &mut rest[0]);
-        row.unavailable.retain(|&c| {
-            if prev.unavailable.contains(&c) {
-                return true;
-            }
-            row.data[c] = prev.data[c].clone();
-            false
-        });
-        row.hashes = None;
-    }
-}
-
-/// The key's stored value for every column a row left out as unchanged
-/// (scd1: the row; scd2: the open version). Without one those columns
-/// stay NULL, and the row is counted (docs/types.md, unchanged values).
-fn fill_unavailable(rows: &mut [InRow], current: Option<&Version>, stats: &mut Stats) {
-    for r in rows.iter_mut().filter(|r| !r.unavailable.is_empty()) {
-        match current {
-            Some(v) => {
-                for &c in &r.unavailable {
-                    r.data[c] = v.data.get(c).cloned().unwrap_or(Value::Null);
-                }
-            }
-            None => stats.unavailable_nulls += 1,
-        }
-        r.unavailable.clear();
-        r.hashes = None;
-    }
 }
 
 /// Decides from the key index alone what stored data a key's rows need.
@@ -706,7 +669,7 @@ fn apply_keys(
         let state = states
             .remove(&key)
             .unwrap_or_else(|| KeyState { replace: need == Need::Replace, ..Default::default() });
-        fill_unavailable(&mut rows, state.current.as_ref(), &mut out.stats);
+        unavailable::fill(&mut rows, state.current.as_ref(), &mut out.stats);
         match spec.strategy {
             Strategy::Scd1 => scd1::apply_key(spec, &ctx, key, rows, state, &mut out),
             Strategy::Scd2 => scd2::apply_key(spec, &ctx, key, rows, state, &mut out),
