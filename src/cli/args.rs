@@ -153,6 +153,7 @@ Example:
 Examples:
   changelake bench --keys 1000000 --runs 3
   changelake bench --keys 100000 --strategies scd2 --distribution recent --no-deltars
+  changelake bench --broker-rate 20000 --duration 30m     # soak: memory and lag over time
 
 Writes bench.json, bench.md and bench.svg (seconds per run, both engines) to --dir.")]
     Bench {
@@ -194,6 +195,11 @@ Writes bench.json, bench.md and bench.svg (seconds per run, both engines) to --d
         /// How long the broker run streams, in seconds.
         #[arg(long, default_value_t = 20)]
         broker_secs: u64,
+        /// Soak instead: with --broker-rate, run the daemon as its own process
+        /// for this long (e.g. 30m) and report its memory and lag over time
+        /// (soak.md, soak.json); nothing else is benchmarked.
+        #[arg(long, value_name = "DURATION", requires = "broker_rate")]
+        duration: Option<String>,
         /// batching.max_age for the broker run, in milliseconds.
         #[arg(long, default_value_t = 1000)]
         max_age_ms: u64,

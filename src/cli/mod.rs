@@ -150,6 +150,7 @@ fn bench_opts(cmd: Cmd) -> Result<BenchOpts> {
         no_deltars,
         broker_rate,
         broker_secs,
+        duration,
         max_age_ms,
         load_chunk,
         layout,
@@ -160,6 +161,13 @@ fn bench_opts(cmd: Cmd) -> Result<BenchOpts> {
         unreachable!("dispatch passes only `bench`");
     };
     let distribution = Distribution::parse(&distribution)?;
+    let soak = duration
+        .map(|d| {
+            changelake::config::parse_duration(&d).filter(|d| !d.is_zero()).ok_or_else(|| {
+                Error::Usage(format!("--duration: `{d}` is not a duration such as 30m"))
+            })
+        })
+        .transpose()?;
     Ok(BenchOpts {
         dir,
         keys,
@@ -177,6 +185,7 @@ fn bench_opts(cmd: Cmd) -> Result<BenchOpts> {
         deltars: !no_deltars,
         broker_rate,
         broker_secs,
+        soak,
         max_age_ms,
         load_chunk,
         table_option: layout,

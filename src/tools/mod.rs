@@ -5,4 +5,5 @@
 pub mod bench;
 pub mod bench_broker;
 pub mod demo;
+pub mod soak;
 pub mod workload;

@@ -44,9 +44,23 @@ use self::memory::{reset_peak, rss, trim};
 pub use self::opts::{BenchOpts, Remote};
 use self::results::{Output, RunStat, TableResult};
 use crate::tools::bench_broker::{self, BrokerOpts};
+use crate::tools::soak::{self, SoakOpts};
 use crate::tools::workload::Workload;
 
 pub async fn run(opts: BenchOpts) -> Result<()> {
+    if let (Some(duration), Some(rate)) = (opts.soak, opts.broker_rate) {
+        let soak = SoakOpts {
+            dir: opts.dir.join("soak"),
+            seed: opts.seed,
+            rate,
+            duration,
+            max_age_ms: opts.max_age_ms,
+            layout: opts.table_option.clone(),
+        };
+        let (md, _) = soak::run(&soak).await?;
+        print!("{md}");
+        return Ok(());
+    }
     let config = prepare(&opts)?;
     let remote = match &opts.remote {
         Some(r) => Some(remote_config(&opts, r).await?),

@@ -20,6 +20,8 @@ pub struct BenchOpts {
     pub deltars: bool,
     pub broker_rate: Option<u64>,
     pub broker_secs: u64,
+    /// `--duration`: run the soak (with `broker_rate`) instead of the bench.
+    pub soak: Option<std::time::Duration>,
     pub max_age_ms: u64,
     pub load_chunk: usize,
     pub table_option: Option<String>,
