@@ -151,9 +151,20 @@ os._exit(0)  # python deltalake 1.6 may abort in interpreter teardown after thre
         tmp.path(),
         "file_rows: 64, compact_min_files: 4, checkpoint_interval: 1, vacuum_retention: 0s",
     );
+    write(tmp.path(), "data/account/998.csv", "id,city,seq\n1,almost,99998\n");
     write(tmp.path(), "data/account/999.csv", "id,city,seq\n1,final,99999\n");
     let log = run_once(&cfg);
     assert!(log.contains("files_vacuumed"), "{log}");
+    // Vacuum writes no commits of its own, so the commit after it does not
+    // find the table moved under it (which cost a full re-read per vacuum).
+    assert!(!log.contains("re-reading the table"), "{log}");
+    let vacuum_commits = std::fs::read_dir(&log_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .filter(|p| std::fs::read_to_string(p).unwrap().contains("\"VACUUM"))
+        .count();
+    assert_eq!(vacuum_commits, 0);
     let after = read(&table);
     let on_disk = std::fs::read_dir(&table)
         .unwrap()
@@ -584,7 +595,8 @@ fn log_cleanup_keeps_the_log_bounded_and_progress_intact() {
     for t in ["account", "account_history"] {
         let table = tmp.path().join("lake/bronze").join(t);
         let b = read(&table);
-        assert!(b["version"].as_i64().unwrap() >= 46, "{t}: one commit per extract at least");
+        // 46 extracts, one commit each at least: versions 0 to 45.
+        assert!(b["version"].as_i64().unwrap() >= 45, "{t}: one commit per extract at least");
         let commits = commit_files(&table);
         assert!(commits <= 10, "{t}: {commits} commit files left; the checkpoint covers the rest");
         let a = read(&plain.path().join("lake/bronze").join(t));

@@ -16,6 +16,9 @@ use crate::tools::bench::{self, BenchOpts};
 use crate::tools::demo;
 use crate::tools::workload::{Distribution, Mix, Shape};
 
+/// Threads of the runtime's blocking pool (see `main`).
+const BLOCKING_THREADS: usize = 8;
+
 pub fn main() -> i32 {
     let cli = parse_args();
     init_tracing(cli.log_format);
@@ -25,7 +28,16 @@ pub fn main() -> i32 {
     {
         progress::install();
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    // A small blocking pool: local-disk storage, the Delta log replay and
+    // Kafka probes run there, and every thread that ever ran such work keeps
+    // its own allocator heap with the pages it last used. With tokio's
+    // default of up to 512 threads the soak showed ~35 of them holding over
+    // a gigabyte between them after 15 minutes (docs/operations.md, memory).
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .max_blocking_threads(BLOCKING_THREADS)
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start runtime: {e}");
