@@ -18,7 +18,8 @@ use deltalake::{DeltaTable, Path};
 use object_store::ObjectStoreExt;
 
 use crate::table::{
-    create_table, encode_parquet, open_existing, DataChange, FileAction, NewTable, TableError,
+    create_table, encode_parquet, file_stats, open_existing, DataChange, FileAction, NewTable,
+    StatsColumns, TableError,
 };
 
 #[derive(Debug, Clone)]
@@ -54,7 +55,9 @@ pub async fn append(loc: &Location, groups: Vec<Group>) -> Result<usize, TableEr
         return Ok(0);
     }
     // The same parquet settings as data tables (no business key to filter on).
-    let buf = encode_parquet(&to_batch(&rows).map_err(data_err)?, &[]).map_err(data_err)?;
+    let batch = to_batch(&rows).map_err(data_err)?;
+    let buf = encode_parquet(&batch, &[]).map_err(data_err)?;
+    let stats = file_stats(&batch, &StatsColumns::default());
     let name = format!("part-{}.parquet", uuid::Uuid::new_v4());
     let file = FileAction {
         path: &name,
@@ -62,6 +65,7 @@ pub async fn append(loc: &Location, groups: Vec<Group>) -> Result<usize, TableEr
         size: buf.len() as i64,
         rows: rows.len(),
         deletion_vector: None,
+        stats: Some(&stats),
     };
     let add = crate::table::add(file, DataChange::Rows);
     // Appends commute (their `txn`s keep one group from landing twice), so

@@ -35,6 +35,9 @@ pub(crate) struct FileAction<'a> {
     /// Physical rows (deletion-vector masked rows included).
     pub(crate) rows: usize,
     pub(crate) deletion_vector: Option<DeletionVectorDescriptor>,
+    /// The file's statistics (`table/file_stats.rs`); `None` for files
+    /// written before they were collected: `numRecords` only.
+    pub(crate) stats: Option<&'a str>,
 }
 
 pub(crate) fn add(f: FileAction, change: DataChange) -> Action {
@@ -44,7 +47,10 @@ pub(crate) fn add(f: FileAction, change: DataChange) -> Action {
         size: f.size,
         modification_time: chrono::Utc::now().timestamp_millis(),
         data_change: change == DataChange::Rows,
-        stats: Some(format!("{{\"numRecords\":{}}}", f.rows)),
+        stats: Some(match f.stats {
+            Some(s) => s.to_string(),
+            None => format!("{{\"numRecords\":{}}}", f.rows),
+        }),
         tags: None,
         deletion_vector: f.deletion_vector,
         base_row_id: None,

@@ -84,6 +84,8 @@ pub(super) struct EncodedFile {
     pub(super) keys: Vec<Key>,
     pub(super) rows: usize,
     pub(super) bytes: Vec<u8>,
+    /// Its Delta statistics (`file_stats.rs`).
+    pub(super) stats: String,
 }
 
 /// What a commit records besides its files.
@@ -172,7 +174,7 @@ impl TableStore {
         exec: i64,
         pc: &mut PendingCommit,
     ) -> Result<()> {
-        let EncodedFile { current, keys, rows, bytes } = file;
+        let EncodedFile { current, keys, rows, bytes, stats } = file;
         if rows == 0 {
             return Ok(());
         }
@@ -193,12 +195,19 @@ impl TableStore {
             .map_err(|e| self.io_err(format!("writing {path}"), e))?;
         crate::faults::hit("after_parquet_write");
         let pv = actions::partition_values(self.meta.partition(), current);
-        let file =
-            FileAction { path: &path, partition_values: pv, size, rows, deletion_vector: None };
+        let file = FileAction {
+            path: &path,
+            partition_values: pv,
+            size,
+            rows,
+            deletion_vector: None,
+            stats: Some(&stats),
+        };
         pc.actions.push(actions::add(file, pc.change));
         pc.rows_written += rows;
         pc.files_added += 1;
-        let meta = FileMeta { path, rows, size, current, dv: None, dv_desc: None };
+        let stats = Some(Arc::from(stats));
+        let meta = FileMeta { path, rows, size, current, dv: None, dv_desc: None, stats };
         pc.new_files.push(NewFile { meta, keys });
         Ok(())
     }
@@ -219,6 +228,7 @@ impl TableStore {
             size: f.size,
             rows: f.rows,
             deletion_vector: f.dv_desc.clone(),
+            stats: f.stats.as_deref(),
         }
     }
 

@@ -36,6 +36,8 @@ pub(super) struct FileMeta {
     /// Deletion vector: physical rows masked out (merge-on-read tables).
     pub(super) dv: Option<Arc<roaring::RoaringTreemap>>,
     pub(super) dv_desc: Option<DeletionVectorDescriptor>,
+    /// The `stats` of its `add`, repeated by every later `add`/`remove` of it.
+    pub(super) stats: Option<Arc<str>>,
 }
 
 /// Chosen physical rows of one file (sorted), read as one Arrow batch in
@@ -76,6 +78,7 @@ impl TableStore {
                 current,
                 dv: None,
                 dv_desc: fv.deletion_vector_descriptor(),
+                stats: fv.stats().map(Arc::from),
             });
         }
         for f in &mut files {

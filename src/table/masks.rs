@@ -37,8 +37,13 @@ impl TableStore {
         for (m, descriptor) in masked.into_iter().zip(encoded.descriptors) {
             let f = self.files[m.file as usize].as_ref().expect("live file");
             pc.actions.push(actions::remove(self.file_action(f), DataChange::Rows));
-            let now =
-                FileAction { deletion_vector: Some(descriptor.clone()), ..self.file_action(f) };
+            // Rows masked: the bounds still hold, but are no longer tight.
+            let stats = f.stats.as_deref().map(super::file_stats::widened);
+            let now = FileAction {
+                deletion_vector: Some(descriptor.clone()),
+                stats: stats.as_deref(),
+                ..self.file_action(f)
+            };
             pc.actions.push(actions::add(now, DataChange::Rows));
             pc.dv_updates.push(DvUpdate { file: m.file, dv: m.dv, descriptor });
             pc.files_masked += 1;

@@ -36,6 +36,7 @@ mod commit;
 mod compact;
 mod convert;
 mod dv;
+mod file_stats;
 mod files;
 mod history;
 mod index;
@@ -67,6 +68,7 @@ pub(crate) use actions::{add, DataChange, FileAction};
 pub(crate) use commit::{create_table, NewTable};
 pub use commit::{CommitRequest, PendingCommit};
 pub use convert::cell;
+pub(crate) use file_stats::{file_stats, StatsColumns};
 pub(crate) use parquet::encode_parquet;
 pub use scan::{KeyRange, Projected, ScanFile};
 pub use state::{ClosingRows, LoadedStates};
@@ -189,6 +191,8 @@ pub struct TableStore {
     pub untyped: std::collections::BTreeSet<String>,
     /// Created with exact types (see [`PROP_EXACT_TYPES`]); true for a new table.
     pub exact_types: bool,
+    /// Columns whose bounds go into each file's statistics (table properties).
+    stats_columns: file_stats::StatsColumns,
     /// Columns added since the last commit (written with the next one).
     schema_changed: bool,
     files: Vec<Option<FileMeta>>,
@@ -231,6 +235,7 @@ impl TableStore {
             columns: vec![],
             untyped: Default::default(),
             exact_types: true,
+            stats_columns: Default::default(),
             schema_changed: false,
             files: vec![],
             index: Default::default(),
@@ -250,6 +255,8 @@ impl TableStore {
         }
         store.exact_types =
             snap.metadata().configuration().get(PROP_EXACT_TYPES).is_some_and(|v| v == "true");
+        store.stats_columns =
+            file_stats::StatsColumns::from_properties(snap.metadata().configuration());
         store.load_columns(snap.schema().fields())?;
         store.load_files(&table).await?;
         let exec_app = crate::progress::execution_app_id(&store.meta.name);

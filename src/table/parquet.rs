@@ -11,6 +11,7 @@ use deltalake::parquet::arrow::ArrowWriter;
 use deltalake::parquet::basic::{Compression, ZstdLevel};
 use deltalake::parquet::file::properties::WriterProperties;
 
+use super::file_stats::{file_stats, StatsColumns};
 use crate::merge::Spec;
 use crate::par::par_map;
 use crate::value::Value;
@@ -176,12 +177,16 @@ pub(super) fn key_columns(spec: &Spec) -> Vec<String> {
     spec.key.iter().map(|&i| spec.names[i].clone()).collect()
 }
 
-/// Encodes batches on all cores, results in input order.
+/// Encodes batches on all cores, each with its Delta statistics; results in
+/// input order.
 pub(super) fn encode_all(
     batches: Vec<&RecordBatch>,
     key_columns: &[String],
-) -> std::result::Result<Vec<Vec<u8>>, String> {
-    par_map(batches, |b| encode_parquet(b, key_columns)).into_iter().collect()
+    stats: &StatsColumns,
+) -> std::result::Result<Vec<(Vec<u8>, String)>, String> {
+    par_map(batches, |b| Ok((encode_parquet(b, key_columns)?, file_stats(b, stats))))
+        .into_iter()
+        .collect()
 }
 
 #[cfg(test)]

@@ -176,7 +176,7 @@ mod tests {
     fn file(rows: usize, current: bool, masked: &[u64]) -> Option<FileMeta> {
         let dv = (!masked.is_empty()).then(|| Arc::new(masked.iter().copied().collect()));
         let path = format!("f{rows}");
-        Some(FileMeta { path, rows, size: 1, current, dv, dv_desc: None })
+        Some(FileMeta { path, rows, size: 1, current, dv, dv_desc: None, stats: None })
     }
 
     fn at(file: u32, row: u32) -> Location {

@@ -299,12 +299,13 @@ impl TableStore {
         pc: &mut PendingCommit,
         phases: &mut Phases,
     ) -> Result<()> {
-        let encoded = encode_all(files.iter().map(|f| &f.batch).collect(), &key_columns(spec))
+        let batches = files.iter().map(|f| &f.batch).collect();
+        let encoded = encode_all(batches, &key_columns(spec), &self.stats_columns)
             .map_err(|e| self.data_err(e))?;
         phases.mark("encode");
-        for (f, bytes) in files.into_iter().zip(encoded) {
+        for (f, (bytes, stats)) in files.into_iter().zip(encoded) {
             let rows = f.batch.num_rows();
-            let file = EncodedFile { current: f.current, keys: f.keys, rows, bytes };
+            let file = EncodedFile { current: f.current, keys: f.keys, rows, bytes, stats };
             self.put_file(file, exec, pc).await?;
         }
         phases.mark("put");
