@@ -10,6 +10,7 @@ use changelake::daemon::{self, RunOpts};
 use common::*;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use rdkafka::ClientConfig;
 
 async fn produce(brokers: &str, topic: &str, records: &[(i32, String, Option<String>)]) {
@@ -320,4 +321,119 @@ async fn debezium_truncate_is_counted_or_applied_with_apply_truncates() {
             .collect();
         assert_eq!(got, want, "apply_truncates: {apply}");
     }
+}
+
+/// Debezium creates of ~400 KB each, for keys `from..to`.
+fn big_events(from: usize, to: usize) -> Vec<(i32, String, Option<String>)> {
+    let pad = "x".repeat(400_000);
+    (from..to)
+        .map(|i| {
+            let v = format!(
+                "{{\"before\":null,\"after\":{{\"id\":{i},\"blob\":\"{pad}\"}},\"source\":{{\"lsn\":{i}}},\"op\":\"c\"}}"
+            );
+            (0, i.to_string(), Some(v))
+        })
+        .collect()
+}
+
+/// The mock broker keeps about 5 MB per partition. Once the daemon has
+/// committed the first events, its fetches fail for a while (injected
+/// broker errors; producing still works) and 24 MB more are produced: the
+/// events after its fetch position are deleted before it can read them.
+async fn lose_events_to_retention_while_running(policy: &str) -> (tempfile::TempDir, Daemon) {
+    let cluster = Box::leak(Box::new(MockCluster::new(1).unwrap()));
+    cluster.create_topic("crm.public.account", 1, 1).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    let tmp = tempfile::tempdir().unwrap();
+    let text = config(&brokers).replace(
+        "kafka: {reconnect.backoff.max.ms: \"500\"}",
+        &format!("on_offset_out_of_range: {policy}, kafka: {{reconnect.backoff.max.ms: \"500\"}}"),
+    );
+    let cfg_path = write(tmp.path(), "c.yaml", &text);
+    let (stop, daemon) = spawn_daemon(Config::load(&cfg_path).unwrap());
+    std::mem::forget(stop); // the daemon runs until it stops by itself (or the test ends)
+    produce(&brokers, "crm.public.account", &big_events(0, 4)).await;
+    let table = tmp.path().join("lake/bronze/account");
+    let t0 = Instant::now();
+    while stored_offset(&table) != Some(4) {
+        assert!(t0.elapsed() < Duration::from_secs(30), "the first events were never committed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cluster.request_errors(
+        RDKafkaApiKey::Fetch,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION; 12],
+    );
+    let p: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .set("message.timeout.ms", "60000")
+        .create()
+        .unwrap();
+    let burst = big_events(4, 64);
+    let sends = burst.iter().map(|(part, key, value)| {
+        let r: FutureRecord<'_, String, String> = FutureRecord::to("crm.public.account")
+            .partition(*part)
+            .key(key)
+            .payload(value.as_ref().unwrap());
+        p.send(r, Duration::from_secs(60))
+    });
+    for r in futures::future::join_all(sends).await {
+        r.expect("produce");
+    }
+    (tmp, daemon)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn events_deleted_by_retention_while_running_stop_the_daemon() {
+    let (_tmp, daemon) = lose_events_to_retention_while_running("fail").await;
+    let r = tokio::time::timeout(Duration::from_secs(60), daemon)
+        .await
+        .expect("the daemon stops by itself")
+        .unwrap();
+    let err = r.expect_err("events were lost: the daemon must not go on");
+    let text = err.to_string();
+    assert!(matches!(err, changelake::error::Error::OffsetOutOfRange { .. }), "{text}");
+    assert_eq!(err.exit_code(), 1);
+    assert!(text.contains("crm.public.account") && text.contains("low watermark"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn events_deleted_by_retention_while_running_are_skipped_and_counted_with_earliest() {
+    let (tmp, daemon) = lose_events_to_retention_while_running("earliest").await;
+    let table = tmp.path().join("lake/bronze/account");
+    let resets = || {
+        let m = changelake::telemetry::metrics();
+        m.offset_resets.with_label_values(&["account", "crm.public.account", "0"]).get()
+    };
+    let t0 = Instant::now();
+    // The newest events survive retention and are applied after the skip.
+    while !(resets() >= 1 && stored_offset(&table) >= Some(64)) {
+        assert!(!daemon.is_finished(), "daemon stopped: {:?}", daemon.await);
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "resets {} stored {:?}",
+            resets(),
+            stored_offset(&table)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    daemon.abort();
+}
+
+/// The next offset the account table stored for partition 0.
+fn stored_offset(table: &std::path::Path) -> Option<i64> {
+    let log = table.join("_delta_log");
+    let app = changelake::source::kafka::app_id("account", "crm.public.account", 0);
+    let mut best = None;
+    for e in std::fs::read_dir(log).ok()? {
+        let p = e.ok()?.path();
+        if p.extension().is_some_and(|x| x == "json") {
+            for line in std::fs::read_to_string(&p).ok()?.lines() {
+                let v: serde_json::Value = serde_json::from_str(line).ok()?;
+                if v["txn"]["appId"] == app.as_str() {
+                    best = best.max(v["txn"]["version"].as_i64());
+                }
+            }
+        }
+    }
+    best
 }

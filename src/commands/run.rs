@@ -65,10 +65,18 @@ async fn run_files(c: &Config, once: bool) -> Result<()> {
                 changelake::telemetry::run_committed(&report);
             }
         }
-        let Some(stop) = shutdown.as_mut() else { return Ok(()) };
-        tokio::select! {
-            _ = stop => return Ok(()),
-            _ = tokio::time::sleep(c.batching.max_age) => {}
+        let stopped = match shutdown.as_mut() {
+            None => true,
+            Some(stop) => tokio::select! {
+                _ = stop => true,
+                _ = tokio::time::sleep(c.batching.max_age) => false,
+            },
+        };
+        if stopped {
+            for r in runners.iter_mut() {
+                r.save_index().await;
+            }
+            return Ok(());
         }
     }
 }

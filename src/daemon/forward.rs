@@ -9,6 +9,7 @@ use std::time::Instant;
 use rdkafka::consumer::StreamConsumer;
 use rdkafka::error::KafkaError as RdError;
 use rdkafka::message::{BorrowedMessage, Message, OwnedMessage};
+use rdkafka::types::RDKafkaErrorCode;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -25,6 +26,12 @@ pub(super) enum Ev {
         partition: i32,
     },
     Err(String),
+    /// The partition's next offset is no longer on the broker (retention
+    /// deleted events before they were read, or the topic was recreated).
+    OutOfRange {
+        topic: String,
+        partition: i32,
+    },
     /// Current partitions of a topic (periodic metadata refresh).
     Partitions {
         topic: String,
@@ -70,6 +77,9 @@ pub(super) fn forward(
             let ev = match q.recv().await {
                 Ok(m) => receive(m, format),
                 Err(RdError::PartitionEOF(_)) => Ev::Eof { topic: topic.clone(), partition: p },
+                Err(RdError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset)) => {
+                    Ev::OutOfRange { topic: topic.clone(), partition: p }
+                }
                 Err(e) => Ev::Err(e.to_string()),
             };
             if tx.send(ev).await.is_err() {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
 use rdkafka::message::Message;
-use rdkafka::{ClientConfig, TopicPartitionList};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -23,10 +23,10 @@ use super::settings::KafkaSystem;
 use super::slots::{open_slot, start_offset, PartitionKey, Slot, TopicPartitions};
 use super::start::start_positions;
 use super::{RunOpts, Shutdown};
-use crate::config::{Config, Format, TableConfig};
+use crate::config::{Config, Format, OutOfRange, TableConfig};
 use crate::engine::RunReport;
 use crate::error::{Error, Result};
-use crate::source::kafka::{client_config, Ctx};
+use crate::source::kafka::{client_config, Ctx, KafkaError};
 use crate::telemetry;
 
 /// Decoded messages waiting in the loop's channel above which the daemon is
@@ -217,6 +217,7 @@ impl SystemLoop<'_> {
     async fn on_event(&mut self, ev: Ev) -> Result<Flow> {
         match ev {
             Ev::Err(e) => telemetry::kafka_error(self.kafka.name, &e),
+            Ev::OutOfRange { topic, partition } => self.on_out_of_range(topic, partition).await?,
             Ev::Partitions { topic, partitions } => self.assign_new_partitions(topic, partitions),
             Ev::Eof { topic, partition } => {
                 return Ok(self.on_partition_end(PartitionKey { topic, partition }));
@@ -262,6 +263,72 @@ impl SystemLoop<'_> {
             }
             Err(e) => {
                 tracing::warn!(target: "changelake::daemon", topic = %topic, error = %e, "cannot assign new partitions (will retry)")
+            }
+        }
+    }
+
+    /// Fetching found the partition's next offset gone while running:
+    /// retention deleted events before they were read (or the topic was
+    /// recreated). As at start, `fail` stops naming the partition and range;
+    /// `earliest` continues from the low watermark and counts the gap
+    /// (docs/commit-protocol.md, offsets outside the partition range).
+    async fn on_out_of_range(&mut self, topic: String, p: i32) -> Result<()> {
+        let key = PartitionKey::new(&topic, p);
+        let c = self.consumer.clone();
+        let t = topic.clone();
+        let range = tokio::task::spawn_blocking(move || {
+            c.fetch_watermarks(&t, p, crate::source::kafka::METADATA_TIMEOUT)
+        })
+        .await
+        .expect("join");
+        let (low, high) = match range {
+            Ok(r) => r,
+            Err(e) => {
+                // The client reports the partition again on its next fetch.
+                telemetry::kafka_error(self.kafka.name, &format!("watermarks of {topic}/{p}: {e}"));
+                return Ok(());
+            }
+        };
+        let slots: Vec<&Slot> = self.slots.iter().filter(|s| s.topic == topic).collect();
+        let stored = slots.iter().filter_map(|s| s.stored.get(&p).copied()).min();
+        let position = self.position.get(&key).copied().or(stored).unwrap_or(low);
+        let why = if position > high {
+            "beyond the high watermark: the topic was recreated or truncated"
+        } else {
+            "below the low watermark: retention deleted events before they were read"
+        };
+        for s in &slots {
+            let table = &s.runner.cfg.name;
+            telemetry::offset_out_of_range(table, &topic, p, position, low, high, why);
+        }
+        match self.kafka.on_out_of_range {
+            OutOfRange::Fail => Err(Error::OffsetOutOfRange {
+                table: slots.first().map(|s| s.runner.cfg.name.clone()).unwrap_or_default(),
+                topic,
+                partition: p,
+                stored: position,
+                low,
+                high,
+                why,
+            }),
+            OutOfRange::Earliest => {
+                // The client stopped fetching the partition (it cannot be
+                // sought in that state): assign it again at the low watermark.
+                let reassign = |e: &rdkafka::error::KafkaError| {
+                    KafkaError::client(self.kafka.brokers, format_args!("reassign {topic}/{p}"), e)
+                };
+                let mut one = TopicPartitionList::new();
+                one.add_partition(&topic, p);
+                self.consumer.incremental_unassign(&one).map_err(|e| reassign(&e))?;
+                let mut at = TopicPartitionList::new();
+                at.add_partition_offset(&topic, p, Offset::Offset(low))
+                    .map_err(|e| reassign(&e))?;
+                self.consumer.incremental_assign(&at).map_err(|e| reassign(&e))?;
+                for s in &slots {
+                    telemetry::offset_reset(&s.runner.cfg.name, &topic, p, position, low);
+                }
+                self.position.insert(key, low);
+                Ok(())
             }
         }
     }
@@ -371,6 +438,11 @@ impl SystemLoop<'_> {
             let mut out = vec![];
             for i in 0..slots.len() {
                 out.push(flush(slots, i, consumer, config).await?);
+            }
+            // Within the same bound: the next start loads the index instead
+            // of rebuilding it.
+            for s in slots.iter_mut() {
+                s.runner.save_index().await;
             }
             Ok::<_, Error>(out)
         };

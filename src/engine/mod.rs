@@ -125,6 +125,25 @@ impl TableRunner {
         }
     }
 
+    /// Saves the key index next to the table, so that the next process
+    /// opening it skips the rebuild (src/table/index_snapshot.rs). Called when
+    /// a process is done with the table; a failure only costs that rebuild,
+    /// so it is logged, never returned.
+    pub async fn save_index(&mut self) {
+        let table = self.cfg.name.clone();
+        let Ok(spec) = build_spec(&self.cfg, &self.store.columns) else { return };
+        let started = std::time::Instant::now();
+        match self.store.save_index(&spec).await {
+            Ok(Some(keys)) => {
+                tracing::info!(target: "changelake::engine", table = %table, keys, version = self.store.version(), duration_ms = started.elapsed().as_millis() as u64, "key index saved")
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(target: "changelake::engine", table = %table, error = %e, "key index not saved; the next start rebuilds it")
+            }
+        }
+    }
+
     /// Re-reads the table (after a conflicting commit), keeping the write lock.
     pub async fn reopen(&mut self, config: &Config) -> Result<()> {
         let lock = self.lock.take();

@@ -99,7 +99,10 @@ pub fn client_config(
     c.set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "true")
-        .set("auto.offset.reset", "earliest");
+        // Never silently: a fetch position that retention deleted (or that a
+        // recreated topic no longer has) comes back as an error, and the
+        // daemon stops or skips as `on_offset_out_of_range` says.
+        .set("auto.offset.reset", "error");
     c
 }
 

@@ -109,8 +109,17 @@ pub(super) struct PlacedFile<'a> {
 }
 
 impl KeyIndex {
+    pub(super) fn with_capacity(n: usize) -> KeyIndex {
+        KeyIndex { map: indexmap::IndexMap::with_capacity_and_hasher(n, Default::default()) }
+    }
+
     pub(super) fn len(&self) -> usize {
         self.map.len()
+    }
+
+    /// Every key with its entry (saved by `index_snapshot.rs`).
+    pub(super) fn iter(&self) -> impl ExactSizeIterator<Item = (&[u8], &Entry)> {
+        self.map.iter().map(|(k, e)| (k.as_slice(), e))
     }
 
     #[inline]

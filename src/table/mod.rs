@@ -40,6 +40,7 @@ mod file_stats;
 mod files;
 mod history;
 mod index;
+mod index_snapshot;
 mod masks;
 mod parquet;
 mod plan;
@@ -193,6 +194,9 @@ pub struct TableStore {
     pub exact_types: bool,
     /// Columns whose bounds go into each file's statistics (table properties).
     stats_columns: file_stats::StatsColumns,
+    /// The version whose key index is saved next to the table (loaded from
+    /// there, or saved since), so an unchanged table is not saved again.
+    saved_index: Option<i64>,
     /// Columns added since the last commit (written with the next one).
     schema_changed: bool,
     files: Vec<Option<FileMeta>>,
@@ -236,6 +240,7 @@ impl TableStore {
             untyped: Default::default(),
             exact_types: true,
             stats_columns: Default::default(),
+            saved_index: None,
             schema_changed: false,
             files: vec![],
             index: Default::default(),

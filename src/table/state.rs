@@ -53,6 +53,17 @@ impl TableStore {
     /// Reads the current rows (and, for scd2, the deleted latest versions)
     /// into the key index. A table that does not exist yet has nothing to load.
     pub async fn load_index(&mut self, spec: &Spec) -> Result<()> {
+        let started = std::time::Instant::now();
+        match self.load_saved_index(spec).await {
+            Ok(keys) => {
+                tracing::info!(target: "changelake::table", table = %self.meta.name, keys, duration_ms = started.elapsed().as_millis() as u64, "key index loaded from its snapshot");
+                return Ok(());
+            }
+            Err(reason) => {
+                tracing::info!(target: "changelake::table", table = %self.meta.name, %reason, "key index snapshot not used; rebuilding the index from the data files");
+            }
+        }
+        self.index = Default::default();
         let current: Vec<u32> = (0..self.files.len() as u32)
             .filter(|&i| self.files[i as usize].as_ref().is_some_and(|f| f.current))
             .collect();

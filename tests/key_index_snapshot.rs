@@ -1,0 +1,100 @@
+//! Key index snapshots (docs/commit-protocol.md, "Key index snapshots"): a
+//! process done with a table saves its key index next to it, the next one
+//! loads it instead of reading every data file — and only when it describes
+//! the table exactly; a damaged, stale or differently configured snapshot is
+//! ignored and the index rebuilt. Either way the table comes out the same as
+//! on a table that never had a snapshot.
+
+mod common;
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use common::{cli, ok, show, write};
+
+const HEADER: &str = "id,city,op,seq\n";
+
+/// Rows `from..to` at sequence `seq`; every seventh one a delete.
+fn csv(from: u64, to: u64, seq: u64, city: &str) -> String {
+    let mut s = String::from(HEADER);
+    for id in from..to {
+        let op = if id % 7 == 3 && seq > 1 { "D" } else { "U" };
+        let _ = writeln!(s, "{id},{city}{},{op},{seq}", id % 13);
+    }
+    s
+}
+
+fn config(extra: &str) -> String {
+    format!(
+        "systems: {{crm: {{type: csv, path: 'data/*.csv'}}}}\nbronze:\n  tables:\n    account:\n      source: {{system: crm, object: account}}\n      business_key: [id]\n      strategy: scd2\n      merge: {{sequence_by: [seq], delete_when: \"op = 'D'\"{extra}}}\n"
+    )
+}
+
+fn run(cfg: &Path) -> String {
+    let out = ok(cli(&["run", "--once"], cfg));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The table as `show` prints it, without the processing-time columns.
+fn rows(cfg: &Path) -> Vec<serde_json::Value> {
+    show(cfg, "account", &["_execution_id"])
+}
+
+#[test]
+fn a_saved_key_index_is_used_only_for_the_table_it_describes() {
+    let snap = tempfile::tempdir().unwrap();
+    let plain = tempfile::tempdir().unwrap();
+    let cfg = write(snap.path(), "c.yaml", &config(""));
+    let plain_cfg = write(plain.path(), "c.yaml", &config(""));
+    let snapshot = snap.path().join("lake/bronze/account/_changelake/key-index");
+
+    write(snap.path(), "data/1.csv", &csv(0, 20_000, 1, "Berlin"));
+    let log = run(&cfg);
+    assert!(log.contains("key index saved"), "{log}");
+    assert!(snapshot.exists());
+
+    // Loaded, not rebuilt; results as on a table whose index is always rebuilt.
+    write(snap.path(), "data/2.csv", &csv(5_000, 25_000, 2, "Hamburg"));
+    let log = run(&cfg);
+    assert!(log.contains("key index loaded from its snapshot"), "{log}");
+    write(plain.path(), "data/1.csv", &csv(0, 20_000, 1, "Berlin"));
+    run(&plain_cfg);
+    write(plain.path(), "data/2.csv", &csv(5_000, 25_000, 2, "Hamburg"));
+    std::fs::remove_file(plain.path().join("lake/bronze/account/_changelake/key-index")).unwrap();
+    let log = run(&plain_cfg);
+    assert!(log.contains("none saved"), "{log}");
+    assert_eq!(rows(&cfg), rows(&plain_cfg));
+
+    // A damaged snapshot is rebuilt over.
+    let mut bytes = std::fs::read(&snapshot).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    std::fs::write(&snapshot, bytes).unwrap();
+    write(snap.path(), "data/3.csv", &csv(10_000, 12_000, 3, "Paris"));
+    let log = run(&cfg);
+    assert!(log.contains("damaged"), "{log}");
+    write(plain.path(), "data/3.csv", &csv(10_000, 12_000, 3, "Paris"));
+    run(&plain_cfg);
+    assert_eq!(rows(&cfg), rows(&plain_cfg));
+
+    // A stale one (the table moved on without saving: a crash) is ignored.
+    let saved = std::fs::read(&snapshot).unwrap();
+    write(snap.path(), "data/4.csv", &csv(0, 1_000, 4, "Rome"));
+    run(&cfg);
+    std::fs::write(&snapshot, saved).unwrap();
+    write(snap.path(), "data/5.csv", &csv(500, 1_500, 5, "Oslo"));
+    let log = run(&cfg);
+    assert!(log.contains("saved at version"), "{log}");
+    for (f, seq, city) in [("data/4.csv", 4, "Rome"), ("data/5.csv", 5, "Oslo")] {
+        let (from, to) = if seq == 4 { (0, 1_000) } else { (500, 1_500) };
+        write(plain.path(), f, &csv(from, to, seq, city));
+    }
+    run(&plain_cfg);
+    assert_eq!(rows(&cfg), rows(&plain_cfg));
+
+    // Other merge settings derive other summaries: not used.
+    let tracked = write(snap.path(), "c.yaml", &config(", ignore_columns: [op]"));
+    write(snap.path(), "data/6.csv", &csv(0, 10, 6, "Lima"));
+    let log = run(&tracked);
+    assert!(log.contains("other merge settings"), "{log}");
+}
