@@ -265,12 +265,14 @@ impl TableRunner {
         if let Some(v) = self.store.version().filter(|v| *v > 0) {
             if v / interval > self.last_checkpoint / interval {
                 self.last_checkpoint = v;
+                let started = std::time::Instant::now();
                 match self.store.checkpoint_and_vacuum().await {
                     Ok(done) => crate::telemetry::checkpointed(
                         &table,
                         v,
                         done.files_vacuumed,
                         done.log_files_removed,
+                        started.elapsed().as_secs_f64(),
                     ),
                     Err(e) => crate::telemetry::maintenance_failed(&table, "checkpoint", &e),
                 }

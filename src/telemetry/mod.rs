@@ -143,7 +143,13 @@ pub fn compacted(table: &str, removed: usize, added: usize, version: i64, secs: 
     );
 }
 
-pub fn checkpointed(table: &str, version: i64, vacuumed: usize, log_files_removed: usize) {
+pub fn checkpointed(
+    table: &str,
+    version: i64,
+    vacuumed: usize,
+    log_files_removed: usize,
+    seconds: f64,
+) {
     let m = metrics();
     m.checkpoints.with_label_values(&[table]).inc();
     m.files_vacuumed.with_label_values(&[table]).inc_by(vacuumed as u64);
@@ -153,6 +159,7 @@ pub fn checkpointed(table: &str, version: i64, vacuumed: usize, log_files_remove
         version,
         files_vacuumed = vacuumed,
         log_files_removed,
+        duration_ms = (seconds * 1000.0) as u64,
         "checkpoint written, log cleaned up, table vacuumed"
     );
 }

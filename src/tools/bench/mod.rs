@@ -42,7 +42,7 @@ use changelake::source::file::{content_version, read_debezium_jsonl};
 
 use self::memory::{reset_peak, rss, trim};
 pub use self::opts::{BenchOpts, Remote};
-use self::results::{Output, RunStat, TableResult};
+use self::results::{Output, Restart, RunStat, TableResult};
 use crate::tools::bench_broker::{self, BrokerOpts};
 use crate::tools::soak::{self, SoakOpts};
 use crate::tools::workload::Workload;
@@ -143,9 +143,10 @@ async fn bench_remote(
     let tname = format!("account_{strategy}");
     let Some(t) = config.table(&tname).cloned() else { return Ok(()) };
     let paths = changelake::decode::store_paths(&t, Format::Debezium);
-    let (mut runner, load_seconds, per_key) = load(config, &t, opts, &paths).await?;
+    let Loaded { mut runner, load_seconds, per_key, restart } =
+        load(config, &t, opts, &paths).await?;
     let stats = timed_runs(&mut runner, files, opts, &paths).await?;
-    let result = TableResult { stats, load_seconds, per_key, peak: 0, load_peak: 0 };
+    let result = TableResult { stats, load_seconds, per_key, restart, peak: 0, load_peak: 0 };
     let entry = out.remote(&tname, &config.storage_root, &result, local);
     out.json.insert(format!("{tname}_remote"), entry);
     Ok(())
@@ -214,7 +215,8 @@ async fn bench_table(
         .ok_or_else(|| Error::Usage(format!("--strategies: unknown `{strategy}` (scd1, scd2)")))?
         .clone();
     let paths = changelake::decode::store_paths(&t, Format::Debezium);
-    let (mut runner, load_seconds, per_key) = load(config, &t, opts, &paths).await?;
+    let Loaded { mut runner, load_seconds, per_key, restart } =
+        load(config, &t, opts, &paths).await?;
     // Delta-rs gets the loaded table before our update runs change it.
     let deltars_out = if opts.deltars && t.strategy == Strategy::Scd1 {
         Some(deltars::run(dir, &runner.store.uri, files)?)
@@ -230,7 +232,7 @@ async fn bench_table(
         Some(d) => Some(deltars::compare(d, dir, &runner.store.uri)?),
         None => None,
     };
-    let result = TableResult { stats, load_seconds, per_key, peak, load_peak };
+    let result = TableResult { stats, load_seconds, per_key, restart, peak, load_peak };
     let mean = result.mean();
     let eps = opts.batch as f64 / mean;
     if t.strategy == Strategy::Scd1 {
@@ -256,15 +258,24 @@ async fn bench_table(
     Ok(result)
 }
 
+/// The loaded table, reopened as a restarted daemon would.
+struct Loaded {
+    runner: TableRunner,
+    load_seconds: f64,
+    /// Resident bytes per key after the reopen.
+    per_key: f64,
+    restart: Restart,
+}
+
 /// Loads `opts.keys` keys through the same path, in chunks, then reopens the
-/// table as a restarted daemon would. Returns the reopened runner, the load's
-/// seconds and the resident bytes per key after the reopen.
+/// table as a restarted process would: once rebuilding the key index from
+/// the data files (a crash), once from the saved index (a graceful stop).
 async fn load(
     config: &Config,
     t: &TableConfig,
     opts: &BenchOpts,
     paths: &[String],
-) -> Result<(TableRunner, f64, f64)> {
+) -> Result<Loaded> {
     trim();
     let (rss0, _) = rss();
     let mut runner = TableRunner::open(config, t).await?;
@@ -283,17 +294,29 @@ async fn load(
     }
     let load_s = t_load.elapsed().as_secs_f64();
     drop(runner);
-    // Reopen: what a restarted daemon holds (table index only, no load buffers).
+    // Reopen without a saved index: what a restarted daemon holds (table
+    // index only, no load buffers).
     trim();
-    let runner = TableRunner::open(config, t).await?;
+    let opened = Instant::now();
+    let mut runner = TableRunner::open(config, t).await?;
+    let rebuild_seconds = opened.elapsed().as_secs_f64();
     trim();
     let (rss_loaded, _) = rss();
     let per_key = rss_loaded.saturating_sub(rss0) as f64 / opts.keys.max(1) as f64;
+    let saving = Instant::now();
+    runner.save_index().await;
+    let save_seconds = saving.elapsed().as_secs_f64();
+    drop(runner);
+    trim();
+    let opened = Instant::now();
+    let runner = TableRunner::open(config, t).await?;
+    let restart =
+        Restart { rebuild_seconds, snapshot_seconds: opened.elapsed().as_secs_f64(), save_seconds };
     eprintln!(
-        "{}: loaded {} keys in {load_s:.1}s; resident {per_key:.0} B/key after reopen",
-        t.name, opts.keys
+        "{}: loaded {} keys in {load_s:.1}s; resident {per_key:.0} B/key after reopen; reopen {rebuild_seconds:.2}s rebuilding the key index, {:.2}s from the saved one (saved in {save_seconds:.2}s)",
+        t.name, opts.keys, restart.snapshot_seconds
     );
-    Ok((runner, load_s, per_key))
+    Ok(Loaded { runner, load_seconds: load_s, per_key, restart })
 }
 
 /// Runs every batch file through decode → merge → commit, timing each run.

@@ -27,12 +27,24 @@ pub struct RunStat {
     pub requests: u64,
 }
 
+/// Seconds to reopen the loaded table (until the first batch could merge).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct Restart {
+    /// Rebuilding the key index from the data files (after a crash).
+    pub rebuild_seconds: f64,
+    /// Loading the index saved by the previous process (after a graceful stop).
+    pub snapshot_seconds: f64,
+    /// Saving it.
+    pub save_seconds: f64,
+}
+
 /// One table's measurements: its timed runs and the load before them.
 pub struct TableResult {
     pub stats: Vec<RunStat>,
     pub load_seconds: f64,
     /// Resident bytes per key after reopening the loaded table.
     pub per_key: f64,
+    pub restart: Restart,
     /// Peak RSS during the timed runs and while loading.
     pub peak: u64,
     pub load_peak: u64,
@@ -113,7 +125,10 @@ impl Output {
         let _ = writeln!(
             md,
             "\nmean {mean:.3}s per run, {eps:.0} events/s; load {load_s:.1}s; resident {per_key:.0} B/key (table index after reopen); \
+             restart {:.2}s from the saved key index ({:.2}s rebuilding it from the data files); \
              peak RSS {:.0} MiB during the runs ({:.0} MiB while loading in chunks of {} events)\n",
+            t.restart.snapshot_seconds,
+            t.restart.rebuild_seconds,
             t.peak as f64 / 1048576.0,
             t.load_peak as f64 / 1048576.0,
             opts.load_chunk
@@ -121,6 +136,7 @@ impl Output {
         json!({
             "runs": t.stats, "mean_seconds": mean, "events_per_second": eps, "load_seconds": load_s,
             "resident_bytes_per_key": per_key, "peak_rss_bytes": t.peak, "load_peak_rss_bytes": t.load_peak,
+            "restart": t.restart,
         })
     }
 
