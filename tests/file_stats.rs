@@ -36,6 +36,16 @@ fn csv(from: u64, n: u64, seq: u64, city: &str) -> String {
     s
 }
 
+/// The header and every `n`-th row of a CSV text, from the first.
+fn every_nth(csv: &str, n: usize) -> String {
+    let mut lines = csv.lines();
+    let mut out = format!("{}\n", lines.next().unwrap_or_default());
+    for l in lines.step_by(n) {
+        let _ = writeln!(out, "{l}");
+    }
+    out
+}
+
 fn config(strategy: &str, layout: &str) -> String {
     format!(
         "systems: {{crm: {{type: csv, path: 'data/*.csv', columns: {{amount: \"decimal(14,2)\", seen: timestamp, note: string}}}}}}\n\
@@ -85,11 +95,7 @@ fn file_statistics_match_contents_and_let_readers_skip_files_copy_on_write() {
 
     // Updates spread over the key range: files are rewritten with fresh stats;
     // the third commit leaves the log to be read from a checkpoint.
-    let mut updates = String::from("id,name,city,amount,seen,score,note,seq\n");
-    for l in csv(0, 50_000, 2, "Hamburg").lines().skip(1).step_by(997) {
-        let _ = writeln!(updates, "{l}");
-    }
-    write(tmp.path(), "data/2.csv", &updates);
+    write(tmp.path(), "data/2.csv", &every_nth(&csv(0, 50_000, 2, "Hamburg"), 997));
     write(tmp.path(), "data/3.csv", &csv(50_000, 5_000, 1, "Bonn"));
     ok(cli(&["run", "--once"], &cfg));
     assert!(table.join("_delta_log/_last_checkpoint").exists());
@@ -107,11 +113,7 @@ fn file_statistics_with_deletion_vectors_are_marked_wide_and_still_prune() {
     // Updates of keys from 20,000 on: their current files get deletion
     // vectors, their closed versions go to history files whose key range
     // starts at 20,000.
-    let mut updates = String::from("id,name,city,amount,seen,score,note,seq\n");
-    for l in csv(20_000, 20_000, 2, "Hamburg").lines().skip(1).step_by(101) {
-        let _ = writeln!(updates, "{l}");
-    }
-    write(tmp.path(), "data/2.csv", &updates);
+    write(tmp.path(), "data/2.csv", &every_nth(&csv(20_000, 20_000, 2, "Hamburg"), 101));
     ok(cli(&["run", "--once"], &cfg));
     let table = tmp.path().join("lake/bronze/account");
     let v = check(&table, 1);

@@ -103,14 +103,16 @@ pub(super) fn encode<'a>(
     Some(out)
 }
 
-/// A decoded snapshot: the files it names, and its entries with file positions.
-pub(super) struct Decoded {
+/// A checked snapshot: the files it names, and its entries (file
+/// positions), read one at a time straight from the bytes — no copy per key
+/// for an index of millions.
+pub(super) struct Decoded<'a> {
     pub(super) files: Vec<String>,
-    pub(super) entries: Vec<(Vec<u8>, Entry)>,
+    pub(super) entries: Entries<'a>,
 }
 
 /// Decodes and checks a snapshot against what the table is now.
-pub(super) fn decode(bytes: &[u8], want: &Identity) -> Result<Decoded, Rejected> {
+pub(super) fn decode<'a>(bytes: &'a [u8], want: &Identity) -> Result<Decoded<'a>, Rejected> {
     if bytes.len() < HEADER || &bytes[..8] != MAGIC || u32_at(bytes, 8) != FORMAT {
         return Err(Rejected::Format);
     }
@@ -134,13 +136,32 @@ pub(super) fn decode(bytes: &[u8], want: &Identity) -> Result<Decoded, Rejected>
         let n = r.u32()? as usize;
         files.push(String::from_utf8(r.take(n)?.to_vec()).map_err(|_| Rejected::Damaged)?);
     }
-    let n = r.u64()? as usize;
-    let mut entries = Vec::with_capacity(n.min(body.len() / 40));
-    for _ in 0..n {
+    let left = r.u64()?;
+    let entries = Entries { r, left, files: files.len(), done: false };
+    Ok(Decoded { files, entries })
+}
+
+/// The entries of a [`Decoded`] snapshot; a malformed one ends them with
+/// `Err(Damaged)` (as do bytes left over after the last).
+pub(super) struct Entries<'a> {
+    r: Reader<'a>,
+    left: u64,
+    files: usize,
+    done: bool,
+}
+
+impl<'a> Entries<'a> {
+    /// Entries still to come, as the snapshot states.
+    pub(super) fn len(&self) -> usize {
+        self.left as usize
+    }
+
+    fn entry(&mut self) -> Result<(&'a [u8], Entry), Rejected> {
+        let r = &mut self.r;
         let key_len = u16::from_le_bytes(r.take(2)?.try_into().expect("2 bytes")) as usize;
-        let key = r.take(key_len)?.to_vec();
+        let key = r.take(key_len)?;
         let file = r.u32()?;
-        if file != NO_FILE && file as usize >= files.len() {
+        if file != NO_FILE && file as usize >= self.files {
             return Err(Rejected::Damaged);
         }
         let row = r.u32()?;
@@ -154,12 +175,26 @@ pub(super) fn decode(bytes: &[u8], want: &Identity) -> Result<Decoded, Rejected>
             row_hash: r.u64()?,
             tracked_hash: r.u64()?,
         };
-        entries.push((key, Entry { file, row, summary }));
+        Ok((key, Entry { file, row, summary }))
     }
-    if r.at != body.len() {
-        return Err(Rejected::Damaged);
+}
+
+impl<'a> Iterator for Entries<'a> {
+    type Item = Result<(&'a [u8], Entry), Rejected>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        if self.left == 0 {
+            self.done = true;
+            return (self.r.at != self.r.b.len()).then_some(Err(Rejected::Damaged));
+        }
+        self.left -= 1;
+        let e = self.entry();
+        self.done = e.is_err();
+        Some(e)
     }
-    Ok(Decoded { files, entries })
 }
 
 /// The fingerprint of everything a stored summary depends on besides the
@@ -253,27 +288,27 @@ impl super::TableStore {
             Err(e) => return Err(e.to_string()),
         };
         let want = Identity { version, fingerprint: spec_fingerprint(spec) };
-        let decoded = decode(&bytes, &want).map_err(|e| e.to_string())?;
-        drop(bytes);
+        let Decoded { files, entries } = decode(&bytes, &want).map_err(|e| e.to_string())?;
         let ids: std::collections::HashMap<&str, u32> = self
             .files
             .iter()
             .enumerate()
             .filter_map(|(id, f)| f.as_ref().map(|f| (f.path.as_str(), id as u32)))
             .collect();
-        if decoded.files.len() != ids.len() {
+        if files.len() != ids.len() {
             return Err(Rejected::Files.to_string());
         }
-        let mut file_ids = Vec::with_capacity(decoded.files.len());
-        for path in &decoded.files {
+        let mut file_ids = Vec::with_capacity(files.len());
+        for path in &files {
             file_ids.push(*ids.get(path.as_str()).ok_or_else(|| Rejected::Files.to_string())?);
         }
-        let mut index = super::index::KeyIndex::with_capacity(decoded.entries.len());
-        for (key, mut entry) in decoded.entries {
+        let mut index = super::index::KeyIndex::with_capacity(entries.len());
+        for e in entries {
+            let (key, mut entry) = e.map_err(|e| e.to_string())?;
             if entry.file != NO_FILE {
                 entry.file = file_ids[entry.file as usize];
             }
-            index.insert(&key, entry);
+            index.insert(key, entry);
         }
         self.index = index;
         self.saved_index = Some(version);
@@ -315,13 +350,14 @@ mod tests {
         let d = decode(&bytes, &id).unwrap();
         assert_eq!(d.files, ["a.parquet", "_is_current=true/b.parquet"]);
         assert_eq!(d.entries.len(), 3);
-        let (k, e) = &d.entries[1];
-        assert_eq!(k, &vec![0u8; 300]);
+        let entries: Vec<(&[u8], Entry)> = d.entries.collect::<Result<_, _>>().unwrap();
+        let (k, e) = &entries[1];
+        assert_eq!(*k, &[0u8; 300][..]);
         assert_eq!((e.file, e.row, e.summary.deleted), (1, 0, true));
         assert_eq!(e.summary.seq, Seq::Ts(-1));
-        assert_eq!(d.entries[0].1.file, 0);
-        assert_eq!(d.entries[2].1.file, NO_FILE);
-        assert_eq!(d.entries[0].1.summary.row_hash, 7);
+        assert_eq!(entries[0].1.file, 0);
+        assert_eq!(entries[2].1.file, NO_FILE);
+        assert_eq!(entries[0].1.summary.row_hash, 7);
     }
 
     #[test]

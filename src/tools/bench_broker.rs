@@ -155,17 +155,7 @@ fn produce(
                     .to_string();
                 let p = (i % PARTITIONS as u64) as i32;
                 i += 1;
-                let mut rec: BaseRecord<'_, String, str> =
-                    BaseRecord::to(TOPIC).partition(p).key(&key).payload(line);
-                loop {
-                    match producer.send(rec) {
-                        Ok(()) => break,
-                        Err((_, back)) => {
-                            producer.poll(Duration::from_millis(1));
-                            rec = back;
-                        }
-                    }
-                }
+                send_waiting(&producer, BaseRecord::to(TOPIC).partition(p).key(&key).payload(line));
                 sent.lock().unwrap_or_else(|e| e.into_inner())[p as usize].push(Instant::now());
                 done += 1;
             }
@@ -177,6 +167,23 @@ fn produce(
         let _ = producer.flush(Duration::from_secs(30));
         (done, start.elapsed())
     })
+}
+
+/// Sends `rec`, waiting (serving delivery reports) while the producer's
+/// queue is full: a bench at a fixed rate must not drop events.
+pub(crate) fn send_waiting<K: rdkafka::message::ToBytes + ?Sized>(
+    producer: &ThreadedProducer<DefaultProducerContext>,
+    mut rec: BaseRecord<'_, K, str>,
+) {
+    loop {
+        match producer.send(rec) {
+            Ok(()) => return,
+            Err((_, back)) => {
+                producer.poll(Duration::from_millis(1));
+                rec = back;
+            }
+        }
+    }
 }
 
 /// Watches the committed offsets (set right after each Delta commit) until

@@ -32,6 +32,7 @@ use changelake::error::{Error, Result};
 
 use self::report::{Filling, Heading, Histogram};
 use crate::commands::probe::probe;
+use crate::tools::bench_broker::send_waiting;
 use crate::tools::workload::{Distribution, Mix, Workload};
 
 const TOPIC: &str = "crm.public.account";
@@ -289,17 +290,10 @@ fn produce(
             for line in lines.lines() {
                 let p = (i % PARTITIONS as u64) as i32;
                 i += 1;
-                let mut rec: BaseRecord<'_, (), str> =
-                    BaseRecord::to(TOPIC).partition(p).payload(line);
-                loop {
-                    match producer.send(rec) {
-                        Ok(()) => break,
-                        Err((_, back)) => {
-                            producer.poll(Duration::from_millis(1));
-                            rec = back;
-                        }
-                    }
-                }
+                send_waiting(
+                    &producer,
+                    BaseRecord::<(), str>::to(TOPIC).partition(p).payload(line),
+                );
                 let mut f = shared.lock().unwrap_or_else(|e| e.into_inner());
                 f.sent[p as usize].push_back(Instant::now());
                 f.produced += 1;
