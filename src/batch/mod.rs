@@ -11,8 +11,10 @@
 
 pub mod declared;
 
+use std::borrow::Cow;
+
 use crate::config::SchemaPolicy;
-use crate::source::{RawBatch, Unparsable};
+use crate::source::{RawBatch, RawRow, Unparsable};
 use crate::value::{infer, parse_as, unify, DType, Value};
 
 #[derive(Debug)]
@@ -20,7 +22,7 @@ pub struct TypedRow {
     pub data: Vec<Value>,
     pub pos: u64,
     pub partition: i32,
-    pub raw: String,
+    pub raw: std::sync::Arc<str>,
     /// Raw cells of columns not stored in the table (still visible to predicates).
     pub extra: Vec<(String, Value)>,
     pub replayed: bool,
@@ -134,19 +136,21 @@ pub enum ConformError {
     FloatKey { column: String },
 }
 
-pub fn conform(
-    raw: RawBatch,
+/// `raw` is owned (its rows move) or kept by the caller (cells are copied).
+pub fn conform<'a>(
+    raw: impl Into<Cow<'a, RawBatch>>,
     table: TableShape,
     declared: &[(String, DType)],
     policy: SchemaPolicy,
     guarded: Guarded,
 ) -> Result<Conformed, ConformError> {
+    let raw = raw.into();
     let keys = guarded.keys;
     for k in keys {
         // A CSV header without the key is a malformed extract; JSON rows
         // without it simply have a NULL key (dropped and counted downstream).
         if raw.text && !raw.columns.contains(k) {
-            return Err(ConformError::MissingKey { column: k.clone(), input: raw.source });
+            return Err(ConformError::MissingKey { column: k.clone(), input: raw.source.clone() });
         }
     }
     let schema_types =
@@ -409,91 +413,51 @@ fn declarations_refused(
 /// cell holding the source's unavailable-value placeholder is left NULL
 /// and marked unavailable (the merge keeps the stored value).
 fn type_rows(
-    raw: RawBatch,
+    raw: Cow<'_, RawBatch>,
     plan: &ColumnPlan,
     table: TableShape,
 ) -> (Vec<TypedRow>, Vec<Unparsable>) {
-    let columns = &plan.columns;
     let index: std::collections::HashMap<&str, usize> =
-        columns.iter().enumerate().map(|(i, (n, _))| (n.as_str(), i)).collect();
-    let (target, unknown_strict) = (&plan.target, &plan.unknown_strict);
-    let (names, text) = (&raw.columns, raw.text);
-    let parts = crate::par::par_map(crate::par::split(raw.rows, 8), |rows| {
+        plan.columns.iter().enumerate().map(|(i, (n, _))| (n.as_str(), i)).collect();
+    let text = raw.text;
+    // Kept rows (a batch its caller may retry) are copied piece by piece on
+    // the pool; owned rows move.
+    let (names, pieces): (Cow<'_, [String]>, Vec<Cow<'_, [RawRow]>>) = match raw {
+        Cow::Owned(b) => (
+            Cow::Owned(b.columns),
+            crate::par::split(b.rows, 8).into_iter().map(Cow::Owned).collect(),
+        ),
+        Cow::Borrowed(b) => {
+            let size = b.rows.len().div_ceil(8).max(1);
+            (Cow::Borrowed(&b.columns[..]), b.rows.chunks(size).map(Cow::Borrowed).collect())
+        }
+    };
+    let typer = Typer { plan, table, index: &index, names: &names, text };
+    let parts = crate::par::par_map(pieces, |rows| {
         let (mut typed, mut dead_rows) = (Vec::with_capacity(rows.len()), vec![]);
         // The declarations last found to fit: messages of one schema are checked once.
         let mut accepted: Vec<(String, crate::decode::Declared)> = vec![];
-        'rows: for r in rows {
-            let mut data = vec![Value::Null; columns.len()];
-            let mut extra = r.extra;
-            let dead = |reason: &'static str, error: String| Unparsable {
-                partition: r.partition,
-                pos: r.pos,
-                raw: r.raw.clone().into_bytes(),
-                error,
-                reason,
-            };
-            for &ci in unknown_strict {
-                if !r.cells[ci].is_null() {
-                    dead_rows.push(dead(
-                        "schema",
-                        format!("unknown column `{}` (schema_policy: strict)", names[ci]),
-                    ));
-                    continue 'rows;
+        let mut one = |r: &RawRow, cells: Vec<Value>, extra| match typer.row(
+            r,
+            cells,
+            extra,
+            &mut accepted,
+        ) {
+            Ok(t) => typed.push(t),
+            Err(d) => dead_rows.push(d),
+        };
+        match rows {
+            Cow::Owned(rows) => {
+                for mut r in rows {
+                    let (cells, extra) = (std::mem::take(&mut r.cells), std::mem::take(&mut r.extra));
+                    one(&r, cells, extra);
                 }
             }
-            if !r.declared.is_empty() && r.declared != accepted {
-                if let Some(e) = declarations_refused(&r.declared, plan, &index, table.exact) {
-                    dead_rows.push(dead("type", e));
-                    continue 'rows;
-                }
-                accepted.clone_from(&r.declared);
-            }
-            let legacy_times = legacy_time_columns(&r.declared, plan, &index, table.exact);
-            let mut unavailable = vec![];
-            for (ci, mut v) in r.cells.into_iter().enumerate() {
-                if let (Some(i), Value::Str(s)) = (target[ci], &v) {
-                    if legacy_times.contains(&i) {
-                        if let Some(us) = crate::value::temporal::parse_time(s) {
-                            v = Value::Int(us);
-                        }
-                    }
-                }
-                if let (Some(i), Some(u)) = (target[ci], table.unavailable) {
-                    if u.matches(&v) && !plan.strict_kind[i] {
-                        unavailable.push(i);
-                        continue;
-                    }
-                }
-                match target[ci] {
-                    Some(i) if plan.strict_kind[i] => match convert_strict(v, columns[i].1, text) {
-                        Ok(v) => data[i] = v,
-                        Err(e) => {
-                            dead_rows.push(dead("type", format!("column `{}`: {e}", columns[i].0)));
-                            continue 'rows;
-                        }
-                    },
-                    Some(i) => {
-                        match convert(connect_bytes(v, columns[i].1, table), columns[i].1, text) {
-                            Ok(v) => data[i] = v,
-                            Err(e) => {
-                                dead_rows
-                                    .push(dead("type", format!("column `{}`: {e}", columns[i].0)));
-                                continue 'rows;
-                            }
-                        }
-                    }
-                    None => extra.push((names[ci].clone(), v)),
+            Cow::Borrowed(rows) => {
+                for r in rows {
+                    one(r, r.cells.clone(), r.extra.clone());
                 }
             }
-            typed.push(TypedRow {
-                data,
-                pos: r.pos,
-                partition: r.partition,
-                raw: r.raw,
-                extra,
-                replayed: r.replayed,
-                unavailable,
-            });
         }
         (typed, dead_rows)
     });
@@ -503,6 +467,92 @@ fn type_rows(
         dead.extend(d);
     }
     (rows, dead)
+}
+
+/// Types one row at a time against a batch's column plan.
+struct Typer<'a> {
+    plan: &'a ColumnPlan,
+    table: TableShape<'a>,
+    index: &'a std::collections::HashMap<&'a str, usize>,
+    /// The batch's raw column names.
+    names: &'a [String],
+    text: bool,
+}
+
+impl Typer<'_> {
+    /// `r`'s cells (and envelope fields), typed: a row of the table, or the
+    /// dead letter saying why not. `accepted`: the declarations last found
+    /// to fit.
+    fn row(
+        &self,
+        r: &RawRow,
+        cells: Vec<Value>,
+        mut extra: Vec<(String, Value)>,
+        accepted: &mut Vec<(String, crate::decode::Declared)>,
+    ) -> Result<TypedRow, Unparsable> {
+        let (plan, table, names, text) = (self.plan, self.table, self.names, self.text);
+        let columns = &plan.columns;
+        let (target, unknown_strict) = (&plan.target, &plan.unknown_strict);
+        let dead = |reason: &'static str, error: String| Unparsable {
+            partition: r.partition,
+            pos: r.pos,
+            raw: r.raw.as_bytes().to_vec(),
+            error,
+            reason,
+        };
+        for &ci in unknown_strict {
+            if !cells[ci].is_null() {
+                return Err(dead(
+                    "schema",
+                    format!("unknown column `{}` (schema_policy: strict)", names[ci]),
+                ));
+            }
+        }
+        if !r.declared.is_empty() && r.declared != *accepted {
+            if let Some(e) = declarations_refused(&r.declared, plan, self.index, table.exact) {
+                return Err(dead("type", e));
+            }
+            accepted.clone_from(&r.declared);
+        }
+        let legacy_times = legacy_time_columns(&r.declared, plan, self.index, table.exact);
+        let mut data = vec![Value::Null; columns.len()];
+        let mut unavailable = vec![];
+        for (ci, mut v) in cells.into_iter().enumerate() {
+            if let (Some(i), Value::Str(s)) = (target[ci], &v) {
+                if legacy_times.contains(&i) {
+                    if let Some(us) = crate::value::temporal::parse_time(s) {
+                        v = Value::Int(us);
+                    }
+                }
+            }
+            if let (Some(i), Some(u)) = (target[ci], table.unavailable) {
+                if u.matches(&v) && !plan.strict_kind[i] {
+                    unavailable.push(i);
+                    continue;
+                }
+            }
+            match target[ci] {
+                Some(i) if plan.strict_kind[i] => match convert_strict(v, columns[i].1, text) {
+                    Ok(v) => data[i] = v,
+                    Err(e) => return Err(dead("type", format!("column `{}`: {e}", columns[i].0))),
+                },
+                Some(i) => match convert(connect_bytes(v, columns[i].1, table), columns[i].1, text) {
+                    Ok(v) => data[i] = v,
+                    Err(e) => return Err(dead("type", format!("column `{}`: {e}", columns[i].0))),
+                },
+                None => extra.push((names[ci].clone(), v)),
+            }
+        }
+        Ok(TypedRow {
+            data,
+            pos: r.pos,
+            partition: r.partition,
+            raw: r.raw.clone(),
+            extra,
+            replayed: r.replayed,
+            unavailable,
+        })
+    }
 }
 
 /// Looks up a column or dotted path for predicates: typed value if stored,

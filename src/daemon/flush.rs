@@ -72,9 +72,13 @@ async fn commit_with_retries(
     let table = s.runner.cfg.name.clone();
     let mut attempt = 0;
     loop {
-        // A retry needs the rows again, so each attempt gets a copy.
-        match s.runner.run_batch(batch.clone(), marks.to_vec()).instrument(span.clone()).await {
-            Ok(r) => return Ok(r),
+        // A retry needs the rows again: the batch stays here.
+        match s.runner.run_batch_kept(&batch, marks.to_vec()).instrument(span.clone()).await {
+            Ok(r) => {
+                // Freeing every cell of the batch is real work: off the loop.
+                crate::par::drop_later(batch);
+                return Ok(r);
+            }
             Err(e) if e.retryable() && attempt < crate::engine::BATCH_RETRIES => {
                 attempt += 1;
                 span.in_scope(|| telemetry::commit_retried(&table, attempt, &e));

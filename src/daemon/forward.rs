@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use rdkafka::consumer::StreamConsumer;
 use rdkafka::error::KafkaError as RdError;
-use rdkafka::message::{BorrowedMessage, Message, OwnedMessage};
+use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::types::RDKafkaErrorCode;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -39,26 +39,45 @@ pub(super) enum Ev {
     },
 }
 
-/// A message, its decoding (envelope paths not yet stored as columns), its
-/// payload as text (kept with the row for dead letters) and when it was
-/// received: a batch's `max_age` counts from its first message's arrival,
-/// not from when the loop got to it (it may have waited out a commit).
+/// A message's place, its decoding (envelope paths not yet stored as
+/// columns), its payload and when it was received: a batch's `max_age`
+/// counts from its first message's arrival, not from when the loop got to it
+/// (it may have waited out a commit).
 pub(super) struct Received {
-    pub(super) msg: OwnedMessage,
+    pub(super) topic: Arc<str>,
+    pub(super) partition: i32,
+    pub(super) offset: i64,
     pub(super) decoded: std::result::Result<Decoded, Rejected>,
-    pub(super) raw: String,
+    pub(super) payload: Payload,
     pub(super) at: Instant,
+}
+
+/// A message's payload, copied out of the client's buffer once.
+#[derive(Clone)]
+pub(super) enum Payload {
+    /// As text, kept with a decoded row for the dead letter a later step
+    /// may make of it (shared by every table reading the topic).
+    Text(Arc<str>),
+    /// The bytes exactly as received: the dead letter of a message that did
+    /// not decode.
+    Bytes(Vec<u8>),
 }
 
 /// Decodes a message as it arrives. Decoding is the costliest per-event
 /// step: done here, one task per partition, so it runs on every core instead
 /// of in the single consume loop. Table-specific stored envelope columns are
 /// added by `route`.
-fn receive(m: BorrowedMessage<'_>, format: Format) -> Ev {
+fn receive(m: BorrowedMessage<'_>, topic: Arc<str>, format: Format) -> Ev {
     let at = Instant::now();
-    let decoded = decode(format, m.key(), m.payload(), &[]);
-    let raw = m.payload().map(|x| String::from_utf8_lossy(x).into_owned()).unwrap_or_default();
-    Ev::Msg(Received { msg: m.detach(), decoded, raw, at })
+    let bytes = m.payload();
+    let decoded = decode(format, m.key(), bytes, &[]);
+    let payload = match (&decoded, bytes) {
+        // A message that decoded is UTF-8 (both JSON parsers check); lossy only as a guard.
+        (Ok(_), Some(b)) => Payload::Text(String::from_utf8_lossy(b).into()),
+        (Ok(_), None) => Payload::Text("".into()),
+        (Err(_), b) => Payload::Bytes(b.unwrap_or_default().to_vec()),
+    };
+    Ev::Msg(Received { topic, partition: m.partition(), offset: m.offset(), decoded, payload, at })
 }
 
 /// Forwards one partition queue into the loop's channel.
@@ -71,14 +90,14 @@ pub(super) fn forward(
 ) -> Option<JoinHandle<()>> {
     let q = consumer.split_partition_queue(topic, p)?;
     let tx = tx.clone();
-    let topic = topic.to_string();
+    let topic: Arc<str> = topic.into();
     Some(tokio::spawn(async move {
         loop {
             let ev = match q.recv().await {
-                Ok(m) => receive(m, format),
-                Err(RdError::PartitionEOF(_)) => Ev::Eof { topic: topic.clone(), partition: p },
+                Ok(m) => receive(m, topic.clone(), format),
+                Err(RdError::PartitionEOF(_)) => Ev::Eof { topic: topic.to_string(), partition: p },
                 Err(RdError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset)) => {
-                    Ev::OutOfRange { topic: topic.clone(), partition: p }
+                    Ev::OutOfRange { topic: topic.to_string(), partition: p }
                 }
                 Err(e) => Ev::Err(e.to_string()),
             };
@@ -101,7 +120,10 @@ pub(super) fn forward_main_queue(
     tokio::spawn(async move {
         loop {
             let ev = match c.recv().await {
-                Ok(m) => receive(m, format),
+                Ok(m) => {
+                    let topic = m.topic().into();
+                    receive(m, topic, format)
+                }
                 Err(e) => Ev::Err(e.to_string()),
             };
             if tx.send(ev).await.is_err() {

@@ -4,26 +4,24 @@
 //! counted tombstone or truncate (docs/events.md, tombstones and truncates),
 //! or a dead letter (docs/bad-input.md).
 
-use rdkafka::message::{Message, OwnedMessage};
-
-use super::forward::Received;
+use super::forward::{Payload, Received};
 use super::slots::Slot;
 use super::RunOpts;
-use crate::decode::{store_envelope, Decoded, Rejected};
+use crate::decode::{store_envelope, Decoded};
 use crate::source::{RawRow, Unparsable};
 use crate::telemetry;
 
 /// Hands one message to every table reading its topic. Returns the tables
 /// that must apply a truncate now (after committing what came before it).
 pub(super) fn route(slots: &mut [Slot], opts: &RunOpts, received: Received) -> Vec<usize> {
-    let Received { msg: m, decoded, raw, at } = received;
+    let Received { topic, partition: p, offset: off, decoded, payload, at } = received;
+    let topic = &*topic;
     let mut truncates = vec![];
-    let (topic, p, off) = (m.topic(), m.partition(), m.offset());
     let targets: Vec<usize> =
         slots.iter().enumerate().filter(|(_, s)| s.topic == topic).map(|(i, _)| i).collect();
     // A message that does not decode is dead-lettered once, by the first table reading the topic.
     let owner = targets.first().copied();
-    let mut owned = Some((decoded, raw));
+    let mut owned = Some((decoded, payload));
     for (n, &i) in targets.iter().enumerate() {
         let s = &mut slots[i];
         let Some((d, _)) = owned.as_ref() else { break };
@@ -48,8 +46,9 @@ pub(super) fn route(slots: &mut [Slot], opts: &RunOpts, received: Received) -> V
             Ok(Decoded::Row { .. }) => {
                 // The last table reading the topic takes the decoded row; the others get copies.
                 let row = if n + 1 == targets.len() { owned.take() } else { owned.clone() };
-                let Some((Ok(Decoded::Row { mut data, env, declared }), raw)) = row else {
-                    unreachable!("checked: a decoded row")
+                let Some((Ok(Decoded::Row { mut data, env, declared }), Payload::Text(raw))) = row
+                else {
+                    unreachable!("checked: a decoded row, kept as text")
                 };
                 b.bytes += raw.len() + 64;
                 store_envelope(&mut data, &env, &s.store_paths);
@@ -75,21 +74,14 @@ pub(super) fn route(slots: &mut [Slot], opts: &RunOpts, received: Received) -> V
             }
             Err(_) if Some(i) != owner => {}
             Err(e) => {
-                b.bytes += m.payload().map_or(0, |x| x.len());
-                b.dead.push(rejected(&m, e));
+                let (error, reason) = (e.error.clone(), e.reason);
+                let Some((_, Payload::Bytes(raw))) = owned.take() else {
+                    unreachable!("a message that did not decode keeps its bytes")
+                };
+                b.bytes += raw.len();
+                b.dead.push(Unparsable { partition: p, pos: off as u64, raw, error, reason });
             }
         }
     }
     truncates
-}
-
-/// A message that does not decode, as a dead letter.
-fn rejected(m: &OwnedMessage, r: &Rejected) -> Unparsable {
-    Unparsable {
-        partition: m.partition(),
-        pos: m.offset() as u64,
-        raw: m.payload().unwrap_or_default().to_vec(),
-        error: r.error.clone(),
-        reason: r.reason,
-    }
 }

@@ -27,13 +27,14 @@ pub(super) type TopicPartitions = BTreeMap<String, Vec<i32>>;
 /// One partition of one topic.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) struct PartitionKey {
-    pub(super) topic: String,
+    /// Shared: the loop keys every message's partition without copying its topic.
+    pub(super) topic: std::sync::Arc<str>,
     pub(super) partition: i32,
 }
 
 impl PartitionKey {
     pub(super) fn new(topic: &str, partition: i32) -> Self {
-        PartitionKey { topic: topic.to_string(), partition }
+        PartitionKey { topic: topic.into(), partition }
     }
 }
 

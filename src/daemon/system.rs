@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
-use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -220,7 +219,7 @@ impl SystemLoop<'_> {
             Ev::OutOfRange { topic, partition } => self.on_out_of_range(topic, partition).await?,
             Ev::Partitions { topic, partitions } => self.assign_new_partitions(topic, partitions),
             Ev::Eof { topic, partition } => {
-                return Ok(self.on_partition_end(PartitionKey { topic, partition }));
+                return Ok(self.on_partition_end(PartitionKey::new(&topic, partition)));
             }
             Ev::Msg(received) => self.on_message(received).await?,
         }
@@ -348,14 +347,14 @@ impl SystemLoop<'_> {
 
     /// Routes a message into its tables' batches; commits what must be committed now.
     async fn on_message(&mut self, received: Received) -> Result<()> {
-        let (p, off) = (received.msg.partition(), received.msg.offset());
-        let key = PartitionKey::new(received.msg.topic(), p);
+        let (p, off) = (received.partition, received.offset);
+        let key = PartitionKey { topic: received.topic.clone(), partition: p };
         if self.opts.once {
             // Offsets of the backlog at start now read (gaps in offsets included).
             let high = self.high_at_start.get(&key).copied().unwrap_or(0);
             let before = self.position.get(&key).copied().unwrap_or(0).min(high);
             let done = ((off + 1).min(high) - before).max(0) as u64;
-            for s in self.slots.iter().filter(|s| s.topic == key.topic) {
+            for s in self.slots.iter().filter(|s| *s.topic == *key.topic) {
                 telemetry::progress::advance(&s.runner.cfg.name, done, 1);
             }
         }

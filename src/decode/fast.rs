@@ -107,7 +107,9 @@ impl<'de> Visitor<'de> for Fields<'_> {
         Ok(None)
     }
     fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
-        let mut out = Vec::with_capacity(m.size_hint().unwrap_or(24));
+        // Room for the envelope columns a table stores beside the fields
+        // (`route` adds them): no reallocation per row.
+        let mut out = Vec::with_capacity(m.size_hint().unwrap_or(24) + 4);
         while let Some(k) = m.next_key::<String>()? {
             if self.1.is_some_and(|p| !listed(p, self.0, &k)) {
                 m.next_value::<IgnoredAny>()?;

@@ -5,6 +5,7 @@
 //! (docs/scd1.md, docs/scd2.md), write dead letters, then stage and commit
 //! the result with the batch's progress markers (docs/commit-protocol.md).
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 
 use super::{build_spec, spec, Mark, RunReport, TableRunner};
@@ -98,6 +99,21 @@ struct Classified {
 impl TableRunner {
     /// Runs one batch and commits it together with `progress`.
     pub async fn run_batch(&mut self, raw: RawBatch, progress: Vec<Mark>) -> Result<RunReport> {
+        self.run_cow(Cow::Owned(raw), progress).await
+    }
+
+    /// [`Self::run_batch`] on a batch the caller keeps to retry it: cells
+    /// are copied as they are typed (on the worker pool), not the whole
+    /// batch up front on the caller's thread.
+    pub async fn run_batch_kept(
+        &mut self,
+        raw: &RawBatch,
+        progress: Vec<Mark>,
+    ) -> Result<RunReport> {
+        self.run_cow(Cow::Borrowed(raw), progress).await
+    }
+
+    async fn run_cow(&mut self, raw: Cow<'_, RawBatch>, progress: Vec<Mark>) -> Result<RunReport> {
         let t = self.cfg.clone();
         let mut run = Run::start(&t, &raw);
         let mut phases = Phases::new();
@@ -157,7 +173,7 @@ impl TableRunner {
     /// The raw rows typed and aligned with the table's columns. A float
     /// business key is a config error (the config's key does not fit the
     /// data); a text extract without the key is bad input.
-    fn conform(&self, raw: RawBatch) -> Result<Conformed> {
+    fn conform(&self, raw: Cow<'_, RawBatch>) -> Result<Conformed> {
         let t = &self.cfg;
         // Sequence columns as stored (envelope paths under their column name).
         let sequence: Vec<String> = (t.sequence_by.iter())
@@ -360,7 +376,7 @@ fn filter_rows(
                 f.raw_by_pos.push(Unparsable {
                     partition: r.partition,
                     pos: r.pos,
-                    raw: r.raw.clone().into_bytes(),
+                    raw: r.raw.as_bytes().to_vec(),
                     error: String::new(),
                     reason: "guardrail",
                 });

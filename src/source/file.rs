@@ -101,7 +101,7 @@ pub fn read_csv(path: &Path, bytes: &[u8], delimiter: u8) -> Result<RawBatch, Fi
                     cells,
                     pos,
                     partition: 0,
-                    raw,
+                    raw: raw.into(),
                     extra: vec![],
                     replayed: false,
                     declared: vec![],
@@ -167,8 +167,7 @@ fn decode_debezium_lines(
             // Decoding already stored the table's envelope columns.
             Ok(Decoded::Row { data, env, declared }) => {
                 // A line that decoded is UTF-8 (both JSON parsers check); lossy only as a guard.
-                let raw = std::str::from_utf8(line)
-                    .map_or_else(|_| String::from_utf8_lossy(line).into_owned(), str::to_owned);
+                let raw = String::from_utf8_lossy(line).into();
                 rows.push((
                     data,
                     RawRow {
@@ -223,7 +222,7 @@ pub fn read_jsonl(path: &Path, bytes: &[u8]) -> Result<RawBatch, FileError> {
                         cells: vec![],
                         pos,
                         partition: 0,
-                        raw: line.to_string(),
+                        raw: line.into(),
                         extra: vec![],
                         replayed: false,
                         declared: vec![],

@@ -14,7 +14,9 @@ pub struct RawRow {
     /// Position: line number (files) or offset (Kafka). Later wins ties.
     pub pos: u64,
     pub partition: i32,
-    pub raw: String,
+    /// The source text (line or message), kept for dead letters; shared,
+    /// so copies of a row (a retried commit) do not copy it.
+    pub raw: std::sync::Arc<str>,
     /// Envelope fields readable by predicates but not stored (`source.lsn`).
     pub extra: Vec<(String, Value)>,
     /// Re-read at or below the table's stored offset (`replay --reapply`).
@@ -44,6 +46,18 @@ pub struct Unparsable {
     pub error: String,
     /// Bounded reason for metrics: malformed, schema, type, guardrail.
     pub reason: &'static str,
+}
+
+impl From<RawBatch> for std::borrow::Cow<'_, RawBatch> {
+    fn from(b: RawBatch) -> Self {
+        std::borrow::Cow::Owned(b)
+    }
+}
+
+impl<'a> From<&'a RawBatch> for std::borrow::Cow<'a, RawBatch> {
+    fn from(b: &'a RawBatch) -> Self {
+        std::borrow::Cow::Borrowed(b)
+    }
 }
 
 impl RawBatch {
@@ -90,20 +104,38 @@ impl RawBatch {
         let mut columns: Vec<String> = vec![];
         let mut at: std::collections::HashMap<String, usize, rustc_hash::FxBuildHasher> =
             Default::default();
+        // Messages of one schema list the same fields in the same order: a
+        // row whose field names equal the previous row's reuses its layout
+        // (the column of each field) instead of looking every name up.
+        let mut layouts: Vec<Vec<usize>> = vec![];
+        let mut layout_of: Vec<usize> = Vec::with_capacity(rows.len());
+        let mut previous: Option<&[(String, Value)]> = None;
         for (data, _) in &rows {
-            for (k, _) in data {
-                if !at.contains_key(k) {
-                    at.insert(k.clone(), columns.len());
-                    columns.push(k.clone());
-                }
+            let same = previous.is_some_and(|p| {
+                p.len() == data.len() && p.iter().zip(data).all(|((a, _), (b, _))| a == b)
+            });
+            if !same {
+                let layout = data
+                    .iter()
+                    .map(|(k, _)| {
+                        *at.entry(k.clone()).or_insert_with(|| {
+                            columns.push(k.clone());
+                            columns.len() - 1
+                        })
+                    })
+                    .collect();
+                layouts.push(layout);
             }
+            layout_of.push(layouts.len() - 1);
+            previous = Some(data);
         }
         let rows = rows
             .into_iter()
-            .map(|(data, mut r)| {
+            .zip(layout_of)
+            .map(|((data, mut r), l)| {
                 let mut cells = vec![Value::Null; columns.len()];
-                for (k, v) in data {
-                    cells[at[&k]] = v;
+                for ((_, v), &c) in data.into_iter().zip(&layouts[l]) {
+                    cells[c] = v;
                 }
                 r.cells = cells;
                 r
@@ -122,7 +154,7 @@ mod tests {
             cells,
             pos,
             partition: 0,
-            raw: String::new(),
+            raw: "".into(),
             extra: vec![],
             replayed: false,
             declared: vec![],
