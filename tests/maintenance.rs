@@ -52,7 +52,8 @@ from deltalake import DeltaTable
 dt = DeltaTable(sys.argv[1])
 t = dt.to_pyarrow_table(columns=[c for c in ["id", "city", "seq", "_is_current"] if c in dt.schema().to_arrow().names])
 rows = sorted(json.dumps(r, sort_keys=True) for r in t.to_pylist())
-print(json.dumps({"files": len(dt.file_uris()), "version": dt.version(), "rows": rows}), flush=True)
+tombstones = dt.metadata().configuration.get("delta.deletedFileRetentionDuration")
+print(json.dumps({"files": len(dt.file_uris()), "version": dt.version(), "rows": rows, "tombstone_retention": tombstones}), flush=True)
 import os; os._exit(0)  # see the poller below
 "#;
 
@@ -601,6 +602,10 @@ fn log_cleanup_keeps_the_log_bounded_and_progress_intact() {
         assert!(commits <= 10, "{t}: {commits} commit files left; the checkpoint covers the rest");
         let a = read(&plain.path().join("lake/bronze").join(t));
         assert_eq!(a["rows"], b["rows"], "{t}: log cleanup changed what readers see");
+        // Checkpoints drop tombstones once vacuum is done with them (the
+        // 10-minute floor over `vacuum_retention: 0s`); without vacuum, Delta's default.
+        assert_eq!(b["tombstone_retention"], "interval 600 seconds", "{t}");
+        assert!(a["tombstone_retention"].is_null(), "{t}");
     }
     // Progress lives on in the checkpoints: a second pass applies nothing,
     // a new extract applies exactly itself.

@@ -24,7 +24,10 @@ use super::actions::{self, DataChange, FileAction};
 use super::files::FileMeta;
 use super::index::PlacedFile;
 use super::Result;
-use super::{TableError, TableStore, PROP_EXACT_TYPES, PROP_KEY, PROP_STRATEGY, PROP_UNTYPED};
+use super::{
+    TableError, TableStore, PROP_EXACT_TYPES, PROP_KEY, PROP_STRATEGY, PROP_TOMBSTONE_RETENTION,
+    PROP_UNTYPED,
+};
 use crate::config::Strategy;
 use crate::merge::{Key, Summary};
 use crate::progress::Mark;
@@ -326,7 +329,7 @@ impl TableStore {
     /// table properties.
     fn new_table(&self) -> NewTable<'_> {
         let layout = &self.meta.layout;
-        let properties: HashMap<String, String> = [
+        let mut properties: HashMap<String, String> = [
             (PROP_STRATEGY, self.meta.strategy.as_str().to_string()),
             (PROP_KEY, serde_json::to_string(&self.meta.business_key).unwrap_or_default()),
             ("changelake.file_rows", layout.file_rows.to_string()),
@@ -336,6 +339,10 @@ impl TableStore {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
+        if let Some(r) = layout.vacuum_retention {
+            let keep = super::upkeep::tombstone_retention(r);
+            properties.insert(PROP_TOMBSTONE_RETENTION.into(), super::upkeep::interval(keep));
+        }
         NewTable {
             name: &self.meta.name,
             schema: self.delta_schema(),

@@ -91,6 +91,9 @@ pub const PROP_UNTYPED: &str = "changelake.untyped_columns";
 /// dates and declared types as docs/types.md maps them. Tables without it
 /// were written by older versions and keep their column types.
 pub const PROP_EXACT_TYPES: &str = "changelake.exact_types";
+/// Delta's tombstone retention, set from `layout.vacuum_retention` when
+/// changelake creates a table (see `upkeep::tombstone_retention`).
+pub const PROP_TOMBSTONE_RETENTION: &str = "delta.deletedFileRetentionDuration";
 
 #[derive(Debug, thiserror::Error)]
 pub enum TableError {
@@ -303,6 +306,19 @@ impl TableStore {
             return Err(refuse(format!(
                 "has delta.setTransactionRetentionDuration = {d}: Delta would expire the `txn` progress markers after it, and a restart or replay would then apply events twice or skip them; unset the property (ALTER TABLE ... UNSET TBLPROPERTIES) to let changelake write"
             )));
+        }
+        // A table created before changelake set it keeps Delta's week of
+        // tombstones; a value someone set is theirs to keep.
+        let week = std::time::Duration::from_secs(7 * 24 * 3600);
+        match self.meta.layout.vacuum_retention {
+            Some(r) if r < week && !props.contains_key(PROP_TOMBSTONE_RETENTION) => {
+                tracing::warn!(
+                    table = %self.meta.name,
+                    suggested = %upkeep::interval(upkeep::tombstone_retention(r)),
+                    "delta.deletedFileRetentionDuration is unset: checkpoints keep every tombstone for 7 days and upkeep slows down with churn; set it (docs/operations.md, table upkeep)"
+                );
+            }
+            _ => {}
         }
         let has_dvs = props.get("delta.enableDeletionVectors").map(String::as_str) == Some("true");
         if self.meta.layout.deletion_vectors && !has_dvs {

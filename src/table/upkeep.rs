@@ -20,10 +20,39 @@ use deltalake::{DeltaTable, ObjectStore, Path};
 use futures::StreamExt;
 use object_store::ObjectStoreExt;
 use std::collections::HashSet;
+use std::time::Duration;
 
 /// Files no commit references are vacuumed only once at least this old, even
 /// with a shorter retention (another writer's file may await its commit).
 pub(super) const ORPHAN_MIN_AGE_MS: i64 = 3_600_000;
+
+/// How long checkpoints keep the tombstone of a removed file, for a table
+/// vacuumed after `vacuum_retention` (its `delta.deletedFileRetentionDuration`,
+/// set when changelake creates the table). Delta's default keeps them a week
+/// whatever the vacuum does: a merge-on-read table replacing tens of
+/// deletion vectors per commit then carries hundreds of thousands of
+/// tombstones per day into every checkpoint, and each upkeep round (which
+/// reads and writes the checkpoint) grows slower until the daemon falls
+/// behind (seen in the soak: 62,000 tombstones after 30 minutes).
+///
+/// Longer than the vacuum's retention, so every tombstone stays visible to
+/// upkeep rounds for a while after it became old enough to vacuum (by
+/// `vacuum_retention`, at most a day, at least 10 minutes in all): its file
+/// is deleted by the vacuum, not left to the orphan sweep.
+pub(crate) fn tombstone_retention(vacuum_retention: Duration) -> Duration {
+    const DAY: Duration = Duration::from_secs(24 * 3600);
+    const FLOOR: Duration = Duration::from_secs(600);
+    (vacuum_retention + vacuum_retention.min(DAY)).max(FLOOR)
+}
+
+/// A duration as a Delta interval property value (`interval 600 seconds`).
+pub(crate) fn interval(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("interval {} seconds", d.as_secs())
+    } else {
+        format!("interval {} milliseconds", d.as_millis())
+    }
+}
 
 /// What one round of upkeep deleted.
 #[derive(Debug, Default, Clone, Copy)]
@@ -323,6 +352,19 @@ impl Needed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tombstones_outlive_the_vacuum_retention_by_as_much_again_within_bounds() {
+        let min = |m: u64| Duration::from_secs(60 * m);
+        // The soak's 5 minutes: 10 (also the floor, which covers 0s in tests).
+        assert_eq!(tombstone_retention(min(5)), min(10));
+        assert_eq!(tombstone_retention(Duration::ZERO), min(10));
+        assert_eq!(tombstone_retention(min(60)), min(120));
+        // The default week: one more day, not another week.
+        assert_eq!(tombstone_retention(min(7 * 24 * 60)), min(8 * 24 * 60));
+        assert_eq!(interval(min(10)), "interval 600 seconds");
+        assert_eq!(interval(Duration::from_millis(1500)), "interval 1500 milliseconds");
+    }
 
     fn file(path: &str, removed_at: i64, dv: Option<&str>) -> CheckpointFile {
         CheckpointFile { path: path.into(), removed_at, dv: dv.map(str::to_string) }

@@ -125,32 +125,62 @@ impl Filling {
 }
 
 /// The verdict over the windows after warm-up.
+///
+/// Growth compares spans, not single windows: the first span after warm-up
+/// with the last one, each as long as the warm-up's half (5 minutes of a
+/// 30-minute run). A 30 s window's mean RSS swings by several percent with
+/// where the commits and upkeep rounds fall in it; a leak shows as the last
+/// span above the first.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Verdict {
-    /// Mean RSS of the first window after warm-up.
+    /// Mean RSS over the first span after warm-up.
     pub rss_baseline: u64,
-    /// Mean RSS of the last window.
+    /// Mean RSS over the last span.
     pub rss_end: u64,
-    /// Largest window mean after warm-up over the baseline, minus one.
-    pub rss_growth_max: f64,
-    /// Last window's mean over the baseline, minus one.
-    pub rss_growth_end: f64,
+    /// `rss_end` over `rss_baseline`, minus one.
+    pub rss_growth: f64,
+    /// Smallest and largest window mean after warm-up.
+    pub rss_window_range: (u64, u64),
+    /// Largest lag in the first span after warm-up and in the last span.
+    pub lag_first: u64,
+    pub lag_last: u64,
     pub max_lag_after_warmup: u64,
     pub p99_after_warmup_max: f64,
 }
 
-/// Judges the windows ending after `warmup` seconds; `None` without any.
-pub fn verdict(windows: &[Window], warmup: f64) -> Option<Verdict> {
+impl Verdict {
+    /// RSS grew by less than 5% between the spans.
+    pub fn flat(&self) -> bool {
+        self.rss_growth < 0.05
+    }
+
+    /// The lag did not grow: the last span's largest lag is at most twice
+    /// the first span's (the windows are independent samples of a bounded
+    /// lag; a daemon falling behind grows it without end).
+    pub fn lag_bounded(&self) -> bool {
+        self.lag_last <= 2 * self.lag_first.max(1)
+    }
+}
+
+/// Judges the windows ending after `warmup` seconds, with spans of `span`
+/// seconds; `None` without any.
+pub fn verdict(windows: &[Window], warmup: f64, span: f64) -> Option<Verdict> {
     let after: Vec<&Window> = windows.iter().filter(|w| w.at > warmup).collect();
-    let base = after.first()?.rss_mean.max(1);
-    let end = after.last()?.rss_mean;
-    let growth = |r: u64| r as f64 / base as f64 - 1.0;
+    let (first_at, last_at) = (after.first()?.at, after.last()?.at);
+    let first: Vec<&Window> = after.iter().copied().filter(|w| w.at < first_at + span).collect();
+    let last: Vec<&Window> = after.iter().copied().filter(|w| w.at > last_at - span).collect();
+    let mean = |ws: &[&Window]| ws.iter().map(|w| w.rss_mean).sum::<u64>() / ws.len() as u64;
+    let lag = |ws: &[&Window]| ws.iter().map(|w| w.max_lag).max().unwrap_or(0);
+    let (base, end) = (mean(&first).max(1), mean(&last));
+    let rss = after.iter().map(|w| w.rss_mean);
     Some(Verdict {
         rss_baseline: base,
         rss_end: end,
-        rss_growth_max: after.iter().map(|w| growth(w.rss_mean)).fold(0.0, f64::max),
-        rss_growth_end: growth(end),
-        max_lag_after_warmup: after.iter().map(|w| w.max_lag).max().unwrap_or(0),
+        rss_growth: end as f64 / base as f64 - 1.0,
+        rss_window_range: (rss.clone().min().unwrap_or(0), rss.max().unwrap_or(0)),
+        lag_first: lag(&first),
+        lag_last: lag(&last),
+        max_lag_after_warmup: lag(&after),
         p99_after_warmup_max: after
             .iter()
             .map(|w| w.p99)
@@ -169,6 +199,8 @@ pub struct Heading {
     pub max_age_ms: u64,
     pub layout: String,
     pub warmup: f64,
+    /// Length of the spans the verdict compares (see [`Verdict`]).
+    pub span: f64,
 }
 
 fn mb(b: u64) -> f64 {
@@ -177,7 +209,7 @@ fn mb(b: u64) -> f64 {
 
 /// The report as Markdown and JSON.
 pub fn render(h: &Heading, windows: &[Window], overall: &Histogram) -> (String, serde_json::Value) {
-    let v = verdict(windows, h.warmup);
+    let v = verdict(windows, h.warmup, h.span);
     let mut md = String::new();
     let _ = writeln!(
         md,
@@ -187,13 +219,19 @@ pub fn render(h: &Heading, windows: &[Window], overall: &Histogram) -> (String, 
     if let Some(v) = &v {
         let _ = writeln!(
             md,
-            "After a warm-up of {:.0} s: RSS {:.0} MB at the first window, {:.0} MB at the last ({:+.1}%), largest window {:+.1}% ({}); lag at most {} events, window p99 latency at most {:.2} s; overall p50 {:.2} s, p99 {:.2} s, max {:.2} s over {} events.\n",
+            "After a warm-up of {:.0} s: mean RSS {:.0} MB over the first {:.0} s, {:.0} MB over the last {:.0} s ({:+.1}%: {}; window means {:.0}-{:.0} MB); largest lag {} events in the first span, {} in the last ({}), at most {} events, window p99 latency at most {:.2} s; overall p50 {:.2} s, p99 {:.2} s, max {:.2} s over {} events.\n",
             h.warmup,
             mb(v.rss_baseline),
+            h.span,
             mb(v.rss_end),
-            v.rss_growth_end * 100.0,
-            v.rss_growth_max * 100.0,
-            if v.rss_growth_max < 0.05 { "under 5%: flat" } else { "**5% or more**" },
+            h.span,
+            v.rss_growth * 100.0,
+            if v.flat() { "under 5%, flat" } else { "**5% or more**" },
+            mb(v.rss_window_range.0),
+            mb(v.rss_window_range.1),
+            v.lag_first,
+            v.lag_last,
+            if v.lag_bounded() { "bounded" } else { "**growing**" },
             v.max_lag_after_warmup,
             v.p99_after_warmup_max,
             overall.quantile(0.5),
@@ -226,13 +264,17 @@ pub fn render(h: &Heading, windows: &[Window], overall: &Histogram) -> (String, 
     let j = json!({
         "rate": h.rate, "seconds": h.secs, "partitions": h.partitions, "keys": h.keys,
         "max_age_ms": h.max_age_ms, "layout": h.layout, "warmup_seconds": h.warmup,
+        "span_seconds": h.span,
         "latency_p50_seconds": num(overall.quantile(0.5)),
         "latency_p99_seconds": num(overall.quantile(0.99)),
         "latency_max_seconds": num(overall.max()),
         "events_measured": overall.count(),
         "verdict": v.as_ref().map(|v| json!({
             "rss_baseline_bytes": v.rss_baseline, "rss_end_bytes": v.rss_end,
-            "rss_growth_max": v.rss_growth_max, "rss_growth_end": v.rss_growth_end,
+            "rss_growth": v.rss_growth, "rss_flat": v.flat(),
+            "rss_window_min_bytes": v.rss_window_range.0, "rss_window_max_bytes": v.rss_window_range.1,
+            "lag_first_span_events": v.lag_first, "lag_last_span_events": v.lag_last,
+            "lag_bounded": v.lag_bounded(),
             "max_lag_events": v.max_lag_after_warmup, "window_p99_max_seconds": v.p99_after_warmup_max,
         })),
         "windows": windows.iter().map(|w| json!({
@@ -283,21 +325,28 @@ mod tests {
     }
 
     #[test]
-    fn verdict_ignores_warm_up_and_reports_the_largest_growth() {
+    fn verdict_ignores_warm_up_and_compares_the_first_and_last_spans() {
         let w = [
             window(60.0, 50, 90_000, 9.0), // warm-up: ignored
             window(120.0, 200, 3_000, 1.2),
-            window(180.0, 212, 4_000, 1.5),
+            window(180.0, 240, 4_000, 1.5), // a noisy window: part of the range only
             window(240.0, 204, 2_000, 1.1),
+            window(300.0, 212, 7_000, 1.1),
         ];
-        let v = verdict(&w, 100.0).unwrap();
-        assert_eq!(v.rss_baseline, 200);
-        assert_eq!(v.rss_end, 204);
-        assert!((v.rss_growth_max - 0.06).abs() < 1e-9);
-        assert!((v.rss_growth_end - 0.02).abs() < 1e-9);
-        assert_eq!(v.max_lag_after_warmup, 4_000);
+        let v = verdict(&w, 100.0, 100.0).unwrap();
+        // First span: 120 and 180 (mean 220); last span: 240 and 300 (mean 208).
+        assert_eq!((v.rss_baseline, v.rss_end), (220, 208));
+        assert!((v.rss_growth - (208.0 / 220.0 - 1.0)).abs() < 1e-9);
+        assert!(v.flat());
+        assert_eq!(v.rss_window_range, (200, 240));
+        assert_eq!((v.lag_first, v.lag_last, v.max_lag_after_warmup), (4_000, 7_000, 7_000));
+        assert!(v.lag_bounded());
         assert_eq!(v.p99_after_warmup_max, 1.5);
-        assert!(verdict(&w, 500.0).is_none());
+        assert!(verdict(&w, 500.0, 100.0).is_none());
+        // A leak: the last span well above the first; a lag growing without end.
+        let leak = [window(120.0, 200, 1_000, 1.0), window(240.0, 230, 9_000, 5.0)];
+        let v = verdict(&leak, 100.0, 60.0).unwrap();
+        assert!(!v.flat() && !v.lag_bounded());
         let (md, j) = render(
             &Heading {
                 rate: 1,
@@ -307,12 +356,14 @@ mod tests {
                 max_age_ms: 1,
                 layout: String::new(),
                 warmup: 100.0,
+                span: 60.0,
             },
-            &w,
+            &leak,
             &Histogram::default(),
         );
-        assert!(md.contains("**5% or more**"), "{md}");
-        assert_eq!(j["windows"].as_array().unwrap().len(), 4);
+        assert!(md.contains("**5% or more**") && md.contains("**growing**"), "{md}");
+        assert_eq!(j["windows"].as_array().unwrap().len(), 2);
+        assert_eq!(j["verdict"]["rss_flat"], false);
     }
 
     #[test]
