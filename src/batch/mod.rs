@@ -449,7 +449,8 @@ fn type_rows(
         match rows {
             Cow::Owned(rows) => {
                 for mut r in rows {
-                    let (cells, extra) = (std::mem::take(&mut r.cells), std::mem::take(&mut r.extra));
+                    let (cells, extra) =
+                        (std::mem::take(&mut r.cells), std::mem::take(&mut r.extra));
                     one(&r, cells, extra);
                 }
             }
@@ -536,7 +537,8 @@ impl Typer<'_> {
                     Ok(v) => data[i] = v,
                     Err(e) => return Err(dead("type", format!("column `{}`: {e}", columns[i].0))),
                 },
-                Some(i) => match convert(connect_bytes(v, columns[i].1, table), columns[i].1, text) {
+                Some(i) => match convert(connect_bytes(v, columns[i].1, table), columns[i].1, text)
+                {
                     Ok(v) => data[i] = v,
                     Err(e) => return Err(dead("type", format!("column `{}`: {e}", columns[i].0))),
                 },

@@ -180,6 +180,11 @@ Writes bench.json, bench.md and bench.svg (seconds per run, both engines) to --d
         /// numbers and timestamps), wide (44: crm plus 24 custom fields).
         #[arg(long, default_value = "crm")]
         columns: String,
+        /// What an update changes: `all` columns, or N of them (chosen per
+        /// update, the rest as loaded; `modifiedon` and `versionnumber`
+        /// always change), as CRM edits do.
+        #[arg(long, value_name = "N", default_value = "all")]
+        changed_columns: String,
         /// Percent shares besides updates: insert=5,delete=2,late=3,duplicate=5
         #[arg(long, default_value = "insert=5,delete=2,late=3,duplicate=5")]
         mix: String,

@@ -14,7 +14,7 @@ use self::args::{Cli, Cmd, LogFormat};
 use crate::commands::{offsets, probe, replay, run, show, tables};
 use crate::tools::bench::{self, BenchOpts};
 use crate::tools::demo;
-use crate::tools::workload::{Distribution, Mix, Shape};
+use crate::tools::workload::{Changes, Distribution, Mix, Shape};
 
 /// Threads of the runtime's blocking pool (see `main`).
 const BLOCKING_THREADS: usize = 8;
@@ -157,6 +157,7 @@ fn bench_opts(cmd: Cmd) -> Result<BenchOpts> {
         strategies,
         distribution,
         columns,
+        changed_columns,
         mix,
         seed,
         no_deltars,
@@ -192,6 +193,7 @@ fn bench_opts(cmd: Cmd) -> Result<BenchOpts> {
             .collect(),
         distribution,
         shape: Shape::parse(&columns)?,
+        changes: Changes::parse(&changed_columns)?,
         mix: Mix::parse(&mix)?,
         seed,
         deltars: !no_deltars,

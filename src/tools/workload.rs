@@ -56,6 +56,38 @@ impl Shape {
     }
 }
 
+/// What an update changes in its row.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Changes {
+    /// Every generated column takes new values.
+    All,
+    /// This many columns (chosen per update) take new values and the rest
+    /// keep the loaded row's, as CRM edits do; `modifiedon` and
+    /// `versionnumber` change with every update, as the CRM stamps them.
+    Columns(u32),
+}
+
+impl std::fmt::Display for Changes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Changes::All => f.write_str("all columns"),
+            Changes::Columns(n) => write!(f, "{n} columns"),
+        }
+    }
+}
+
+impl Changes {
+    /// `--changed-columns`: `all` or a number.
+    pub fn parse(s: &str) -> Result<Changes> {
+        match s {
+            "all" => Ok(Changes::All),
+            n => n.parse().map(Changes::Columns).map_err(|_| {
+                Error::Usage(format!("--changed-columns: `{s}` (all, or a number of columns)"))
+            }),
+        }
+    }
+}
+
 /// Shares of a batch, in percent (the rest are updates).
 #[derive(Debug, Clone, Copy)]
 pub struct Mix {
@@ -141,6 +173,7 @@ pub struct Workload {
     mix: Mix,
     dist: Distribution,
     shape: Shape,
+    changes: Changes,
 }
 
 impl Workload {
@@ -154,6 +187,7 @@ impl Workload {
             mix,
             dist,
             shape: Shape::Crm,
+            changes: Changes::All,
         }
     }
 
@@ -162,17 +196,59 @@ impl Workload {
         self
     }
 
+    pub fn with_changes(mut self, changes: Changes) -> Workload {
+        self.changes = changes;
+        self
+    }
+
+    /// Columns an update may change, besides `modifiedon` and `versionnumber`.
+    fn editable(shape: Shape) -> u64 {
+        match shape {
+            Shape::Narrow => 3,
+            Shape::Crm => 12,
+            Shape::Wide => 36,
+        }
+    }
+
+    /// Per editable column: the seed its value derives from at `version` —
+    /// the version's own, or the loaded row's (version 0) for a column this
+    /// update leaves alone.
+    fn seeds(shape: Shape, key: u64, version: u64, changes: Changes) -> Vec<u64> {
+        let seed = |v: u64| Rng(key.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ v).next();
+        let (loaded, now) = (seed(0), seed(version));
+        let n = Self::editable(shape) as usize;
+        match changes {
+            Changes::All => vec![now; n],
+            Changes::Columns(k) => {
+                let mut order: Vec<usize> = (0..n).collect();
+                let mut r = Rng(now ^ 0x5EED);
+                // The first k of a partial shuffle: k distinct columns.
+                for i in 0..(k as usize).min(n) {
+                    let j = i + r.below((n - i) as u64) as usize;
+                    order.swap(i, j);
+                }
+                let mut s = vec![loaded; n];
+                for &c in order.iter().take(k as usize) {
+                    s[c] = now;
+                }
+                s
+            }
+        }
+    }
+
     /// One account row as the Debezium `after` object.
-    fn row(out: &mut String, shape: Shape, key: u64, version: u64) {
+    fn row(out: &mut String, shape: Shape, key: u64, version: u64, changes: Changes) {
+        let s = Self::seeds(shape, key, version, changes);
+        // Stamped by every update.
         let h = Rng(key.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ version).next();
         if shape == Shape::Narrow {
             let _ = write!(
                 out,
                 "{{\"accountid\":{key},\"statecode\":{},\"balance\":{}.{:02},\"creditlimit\":{}.0,\"modifiedon\":\"2026-{:02}-{:02}T{:02}:{:02}:00Z\",\"versionnumber\":{version}}}",
-                (h >> 40) % 2,
-                (h >> 24) % 50_000_000,
-                (h >> 30) % 100,
-                ((h >> 28) % 1_000) * 1_000,
+                (s[0] >> 40) % 2,
+                (s[1] >> 24) % 50_000_000,
+                (s[1] >> 30) % 100,
+                ((s[2] >> 28) % 1_000) * 1_000,
                 1 + (h >> 44) % 12,
                 1 + (h >> 48) % 28,
                 (h >> 52) % 24,
@@ -180,8 +256,9 @@ impl Workload {
             );
             return;
         }
-        let city = CITIES[(h % 12) as usize];
-        let word = WORDS[((h >> 8) % 8) as usize];
+        let city = CITIES[(s[1] % 12) as usize];
+        let word = WORDS[((s[0] >> 8) % 8) as usize];
+        let (dcity, dword) = (CITIES[(s[9] % 12) as usize], WORDS[((s[9] >> 8) % 8) as usize]);
         let _ = write!(
             out,
             "{{\"accountid\":{key},\"name\":\"Account {key} {word}\",\"accountnumber\":\"AC-{key:08}\",\"address1_city\":\"{city}\",\
@@ -189,30 +266,30 @@ impl Workload {
              \"emailaddress1\":\"info@account{key}.example\",\"websiteurl\":\"https://account{key}.example\",\
              \"industrycode\":{},\"revenue\":{}.{:02},\"numberofemployees\":{},\"statecode\":{},\"ownerid\":\"{:016x}\",\
              \"createdon\":\"2024-{:02}-{:02}T08:00:00Z\",\"modifiedon\":\"2026-{:02}-{:02}T{:02}:{:02}:00Z\",\
-             \"description\":\"{word} customer in {city}, segment {}\",\"creditlimit\":{}.0,\"donotemail\":{},\"versionnumber\":{version}}}",
-            h % 100_000,
-            30 + h % 70,
-            (h >> 12) % 10_000_000,
-            (h >> 20) % 40,
-            (h >> 24) % 50_000_000,
-            (h >> 30) % 100,
-            (h >> 32) % 5_000,
-            (h >> 40) % 2,
-            h.rotate_left(17),
+             \"description\":\"{dword} customer in {dcity}, segment {}\",\"creditlimit\":{}.0,\"donotemail\":{},\"versionnumber\":{version}}}",
+            s[2] % 100_000,
+            30 + s[3] % 70,
+            (s[3] >> 12) % 10_000_000,
+            (s[4] >> 20) % 40,
+            (s[5] >> 24) % 50_000_000,
+            (s[5] >> 30) % 100,
+            (s[6] >> 32) % 5_000,
+            (s[7] >> 40) % 2,
+            s[8].rotate_left(17),
             1 + key % 12,
             1 + key % 28,
             1 + (h >> 44) % 12,
             1 + (h >> 48) % 28,
             (h >> 52) % 24,
             (h >> 56) % 60,
-            (h >> 36) % 9,
-            ((h >> 28) % 1_000) * 1_000,
-            (h >> 61) % 2 == 1,
+            (s[9] >> 36) % 9,
+            ((s[10] >> 28) % 1_000) * 1_000,
+            (s[11] >> 61) % 2 == 1,
         );
         if shape == Shape::Wide {
             out.pop(); // the closing brace
             for i in 0..24u64 {
-                let g = Rng(h ^ i).next();
+                let g = Rng(s[12 + i as usize] ^ i).next();
                 let _ = match i % 4 {
                     0 => write!(
                         out,
@@ -234,15 +311,16 @@ impl Workload {
         }
     }
 
-    fn envelope(out: &mut String, shape: Shape, op: char, key: u64, lsn: u64, version: u64) {
+    fn envelope(&self, out: &mut String, op: char, key: u64, lsn: u64, version: u64) {
+        let (shape, changes) = (self.shape, self.changes);
         let ts = 1_764_000_000_000u64 + lsn % 1_000_000_000;
         out.push_str("{\"before\":");
         if op == 'd' {
-            Self::row(out, shape, key, version);
+            Self::row(out, shape, key, version, changes);
             out.push_str(",\"after\":null");
         } else {
             out.push_str("null,\"after\":");
-            Self::row(out, shape, key, version);
+            Self::row(out, shape, key, version, changes);
         }
         let _ = writeln!(
             out,
@@ -256,7 +334,7 @@ impl Workload {
     pub fn load_chunk(&self, from: u64, to: u64) -> String {
         let mut out = String::with_capacity(((to - from) * 800) as usize);
         for k in from..to {
-            Self::envelope(&mut out, self.shape, 'r', k, 2 * k + 2, 0);
+            self.envelope(&mut out, 'r', k, 2 * k + 2, 0);
         }
         out
     }
@@ -299,18 +377,18 @@ impl Workload {
                 let k = self.next_key;
                 self.next_key += 1;
                 self.lsn += 1;
-                Self::envelope(&mut out, self.shape, 'c', k, self.lsn, self.lsn);
+                self.envelope(&mut out, 'c', k, self.lsn, self.lsn);
             } else if roll < m.duplicate + m.insert + m.delete {
                 let k = self.pick();
                 self.lsn += 1;
-                Self::envelope(&mut out, self.shape, 'd', k, self.lsn, self.lsn);
+                self.envelope(&mut out, 'd', k, self.lsn, self.lsn);
             } else if roll < m.duplicate + m.insert + m.delete + m.late {
                 let k = self.pick();
-                Self::envelope(&mut out, self.shape, 'u', k, 2 * k + 1, 1);
+                self.envelope(&mut out, 'u', k, 2 * k + 1, 1);
             } else {
                 let k = self.pick();
                 self.lsn += 1;
-                Self::envelope(&mut out, self.shape, 'u', k, self.lsn, self.lsn);
+                self.envelope(&mut out, 'u', k, self.lsn, self.lsn);
             }
             starts.push(start);
         }
@@ -377,6 +455,41 @@ mod tests {
         let oldest = keys.iter().filter(|&&k| k < 33_000).count();
         assert!(newest > 4700 && newest < 5300, "{newest} of 10000 on the newest 6%");
         assert!(oldest > 800 && oldest < 1200, "{oldest} of 10000 on the oldest third");
+    }
+
+    #[test]
+    fn an_update_changes_the_given_number_of_columns_plus_the_crm_stamps() {
+        let wl = |c| {
+            Workload::new(9, 1000, Mix::parse("").unwrap(), Distribution::Uniform)
+                .with_shape(Shape::Wide)
+                .with_changes(c)
+        };
+        let loaded: Vec<serde_json::Value> = wl(Changes::All)
+            .load_chunk(0, 1000)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        for (changes, expect) in [(Changes::Columns(3), 3..=3), (Changes::All, 20..=36)] {
+            let text = wl(changes).batch(200);
+            for l in text.lines() {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                let after = v["after"].as_object().unwrap();
+                let key = after["accountid"].as_u64().unwrap() as usize;
+                let before = loaded[key]["after"].as_object().unwrap();
+                let changed: Vec<&String> = after
+                    .keys()
+                    .filter(|k| !["modifiedon", "versionnumber"].contains(&k.as_str()))
+                    .filter(|k| after[*k] != before[*k])
+                    .collect();
+                // A new value may equal the old one by chance (flags, small ranges).
+                let n = changed.len();
+                assert!(n <= *expect.end() && n + 2 >= *expect.start(), "{changes:?}: {changed:?}");
+                assert_ne!(after["versionnumber"], before["versionnumber"]);
+            }
+        }
+        assert_eq!(Changes::parse("4").unwrap(), Changes::Columns(4));
+        assert_eq!(Changes::parse("all").unwrap(), Changes::All);
+        assert!(Changes::parse("some").is_err());
     }
 
     #[test]

@@ -178,8 +178,9 @@ fn config_text(opts: &BenchOpts) -> String {
 
 /// The update batches, written once and shared by every engine.
 fn write_batches(opts: &BenchOpts) -> Result<Vec<PathBuf>> {
-    let mut wl =
-        Workload::new(opts.seed, opts.keys, opts.mix, opts.distribution).with_shape(opts.shape);
+    let mut wl = Workload::new(opts.seed, opts.keys, opts.mix, opts.distribution)
+        .with_shape(opts.shape)
+        .with_changes(opts.changes);
     let mut files = vec![];
     let t_gen = Instant::now();
     for i in 0..opts.runs {
@@ -287,6 +288,7 @@ async fn load(
         let to = (from + opts.load_chunk as u64).min(opts.keys);
         let text = Workload::new(opts.seed, opts.keys, opts.mix, opts.distribution)
             .with_shape(opts.shape)
+            .with_changes(opts.changes)
             .load_chunk(from, to);
         n += 1;
         apply(&mut runner, &format!("load-{n:05}"), text.as_bytes(), paths).await?;

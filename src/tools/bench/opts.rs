@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use crate::tools::workload::{Distribution, Mix, Shape};
+use crate::tools::workload::{Changes, Distribution, Mix, Shape};
 
 #[derive(Debug, Clone)]
 pub struct BenchOpts {
@@ -15,6 +15,7 @@ pub struct BenchOpts {
     pub strategies: Vec<String>,
     pub distribution: Distribution,
     pub shape: Shape,
+    pub changes: Changes,
     pub mix: Mix,
     pub seed: u64,
     pub deltars: bool,

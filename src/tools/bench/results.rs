@@ -76,12 +76,13 @@ impl Output {
         let mut md = String::new();
         let _ = writeln!(
             md,
-            "\n## changelake bench: {} keys, {} runs of {} events, {:?} keys, {:?} columns, mix insert={}% delete={}% late={}% duplicate={}% (rest updates){}\n",
+            "\n## changelake bench: {} keys, {} runs of {} events, {:?} keys, {:?} columns, updates change {}, mix insert={}% delete={}% late={}% duplicate={}% (rest updates){}\n",
             opts.keys,
             opts.runs,
             opts.batch,
             opts.distribution,
             opts.shape,
+            opts.changes,
             opts.mix.insert,
             opts.mix.delete,
             opts.mix.late,
@@ -89,11 +90,12 @@ impl Output {
             opts.table_option.as_deref().map(|o| format!(", layout {{{o}}}")).unwrap_or_default()
         );
         let title = format!(
-            "{} keys, {} events per run, {} keys, {} columns, layout: {}",
+            "{} keys, {} events per run, {} keys, {} columns, updates change {}, layout: {}",
             opts.keys,
             opts.batch,
             format!("{:?}", opts.distribution).to_lowercase(),
             format!("{:?}", opts.shape).to_lowercase(),
+            opts.changes,
             opts.table_option.as_deref().unwrap_or("default (copy-on-write)")
         );
         Output { json: serde_json::Map::new(), md, title }
