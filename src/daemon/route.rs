@@ -74,10 +74,13 @@ pub(super) fn route(slots: &mut [Slot], opts: &RunOpts, received: Received) -> V
             }
             Err(_) if Some(i) != owner => {}
             Err(e) => {
-                let (error, reason) = (e.error.clone(), e.reason);
-                let Some((_, Payload::Bytes(raw))) = owned.take() else {
-                    unreachable!("a message that did not decode keeps its bytes")
+                // Copied, not taken: the tables after this one still move
+                // their offsets past the message.
+                let raw = match &owned {
+                    Some((_, Payload::Bytes(raw))) => raw.clone(),
+                    _ => unreachable!("a message that did not decode keeps its bytes"),
                 };
+                let (error, reason) = (e.error.clone(), e.reason);
                 b.bytes += raw.len();
                 b.dead.push(Unparsable { partition: p, pos: off as u64, raw, error, reason });
             }
