@@ -23,6 +23,7 @@ use object_store::ObjectStoreExt;
 use super::actions::{self, DataChange, FileAction};
 use super::files::FileMeta;
 use super::index::PlacedFile;
+use super::parquet::Codec;
 use super::Result;
 use super::{
     TableError, TableStore, PROP_EXACT_TYPES, PROP_KEY, PROP_STRATEGY, PROP_TOMBSTONE_RETENTION,
@@ -84,6 +85,7 @@ pub(super) struct OutFile {
 /// An encoded data file ready to store.
 pub(super) struct EncodedFile {
     pub(super) current: bool,
+    pub(super) codec: Codec,
     pub(super) keys: Vec<Key>,
     pub(super) rows: usize,
     pub(super) bytes: Vec<u8>,
@@ -177,15 +179,16 @@ impl TableStore {
         exec: i64,
         pc: &mut PendingCommit,
     ) -> Result<()> {
-        let EncodedFile { current, keys, rows, bytes, stats } = file;
+        let EncodedFile { current, codec, keys, rows, bytes, stats } = file;
         if rows == 0 {
             return Ok(());
         }
         self.file_counter += 1;
         let name = format!(
-            "part-{exec:010}-{:05}-{}.zstd.parquet",
+            "part-{exec:010}-{:05}-{}.{}.parquet",
             self.file_counter,
-            uuid::Uuid::new_v4()
+            uuid::Uuid::new_v4(),
+            codec.name()
         );
         let path = match self.meta.partition() {
             Some(p) => format!("{p}={current}/{name}"),

@@ -1,9 +1,9 @@
 //! Reading data files: whole files, chosen rows, chosen columns, always in
-//! the table's current schema, and the run's cache of decoded files.
+//! the table's current schema.
 //!
 //! A uniform update touches every file and decoding dominates, so files are
 //! decoded on all cores, a copy-on-write rewrite decodes each touched file
-//! once per run (the cache holds up to `CACHE_ROWS` rows), and reads that
+//! once per run (in the job that rewrites it, `rewrite.rs`), and reads that
 //! need a few rows use parquet row selections instead of decoding the rest.
 
 use std::collections::BTreeMap;
@@ -15,16 +15,12 @@ use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use deltalake::{DeltaTable, Path};
 use object_store::ObjectStoreExt;
 
-use super::convert::{build_array, cell};
+use super::convert::{build_array, cell, KeyCols};
 use super::{dv, Result};
 use super::{TableError, TableStore};
 use crate::merge::{Key, Spec};
 use crate::par::par_map;
 use crate::value::{DType, Value};
-
-/// Rows of touched files kept decoded between reading state and rewriting
-/// (beyond this, files are read twice rather than held in memory).
-pub(super) const CACHE_ROWS: usize = 4_000_000;
 
 #[derive(Debug, Clone)]
 pub(super) struct FileMeta {
@@ -236,129 +232,52 @@ impl TableStore {
         Ok(out)
     }
 
-    /// Reads and decodes files into the run cache, decoding on all cores
-    /// (a uniform update touches every file; decoding dominates).
-    pub(super) async fn prefetch(&self, ids: &[u32]) -> Result<()> {
-        let mut todo = vec![];
-        let mut rows = 0;
-        for &id in ids {
-            if self.cache.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&id) {
-                continue;
-            }
-            rows += self.files[id as usize].as_ref().map_or(0, |f| f.rows);
-            if rows > CACHE_ROWS {
-                break;
-            }
-            todo.push((id, self.fetch(id).await?));
-        }
-        let decoded = par_map(todo, |(id, bytes)| (id, self.decode_file(id, bytes, None)));
-        let mut c = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        for (id, d) in decoded {
-            c.insert(id, Arc::new(d?));
-        }
-        Ok(())
-    }
-
-    /// A file's batches, from the run's cache (filled by
-    /// [`TableStore::prefetch`]) or read now.
+    /// A file's batches, read and decoded now.
     pub(super) async fn batches(&self, id: u32) -> Result<Arc<Vec<RecordBatch>>> {
-        if let Some(b) = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&id) {
-            if b.first().is_none_or(|x| x.schema() == self.arrow_schema()) {
-                return Ok(b.clone());
-            }
-        }
         Ok(Arc::new(self.read_batches(id).await?))
     }
 
-    /// Business keys of a batch's rows (only the key columns are converted).
+    /// Business keys of a batch's rows (only the key columns are read, as
+    /// key bytes straight from Arrow: see [`KeyCols`]).
     pub(super) fn batch_keys(&self, spec: &Spec, batch: &RecordBatch) -> Vec<Option<Key>> {
-        let cols: Vec<(ArrayRef, DType)> = (spec.key.iter())
+        let cols: Vec<(Option<ArrayRef>, DType)> = (spec.key.iter())
             .map(|&i| {
                 let (name, t) = &self.columns[i];
-                let c = batch.column_by_name(name).cloned();
-                (
-                    c.unwrap_or_else(|| {
-                        deltalake::arrow::array::new_null_array(
-                            &deltalake::arrow::datatypes::DataType::Null,
-                            batch.num_rows(),
-                        )
-                    }),
-                    *t,
-                )
+                (batch.column_by_name(name).cloned(), *t)
             })
             .collect();
-        let mut vals = vec![Value::Null; cols.len()];
+        let cols = KeyCols::new(&cols);
+        let mut buf = Vec::with_capacity(32);
         (0..batch.num_rows())
-            .map(|r| {
-                for (j, (c, t)) in cols.iter().enumerate() {
-                    vals[j] = cell(c, r).convert(*t).unwrap_or(Value::Null);
-                }
-                crate::merge::key_from(vals.iter())
-            })
+            .map(|r| cols.encode(r, &mut buf).then(|| buf.as_slice().into()))
             .collect()
     }
 
     /// Reads chosen physical rows of several files (each list sorted), one
-    /// batch per file in row order. Files already decoded in the run cache
-    /// are taken from it; the others are read with a row selection, on all cores.
+    /// batch per file in row order, read with a row selection, on all cores.
     pub(super) async fn read_selected(
         &self,
         want: BTreeMap<u32, Vec<u32>>,
     ) -> Result<Vec<SelectedRows>> {
         let data_err = |msg: String| TableError::Data { uri: self.uri.clone(), msg };
         let schema = self.arrow_schema();
-        let mut out = vec![];
         let mut todo = vec![];
         for (id, rows) in want {
-            let cached = self.cache.lock().unwrap_or_else(|e| e.into_inner()).get(&id).cloned();
-            match cached.filter(|b| b.first().is_none_or(|x| x.schema() == schema)) {
-                Some(batches) => {
-                    // Take from each decoded batch its share of the rows; only the taken rows are copied.
-                    let (mut parts, mut next, mut start) = (vec![], 0, 0u32);
-                    for b in batches.iter() {
-                        let n = b.num_rows() as u32;
-                        let here = rows[next..].iter().take_while(|&&r| r < start + n).count();
-                        if here > 0 {
-                            let idx = deltalake::arrow::array::UInt32Array::from_iter_values(
-                                rows[next..next + here].iter().map(|r| r - start),
-                            );
-                            parts.push(
-                                deltalake::arrow::compute::take_record_batch(b, &idx)
-                                    .map_err(|e| data_err(e.to_string()))?,
-                            );
-                        }
-                        next += here;
-                        start += n;
-                    }
-                    if next < rows.len() {
-                        return Err(data_err(format!("file {id}: rows beyond its end selected")));
-                    }
-                    let taken = deltalake::arrow::compute::concat_batches(&schema, &parts)
-                        .map_err(|e| data_err(e.to_string()))?;
-                    out.push(SelectedRows { file: id, rows, batch: taken });
-                }
-                None => todo.push((id, rows, self.fetch(id).await?)),
-            }
+            todo.push((id, rows, self.fetch(id).await?));
         }
-        for r in par_map(todo, |(id, rows, bytes)| {
+        par_map(todo, |(id, rows, bytes)| {
             let batches = self.decode_file(id, bytes, Some(&rows))?;
-            let all = deltalake::arrow::compute::concat_batches(&self.arrow_schema(), &batches)
-                .map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e.to_string() })?;
+            let all = deltalake::arrow::compute::concat_batches(&schema, &batches)
+                .map_err(|e| data_err(e.to_string()))?;
             if all.num_rows() != rows.len() {
-                return Err(TableError::Data {
-                    uri: self.uri.clone(),
-                    msg: format!(
-                        "file {id}: {} of {} selected rows read",
-                        all.num_rows(),
-                        rows.len()
-                    ),
-                });
+                let msg =
+                    format!("file {id}: {} of {} selected rows read", all.num_rows(), rows.len());
+                return Err(data_err(msg));
             }
             Ok(SelectedRows { file: id, rows, batch: all })
-        }) {
-            out.push(r?);
-        }
-        Ok(out)
+        })
+        .into_iter()
+        .collect()
     }
 
     /// Reads only the named columns of a file (those it has; a column added

@@ -9,11 +9,12 @@
 //! | --- | --- |
 //! | `mod.rs` | open a table, check it is ours and fits the config |
 //! | `index.rs` | the key index: where each key's row lives, what it holds |
-//! | `files.rs` | reading data files, the run's cache of decoded files |
+//! | `files.rs` | reading data files: whole, chosen rows, chosen columns |
 //! | `state.rs` | building the index at open, loading what the merge needs |
 //! | `history.rs` | finding closed scd2 versions without decoding history |
 //! | `plan.rs` | pure layout decisions: rewrite or mask, waves, file sizes |
 //! | `stage.rs` | turning a merge output into files and actions |
+//! | `rewrite.rs` | copy-on-write: touched files rewritten with rows in place |
 //! | `closes.rs` | scd2 closes copied into history at the Arrow level |
 //! | `masks.rs` | merge-on-read: staging grown deletion vectors |
 //! | `dv.rs` | the deletion-vector codec |
@@ -44,6 +45,7 @@ mod index_snapshot;
 mod masks;
 mod parquet;
 mod plan;
+mod rewrite;
 mod scan;
 mod stage;
 mod state;
@@ -53,7 +55,6 @@ mod upkeep;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use deltalake::arrow::array::RecordBatch;
 use deltalake::{DeltaTable, DeltaTableError, ObjectStore};
 
 use crate::config::{Layout, Reserved, Strategy};
@@ -70,7 +71,7 @@ pub(crate) use commit::{create_table, NewTable};
 pub use commit::{CommitRequest, PendingCommit};
 pub use convert::cell;
 pub(crate) use file_stats::{file_stats, StatsColumns};
-pub(crate) use parquet::encode_parquet;
+pub(crate) use parquet::{encode_parquet, Codec};
 pub use scan::{KeyRange, Projected, ScanFile};
 pub use state::{ClosingRows, LoadedStates};
 pub use stats::{table_stats, TableStats};
@@ -206,8 +207,6 @@ pub struct TableStore {
     index: KeyIndex,
     pub last_exec: i64,
     file_counter: u64,
-    /// Decoded batches of the files the current run touches (see `files.rs`).
-    cache: std::sync::Mutex<HashMap<u32, Arc<Vec<RecordBatch>>>>,
     /// Key filters of history files, by path, loaded when late rows first
     /// need them (`None`: a file written without bloom filters).
     filters: std::sync::Mutex<HashMap<String, Option<Arc<KeyFilter>>>>,
@@ -249,7 +248,6 @@ impl TableStore {
             index: Default::default(),
             last_exec: 0,
             file_counter: 0,
-            cache: Default::default(),
             filters: Default::default(),
             unborn_store: Default::default(),
         };

@@ -1,10 +1,11 @@
 //! Parquet writing and the business-key bloom filters every file carries.
 //!
 //! One writer configuration for every file this crate writes (data tables
-//! and the dead-letter table): ZSTD level 1, no dictionaries, and split-block
-//! bloom filters on the business-key columns, which any parquet reader can
-//! use and which let late scd2 rows skip history files that cannot hold
-//! their keys ([`KeyFilter`]).
+//! and the dead-letter table): no dictionaries, split-block bloom filters on
+//! the business-key columns, which any parquet reader can use and which let
+//! late scd2 rows skip history files that cannot hold their keys
+//! ([`KeyFilter`]), and a codec chosen by how often the file is rewritten
+//! ([`Codec`]).
 
 use deltalake::arrow::array::RecordBatch;
 use deltalake::parquet::arrow::ArrowWriter;
@@ -141,18 +142,46 @@ where
         .map_err(|e| e.to_string())
 }
 
+/// How a data file is compressed, chosen by how often it is rewritten (see
+/// `plan::codec` and docs/performance.md, "Copy-on-write").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Codec {
+    /// Files later runs rewrite (copy-on-write current rows): on the bench's
+    /// CRM rows about 2.3x faster to compress and faster to read back than
+    /// ZSTD level 1, for about twice the bytes; also Spark's and delta-rs'
+    /// default.
+    Snappy,
+    /// Files written once and rarely read (history, merge-on-read current
+    /// files, dead letters): ZSTD level 1, half Snappy's bytes.
+    Zstd,
+}
+
+impl Codec {
+    /// The codec's name in data file names (`part-….snappy.parquet`, as Spark names them).
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Codec::Snappy => "snappy",
+            Codec::Zstd => "zstd",
+        }
+    }
+}
+
 pub(crate) fn encode_parquet(
     batch: &RecordBatch,
     key_columns: &[String],
+    codec: Codec,
 ) -> std::result::Result<Vec<u8>, String> {
     // ZSTD level 1: most of level 3's ratio on CRM text at about twice the speed. No
     // dictionaries: CRM columns are mostly unique text, where building a dictionary
     // and then falling back cost a quarter of the encoding time and ZSTD alone
     // compressed the bench table 17% smaller.
     let level = ZstdLevel::try_new(1).map_err(|e| e.to_string())?;
-    let mut props = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(level))
-        .set_dictionary_enabled(false);
+    let compression = match codec {
+        Codec::Snappy => Compression::SNAPPY,
+        Codec::Zstd => Compression::ZSTD(level),
+    };
+    let mut props =
+        WriterProperties::builder().set_compression(compression).set_dictionary_enabled(false);
     // Bloom filters on the business key (see `KeyFilter`), sized for the
     // file's rows at 1% false positives (the writer folds them down to fit).
     for k in key_columns.iter().filter(|k| batch.schema().index_of(k).is_ok()) {
@@ -177,14 +206,14 @@ pub(super) fn key_columns(spec: &Spec) -> Vec<String> {
     spec.key.iter().map(|&i| spec.names[i].clone()).collect()
 }
 
-/// Encodes batches on all cores, each with its Delta statistics; results in
-/// input order.
+/// Encodes batches on all cores, each with its codec and Delta statistics;
+/// results in input order.
 pub(super) fn encode_all(
-    batches: Vec<&RecordBatch>,
+    batches: Vec<(&RecordBatch, Codec)>,
     key_columns: &[String],
     stats: &StatsColumns,
 ) -> std::result::Result<Vec<(Vec<u8>, String)>, String> {
-    par_map(batches, |b| Ok((encode_parquet(b, key_columns)?, file_stats(b, stats))))
+    par_map(batches, |(b, c)| Ok((encode_parquet(b, key_columns, c)?, file_stats(b, stats))))
         .into_iter()
         .collect()
 }
@@ -226,7 +255,7 @@ mod tests {
         )
         .unwrap();
         let keys = vec!["id".to_string(), "n".to_string()];
-        let f = filter_of(encode_parquet(&batch, &keys).unwrap(), &keys)
+        let f = filter_of(encode_parquet(&batch, &keys, Codec::Zstd).unwrap(), &keys)
             .await
             .expect("filters written");
         for i in 0..5000i64 {
@@ -245,6 +274,8 @@ mod tests {
             "a type mismatch is a maybe"
         );
         // Files without filters (written before them) give no filter: they are scanned.
-        assert!(filter_of(encode_parquet(&batch, &[]).unwrap(), &keys).await.is_none());
+        assert!(filter_of(encode_parquet(&batch, &[], Codec::Snappy).unwrap(), &keys)
+            .await
+            .is_none());
     }
 }

@@ -32,6 +32,7 @@ use std::ops::Range;
 
 use super::files::FileMeta;
 use super::index::Location;
+use super::parquet::Codec;
 use crate::config::Layout;
 
 /// Smallest file a large insert is split into: small tables still get several
@@ -117,6 +118,18 @@ pub(super) fn plan_current(
         }
     }
     CurrentPlan { rewrite, masked }
+}
+
+/// The codec of a new data file: Snappy for the files later runs rewrite
+/// (copy-on-write current rows, where compressing and decompressing were a
+/// third of a run with ZSTD), ZSTD level 1 for the files written once
+/// (history, merge-on-read current files, which later runs mask instead).
+pub(super) fn codec(current: bool, layout: &Layout) -> Codec {
+    if current && !layout.deletion_vectors {
+        Codec::Snappy
+    } else {
+        Codec::Zstd
+    }
 }
 
 /// Groups files (in order) into waves of about [`WAVE_ROWS`] rows; a file
@@ -249,5 +262,15 @@ mod tests {
         let s: Vec<Range<usize>> = slices(7, 3).collect();
         assert_eq!(s, vec![0..3, 3..6, 6..7]);
         assert_eq!(slices(0, 3).count(), 0);
+    }
+
+    #[test]
+    fn only_files_later_runs_rewrite_are_written_with_the_fast_codec() {
+        let cow = layout(100, false);
+        let dv = layout(100, true);
+        assert_eq!(codec(true, &cow), Codec::Snappy);
+        assert_eq!(codec(false, &cow), Codec::Zstd, "history is written once");
+        assert_eq!(codec(true, &dv), Codec::Zstd, "merge-on-read masks instead of rewriting");
+        assert_eq!(codec(false, &dv), Codec::Zstd);
     }
 }
