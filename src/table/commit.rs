@@ -263,6 +263,7 @@ impl TableStore {
     }
 
     async fn commit_inner(&mut self, mut pc: PendingCommit, req: CommitRequest) -> Result<i64> {
+        let started = std::time::Instant::now();
         let mut txns: Vec<Transaction> = req.progress.iter().map(Mark::txn).collect();
         if let Some(e) = req.execution {
             txns.push(crate::progress::execution_txn(&self.meta.name, e));
@@ -325,7 +326,15 @@ impl TableStore {
             }
         };
         self.schema_changed = false;
-        self.finish_commit(pc, version as i64, req.execution)
+        let written = started.elapsed();
+        let v = self.finish_commit(pc, version as i64, req.execution);
+        tracing::debug!(
+            target: "changelake::table",
+            log_ms = written.as_secs_f64() * 1e3,
+            index_ms = (started.elapsed() - written).as_secs_f64() * 1e3,
+            "commit phases"
+        );
+        v
     }
 
     /// This table as its first commit creates it, with its identity in the

@@ -192,7 +192,9 @@ pub(crate) fn encode_parquet(
             .set_column_bloom_filter_max_ndv(path, batch.num_rows().max(1) as u64);
     }
     let props = props.build();
-    let mut buf = Vec::with_capacity(64 * 1024);
+    // Room for the whole file up front (compressed, it is smaller than the
+    // Arrow buffers): growing the buffer copied each file about twice more.
+    let mut buf = Vec::with_capacity(batch.get_array_memory_size().max(64 * 1024));
     let mut w =
         ArrowWriter::try_new(&mut buf, batch.schema(), Some(props)).map_err(|e| e.to_string())?;
     w.write(batch).map_err(|e| e.to_string())?;
