@@ -58,6 +58,16 @@ fn bench_runs_both_engines_on_every_shape_and_they_agree() {
             assert_eq!(t["runs"].as_array().map(|r| r.len()), Some(2), "{strategy}: {t}");
             assert!(t["events_per_second"].as_f64().unwrap() > 0.0);
             assert!(t["resident_bytes_per_key"].as_f64().is_some());
+            // Every run writes files and reports their bytes against this machine's rates.
+            for r in t["runs"].as_array().unwrap() {
+                assert!(r["bytes_written"].as_u64().unwrap() > 0, "{strategy}: {r}");
+            }
+            assert!(t["io_rates"]["write_bytes_per_second"].as_f64().unwrap() > 0.0, "{t}");
+        }
+        if layout == "file_rows: 500" {
+            // Copy-on-write rewrites stored files: it reads them.
+            let runs = j["account_scd1"]["runs"].as_array().unwrap();
+            assert!(runs.iter().all(|r| r["bytes_read"].as_u64().unwrap() > 0), "{runs:?}");
         }
         assert!(
             j["account_scd1"]["deltars"]["runs"].as_array().is_some_and(|r| r.len() == 2),

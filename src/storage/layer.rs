@@ -148,8 +148,12 @@ impl ObjectStore for Instrumented {
         payload: PutPayload,
         opts: PutOptions,
     ) -> Result<PutResult> {
-        self.retry("put", location, || self.inner.put_opts(location, payload.clone(), opts.clone()))
-            .await
+        let len = payload.content_length() as u64;
+        let r = self
+            .retry("put", location, || self.inner.put_opts(location, payload.clone(), opts.clone()))
+            .await?;
+        crate::telemetry::storage_bytes(&self.table, "written", len);
+        Ok(r)
     }
 
     async fn put_multipart_opts(
@@ -165,6 +169,9 @@ impl ObjectStore for Instrumented {
         let op = if options.head { "head" } else { "get" };
         self.retry(op, location, || async {
             let r = self.inner.get_opts(location, options.clone()).await?;
+            if !options.head {
+                crate::telemetry::storage_bytes(&self.table, "read", r.range.end - r.range.start);
+            }
             if !self.buffer_reads || options.head {
                 return Ok(r);
             }
@@ -187,7 +194,10 @@ impl ObjectStore for Instrumented {
     }
 
     async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
-        self.retry("get", location, || self.inner.get_ranges(location, ranges)).await
+        let r = self.retry("get", location, || self.inner.get_ranges(location, ranges)).await?;
+        let len = r.iter().map(|b| b.len() as u64).sum();
+        crate::telemetry::storage_bytes(&self.table, "read", len);
+        Ok(r)
     }
 
     fn delete_stream(

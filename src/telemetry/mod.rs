@@ -39,7 +39,7 @@ pub use self::health::{broker_probe, pending, readiness, set_assigned, set_commi
 pub use self::http::{render, serve};
 pub use self::registry::{
     metrics, register_partition, register_table, Metrics, DEAD_REASONS, DROP_REASONS,
-    STORAGE_OPERATIONS,
+    STORAGE_DIRECTIONS, STORAGE_OPERATIONS,
 };
 pub use self::repeat::{RepeatFilter, CLIENT_ERRORS};
 use crate::config::Strategy;
@@ -109,6 +109,11 @@ pub fn commit_retried(table: &str, attempt: u32, error: &dyn std::fmt::Display) 
 /// One request to a table's storage (retries included).
 pub fn storage_request(table: &str, operation: &'static str) {
     metrics().storage_requests.with_label_values(&[table, operation]).inc();
+}
+
+/// Bytes a table's storage answered with (`read`) or took (`written`).
+pub fn storage_bytes(table: &str, direction: &'static str, bytes: u64) {
+    metrics().storage_bytes.with_label_values(&[table, direction]).inc_by(bytes);
 }
 
 /// A storage request failed without an answer and is tried again.

@@ -74,6 +74,7 @@ pub struct Metrics {
     pub maintenance_failures: IntCounterVec,
     pub storage_requests: IntCounterVec,
     pub storage_retries: IntCounterVec,
+    pub storage_bytes: IntCounterVec,
 }
 
 /// Registers a metric and hands it back (metrics are cheap shared handles).
@@ -195,6 +196,12 @@ impl Metrics {
                 "Storage requests retried after a transient error (5xx, 429, timeout, reset).",
                 &["table", "operation"],
             ),
+            storage_bytes: counter(
+                &r,
+                "changelake_storage_bytes_total",
+                "Bytes read from and written to the table's storage (answered requests).",
+                &["table", "direction"],
+            ),
             registry: r,
         };
         m.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
@@ -205,6 +212,8 @@ impl Metrics {
 
 /// The `operation` label of the storage metrics.
 pub const STORAGE_OPERATIONS: &[&str] = &["get", "head", "put", "list", "delete", "copy", "rename"];
+/// Directions of `changelake_storage_bytes_total`.
+pub const STORAGE_DIRECTIONS: &[&str] = &["read", "written"];
 
 static METRICS: OnceLock<Metrics> = OnceLock::new();
 
@@ -254,6 +263,9 @@ pub fn register_table(table: &str, strategy: &str) {
     for op in STORAGE_OPERATIONS {
         m.storage_requests.with_label_values(&[table, op]);
         m.storage_retries.with_label_values(&[table, op]);
+    }
+    for d in STORAGE_DIRECTIONS {
+        m.storage_bytes.with_label_values(&[table, d]);
     }
     for h in [&m.batch_rows, &m.batch_bytes, &m.merge_seconds, &m.commit_seconds] {
         h.with_label_values(&[table]);

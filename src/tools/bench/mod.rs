@@ -28,6 +28,7 @@
 
 mod chart;
 mod deltars;
+mod io;
 mod memory;
 mod opts;
 mod results;
@@ -68,6 +69,7 @@ pub async fn run(opts: BenchOpts) -> Result<()> {
     };
     let files = write_batches(&opts)?;
     let mut out = Output::new(&opts);
+    out.io = Some(io::IoRates::measure(&opts.dir)?);
     let mut scd1_eps = None;
     for strategy in &opts.strategies {
         let local = bench_table(&config, strategy, &opts, &files, &mut scd1_eps, &mut out).await?;
@@ -158,6 +160,13 @@ fn storage_requests(table: &str) -> u64 {
     (changelake::telemetry::STORAGE_OPERATIONS.iter())
         .map(|op| m.storage_requests.with_label_values(&[table, op]).get())
         .sum()
+}
+
+/// Bytes read from and written to a table's store so far.
+fn storage_bytes(table: &str) -> (u64, u64) {
+    let m = changelake::telemetry::metrics();
+    let get = |d: &str| m.storage_bytes.with_label_values(&[table, d]).get();
+    (get("read"), get("written"))
 }
 
 /// The bench's tables: one per strategy, both reading the batch files.
@@ -334,6 +343,7 @@ async fn timed_runs(
         let bytes = std::fs::read(f).map_err(|e| Error::Input(e.to_string()))?;
         let keys_before = runner.store.live_keys().count() as u64;
         let requests_before = storage_requests(&tname);
+        let bytes_before = storage_bytes(&tname);
         let t0 = Instant::now();
         let name = f.strip_prefix(&opts.dir).unwrap_or(f).to_string_lossy().to_string();
         let (r, decode) = apply(runner, &name, &bytes, paths).await?;
@@ -349,6 +359,8 @@ async fn timed_runs(
             files_masked: r.files_masked,
             table_keys_before: keys_before,
             requests: storage_requests(&tname) - requests_before,
+            bytes_read: storage_bytes(&tname).0 - bytes_before.0,
+            bytes_written: storage_bytes(&tname).1 - bytes_before.1,
         });
         eprintln!(
             "{tname} run {}: {secs:.3}s ({:.0} events/s), files -{} +{}",

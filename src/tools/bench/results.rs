@@ -25,6 +25,9 @@ pub struct RunStat {
     pub table_keys_before: u64,
     /// Requests to the table's store during the run.
     pub requests: u64,
+    /// Bytes read from and written to the table's store during the run.
+    pub bytes_read: u64,
+    pub bytes_written: u64,
 }
 
 /// Seconds to reopen the loaded table (until the first batch could merge).
@@ -68,6 +71,8 @@ pub struct Output {
     pub md: String,
     /// The chart's caption: the workload in a line.
     title: String,
+    /// This machine's file read and write rates (the runs' storage floor).
+    pub io: Option<super::io::IoRates>,
 }
 
 impl Output {
@@ -98,30 +103,46 @@ impl Output {
             opts.changes,
             opts.table_option.as_deref().unwrap_or("default (copy-on-write)")
         );
-        Output { json: serde_json::Map::new(), md, title }
+        Output { json: serde_json::Map::new(), md, title, io: None }
     }
 
     /// A table's section (its runs, mean, load and memory); returns its JSON entry.
     pub fn table(&mut self, name: &str, t: &TableResult, opts: &BenchOpts) -> serde_json::Value {
+        let rates = self.io;
         let md = &mut self.md;
         let (mean, per_key, load_s) = (t.mean(), t.per_key, t.load_seconds);
         let eps = opts.batch as f64 / mean;
         let _ = writeln!(md, "### {name}\n");
         let _ = writeln!(
             md,
-            "| run | seconds | events/s | decode s | files rewritten | files masked (DV) | files added |\n| --- | --- | --- | --- | --- | --- | --- |"
+            "| run | seconds | events/s | decode s | files rewritten | files masked (DV) | files added | MB read | MB written | storage floor s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
         );
+        let floor = |s: &RunStat| rates.map(|io| io.floor_seconds(s.bytes_read, s.bytes_written));
         for s in &t.stats {
             let _ = writeln!(
                 md,
-                "| {} | {:.3} | {:.0} | {:.3} | {} | {} | {} |",
+                "| {} | {:.3} | {:.0} | {:.3} | {} | {} | {} | {:.1} | {:.1} | {} |",
                 s.run,
                 s.seconds,
                 s.events_per_second,
                 s.decode_seconds,
                 s.files_removed,
                 s.files_masked,
-                s.files_added
+                s.files_added,
+                s.bytes_read as f64 / 1e6,
+                s.bytes_written as f64 / 1e6,
+                floor(s).map_or("-".into(), |f| format!("{f:.3}"))
+            );
+        }
+        let floors: Vec<f64> = t.stats.iter().filter_map(floor).collect();
+        if let (Some(io), false) = (rates, floors.is_empty()) {
+            let f = floors.iter().sum::<f64>() / floors.len() as f64;
+            let _ = writeln!(
+                md,
+                "\nstorage floor (this machine reads files at {:.0} MB/s and writes them at {:.0} MB/s, page cache, no fsync): {f:.3}s per run; the runs take {:.0}x that",
+                io.read_bytes_per_second / 1e6,
+                io.write_bytes_per_second / 1e6,
+                mean / f.max(1e-9)
             );
         }
         let _ = writeln!(
@@ -138,7 +159,7 @@ impl Output {
         json!({
             "runs": t.stats, "mean_seconds": mean, "events_per_second": eps, "load_seconds": load_s,
             "resident_bytes_per_key": per_key, "peak_rss_bytes": t.peak, "load_peak_rss_bytes": t.load_peak,
-            "restart": t.restart,
+            "restart": t.restart, "io_rates": rates,
         })
     }
 
