@@ -16,6 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use deltalake::arrow::array::{Array, ArrayRef, RecordBatch};
+use futures::{StreamExt, TryStreamExt};
 
 use super::commit::{EncodedFile, PendingCommit};
 use super::file_stats::file_stats;
@@ -26,6 +27,10 @@ use super::Result;
 use super::TableStore;
 use crate::merge::{Key, Spec, Version};
 use crate::par::par_map;
+
+/// Files of a wave read at once (object stores answer reads in parallel;
+/// a local disk does not mind).
+const FETCHES_IN_FLIGHT: usize = 8;
 
 /// What a run changes in one rewritten current file.
 #[derive(Default)]
@@ -131,10 +136,13 @@ impl TableStore {
         let sized =
             edits.keys().map(|&id| (id, self.files[id as usize].as_ref().map_or(0, |f| f.rows)));
         for wave in plan::waves(sized) {
-            let mut jobs = Vec::with_capacity(wave.len());
-            for &id in &wave {
-                jobs.push((id, self.fetch(id).await?));
-            }
+            // Several reads in flight: on an object store each is a round trip.
+            let this = &*self;
+            let jobs: Vec<(u32, bytes::Bytes)> = futures::stream::iter(wave.iter().copied())
+                .map(|id| async move { Ok::<_, super::TableError>((id, this.fetch(id).await?)) })
+                .buffered(FETCHES_IN_FLIGHT)
+                .try_collect()
+                .await?;
             let keys = key_columns(spec);
             let done = par_map(jobs, |(id, stored)| {
                 self.rewrite_one(spec, id, &edits[&id], stored, &keys)
