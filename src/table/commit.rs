@@ -22,7 +22,7 @@ use object_store::ObjectStoreExt;
 
 use super::actions::{self, DataChange, FileAction};
 use super::files::FileMeta;
-use super::index::PlacedFile;
+use super::index::Location as IndexLocation;
 use super::parquet::Codec;
 use super::Result;
 use super::{
@@ -60,11 +60,24 @@ impl PendingCommit {
     }
 }
 
-/// A data file staged by this commit, with its keys in row order (current
-/// rows only; history files carry no index entries).
+/// A data file staged by this commit, with the keys the key index must
+/// place (current rows only; history files carry no index entries).
 pub(super) struct NewFile {
     pub(super) meta: FileMeta,
-    pub(super) keys: Vec<Key>,
+    pub(super) keys: FileKeys,
+}
+
+/// Which keys of a new data file the key index places, and where.
+pub(super) enum FileKeys {
+    /// Every row's key, in row order: a file under a new id.
+    Rows(Vec<Key>),
+    /// A file under a new id whose rows may lack a key: each key with its row.
+    Sparse(Vec<(Key, u32)>),
+    /// The file replaces live file `slot` under its id (a copy-on-write
+    /// rewrite that kept its rows in place, `rewrite.rs`): a row at its old
+    /// position keeps its index entry as it is; `moved` are the keys whose
+    /// row is new or moved, with their rows.
+    InPlace { slot: u32, moved: Vec<(Key, u32)> },
 }
 
 /// A file whose deletion vector this commit replaces.
@@ -86,7 +99,7 @@ pub(super) struct OutFile {
 pub(super) struct EncodedFile {
     pub(super) current: bool,
     pub(super) codec: Codec,
-    pub(super) keys: Vec<Key>,
+    pub(super) keys: FileKeys,
     pub(super) rows: usize,
     pub(super) bytes: Vec<u8>,
     /// Its Delta statistics (`file_stats.rs`).
@@ -220,9 +233,15 @@ impl TableStore {
 
     /// Stages the `remove` of a live file.
     pub(super) fn remove_file(&self, id: u32, pc: &mut PendingCommit) {
+        self.remove_replaced_file(id, pc);
+        pc.removed.push(id);
+    }
+
+    /// Stages the `remove` of a live file whose replacement takes its id
+    /// ([`FileKeys::InPlace`]).
+    pub(super) fn remove_replaced_file(&self, id: u32, pc: &mut PendingCommit) {
         let f = self.files[id as usize].as_ref().expect("live file");
         pc.actions.push(actions::remove(self.file_action(f), pc.change));
-        pc.removed.push(id);
         pc.files_removed += 1;
     }
 
@@ -383,16 +402,47 @@ impl TableStore {
                 f.dv_desc = Some(u.descriptor);
             }
         }
-        let first_new = self.files.len() as u32;
-        let placed: Vec<PlacedFile> = (first_new..)
-            .zip(&pc.new_files)
-            .filter(|(_, f)| f.meta.current)
-            .map(|(id, f)| PlacedFile { id, keys: &f.keys })
-            .collect();
+        let mut next_id = self.files.len() as u32;
+        let mut placed: Vec<(&[u8], IndexLocation)> = vec![];
+        for f in &pc.new_files {
+            match &f.keys {
+                FileKeys::Rows(keys) => {
+                    let id = next_id;
+                    next_id += 1;
+                    if f.meta.current {
+                        placed.extend(
+                            keys.iter().enumerate().map(|(row, k)| {
+                                (&k[..], IndexLocation { file: id, row: row as u32 })
+                            }),
+                        );
+                    }
+                }
+                FileKeys::Sparse(keys) => {
+                    let id = next_id;
+                    next_id += 1;
+                    if f.meta.current {
+                        placed.extend(
+                            keys.iter()
+                                .map(|(k, row)| (&k[..], IndexLocation { file: id, row: *row })),
+                        );
+                    }
+                }
+                FileKeys::InPlace { slot, moved } => placed.extend(
+                    moved.iter().map(|(k, row)| (&k[..], IndexLocation { file: *slot, row: *row })),
+                ),
+            }
+        }
         let deleted_has_no_row = self.meta.strategy == Strategy::Scd2;
-        self.index.apply_commit(&placed, &pc.index, deleted_has_no_row);
+        self.index.apply_commit(placed, &pc.index, deleted_has_no_row);
         for f in pc.new_files {
-            self.files.push(Some(f.meta));
+            match f.keys {
+                FileKeys::Rows(_) | FileKeys::Sparse(_) => self.files.push(Some(f.meta)),
+                FileKeys::InPlace { slot, .. } => {
+                    if let Some(old) = self.files[slot as usize].replace(f.meta) {
+                        self.filters.lock().unwrap_or_else(|e| e.into_inner()).remove(&old.path);
+                    }
+                }
+            }
         }
         if let Some(e) = exec {
             self.last_exec = self.last_exec.max(e);

@@ -102,12 +102,6 @@ pub(super) struct KeyIndex {
     map: indexmap::IndexMap<IndexKey, Entry, rustc_hash::FxBuildHasher>,
 }
 
-/// A data file a commit adds to the current rows, with its keys in row order.
-pub(super) struct PlacedFile<'a> {
-    pub(super) id: u32,
-    pub(super) keys: &'a [Key],
-}
-
 impl KeyIndex {
     pub(super) fn with_capacity(n: usize) -> KeyIndex {
         KeyIndex { map: indexmap::IndexMap::with_capacity_and_hasher(n, Default::default()) }
@@ -172,8 +166,9 @@ impl KeyIndex {
             .map(|(k, _)| k.as_slice())
     }
 
-    /// After a durable commit: the keys of the files it added to the current
-    /// rows move there, the merge's summaries replace the stored ones (`None`:
+    /// After a durable commit: the keys whose current row the commit placed
+    /// (`rows`: a new file's keys, or the moved rows of a file rewritten in
+    /// place) move there, the merge's summaries replace the stored ones (`None`:
     /// the key is gone). With `deleted_has_no_row` (scd2), a key whose latest
     /// version is deleted keeps no current row.
     ///
@@ -182,19 +177,10 @@ impl KeyIndex {
     /// (`swap_remove` moves the last entry) come last.
     pub(super) fn apply_commit(
         &mut self,
-        placed: &[PlacedFile],
+        rows: Vec<(&[u8], Location)>,
         summaries: &[(Key, Option<Summary>)],
         deleted_has_no_row: bool,
     ) {
-        let rows: Vec<(&[u8], Location)> = placed
-            .iter()
-            .flat_map(|f| {
-                f.keys
-                    .iter()
-                    .enumerate()
-                    .map(|(row, k)| (&k[..], Location { file: f.id, row: row as u32 }))
-            })
-            .collect();
         let at = self.positions(&rows, |(k, _)| k);
         let updates: Vec<(&[u8], &Summary)> =
             summaries.iter().filter_map(|(k, s)| s.as_ref().map(|s| (&k[..], s))).collect();

@@ -1,24 +1,28 @@
 //! Copy-on-write of the current files a run touches: every untouched row
-//! stays at its position, a replaced row's new version takes its place, and
-//! removed (or masked) rows drop out; new keys topping up a small file go at
-//! its end.
+//! stays at its position, a replaced row's new version takes its place, a
+//! dropped row's place (removed key, masked row) is taken by the file's last
+//! surviving row, and new keys topping up a small file go at its end.
 //!
 //! Why this shape: the key index already says which physical row of which
 //! file each replaced or removed key lives in, so a rewrite needs no key
-//! lookups per stored row and no value per cell. Each file is then one
-//! independent CPU job (decode, one `interleave` per column, encode with its
-//! statistics) and the jobs of a wave run on all cores, so reading one file
-//! overlaps encoding another instead of the two being separate phases with
-//! the whole wave held decoded in between. Keeping rows in place also keeps
-//! the key clustering of the file, so its key range stays tight for readers
-//! that skip files on statistics. See docs/performance.md, "Copy-on-write".
+//! lookups per stored row and no value per cell. Rows that keep their
+//! position keep their key index entries too: the new file takes the old
+//! one's id, and only moved and appended rows are placed again, so a commit
+//! updates the index for the rows it changed, not for every row of every
+//! file it rewrote (that was a fifth of a narrow-table run). Each file is
+//! one independent CPU job (decode, one `interleave` per column, encode
+//! with its statistics) and the jobs of a wave run on all cores, so reading
+//! one file overlaps encoding another. Rows stay in the file they were in,
+//! so a file's key range stays tight for readers that skip files on
+//! statistics. See docs/performance.md, "Copy-on-write".
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use deltalake::arrow::array::{Array, ArrayRef, RecordBatch};
 use futures::{StreamExt, TryStreamExt};
 
-use super::commit::{EncodedFile, PendingCommit};
+use super::commit::{EncodedFile, FileKeys, PendingCommit};
+use super::convert::KeyCols;
 use super::file_stats::file_stats;
 use super::index::Location;
 use super::parquet::{encode_parquet, key_columns};
@@ -27,6 +31,7 @@ use super::Result;
 use super::TableStore;
 use crate::merge::{Key, Spec, Version};
 use crate::par::par_map;
+use crate::value::DType;
 
 /// Files of a wave read at once (object stores answer reads in parallel;
 /// a local disk does not mind).
@@ -74,30 +79,57 @@ pub(super) fn plan_edits<'a>(
     (edits, elsewhere)
 }
 
-/// Where each row of a rewritten file comes from, as `interleave` indices:
-/// source 0 is the stored file (`rows` physical rows), source 1 the new
-/// versions (replacements in row order, then `appended` new keys). Rows
-/// `gone` says are dropped.
-pub(super) fn row_sources(
-    rows: usize,
-    replace: &[u32],
-    gone: impl Fn(u32) -> bool,
-    appended: usize,
-) -> Vec<(usize, usize)> {
-    let mut out = Vec::with_capacity(rows + appended);
-    let mut next = replace.iter().peekable();
-    let mut new_at = 0usize;
-    for r in 0..rows as u32 {
-        if next.peek() == Some(&&r) {
-            next.next();
-            out.push((1, new_at));
-            new_at += 1;
-        } else if !gone(r) {
-            out.push((0, r as usize));
+/// Where each row of a rewritten file comes from, as `interleave` indices,
+/// and which rows changed position.
+#[derive(Debug, PartialEq)]
+pub(super) struct RowPlan {
+    /// Per output row: source 0 is the stored file (its physical row),
+    /// source 1 the new versions (replacements in row order, then the
+    /// appended new keys).
+    pub(super) sources: Vec<(usize, usize)>,
+    /// Output rows holding a stored row that was elsewhere in the file.
+    pub(super) moved: Vec<u32>,
+    /// Output rows from here on are appended new keys.
+    pub(super) appended_from: usize,
+}
+
+/// The row plan of a rewrite: a replaced row's new version takes its
+/// place; a dropped row's place is taken by the file's last surviving row
+/// (as `swap_remove` does), so only as many stored rows move as are
+/// dropped, and every other row keeps its position and with it its key
+/// index entry; appended new keys go at the end. `dropped` lists the stored
+/// rows that drop (removed keys, masked rows), sorted.
+pub(super) fn plan_rows(rows: usize, replace: &[u32], dropped: &[u32], appended: usize) -> RowPlan {
+    let mut sources: Vec<(usize, usize)> = (0..rows).map(|r| (0, r)).collect();
+    for (j, &r) in replace.iter().enumerate() {
+        sources[r as usize] = (1, j);
+    }
+    let is_dropped = |r: usize| dropped.binary_search(&(r as u32)).is_ok();
+    let mut len = rows;
+    let mut moved = vec![];
+    for &g in dropped {
+        let g = g as usize;
+        if g >= len {
+            break; // cut off with the tail already
+        }
+        // Take the last surviving row into g's place; dropped rows at the
+        // tail are cut off on the way.
+        loop {
+            len -= 1;
+            if len == g {
+                break;
+            }
+            if !is_dropped(len) {
+                sources[g] = sources[len];
+                moved.push(g as u32);
+                break;
+            }
         }
     }
-    out.extend((0..appended).map(|i| (1, new_at + i)));
-    out
+    sources.truncate(len);
+    let appended_from = sources.len();
+    sources.extend((0..appended).map(|i| (1, replace.len() + i)));
+    RowPlan { sources, moved, appended_from }
 }
 
 impl TableStore {
@@ -147,18 +179,25 @@ impl TableStore {
             let done = par_map(jobs, |(id, stored)| {
                 self.rewrite_one(spec, id, &edits[&id], stored, &keys)
             });
-            for (id, files) in wave.iter().zip(done) {
-                for f in files? {
+            for (&id, files) in wave.iter().zip(done) {
+                let files = files?;
+                // An empty result frees the id; otherwise the first file takes it.
+                match files.iter().any(|f| matches!(f.keys, FileKeys::InPlace { .. })) {
+                    true => self.remove_replaced_file(id, pc),
+                    false => self.remove_file(id, pc),
+                }
+                for f in files {
                     self.put_file(f, exec, pc).await?;
                 }
-                self.remove_file(*id, pc);
             }
         }
         Ok(())
     }
 
-    /// One file's job: its rows with the edits applied, cut into files of at
-    /// most `file_rows` rows, encoded with their statistics and keys.
+    /// One file's job: its rows with the edits applied (see [`plan_rows`]),
+    /// encoded with their statistics. The first `file_rows` rows replace
+    /// the file under its id; rows beyond (a file larger than `file_rows`)
+    /// go to new files.
     fn rewrite_one(
         &self,
         spec: &Spec,
@@ -179,38 +218,50 @@ impl TableStore {
         let new: Vec<&Version> =
             edit.replace.iter().map(|(_, v)| *v).chain(edit.append.iter().copied()).collect();
         let replaced: Vec<u32> = edit.replace.iter().map(|(r, _)| *r).collect();
-        let sources = row_sources(
-            old.num_rows(),
-            &replaced,
-            |r| f.deleted(r) || edit.remove.binary_search(&r).is_ok(),
-            edit.append.len(),
-        );
-        let all = if new.is_empty() && sources.len() == old.num_rows() {
-            old
-        } else {
-            let new = self.to_batch_refs(&new)?;
-            let cols = (old.columns().iter().zip(new.columns()))
-                .map(|(o, n)| {
-                    deltalake::arrow::compute::interleave(
-                        &[o.as_ref() as &dyn Array, n.as_ref()],
-                        &sources,
-                    )
-                })
-                .collect::<std::result::Result<Vec<ArrayRef>, _>>()
-                .map_err(data_err)?;
-            RecordBatch::try_new(schema, cols).map_err(data_err)?
-        };
-        let (all, keys) = self.keyed_rows(spec, all)?;
+        let mut dropped = edit.remove.clone();
+        if let Some(dv) = &f.dv {
+            dropped.extend(dv.iter().map(|r| r as u32));
+        }
+        dropped.sort_unstable();
+        dropped.dedup();
+        if replaced.iter().chain(&dropped).any(|&r| r as usize >= old.num_rows()) {
+            let msg = format!("{}: the key index names a row past the file's end", f.path);
+            return Err(self.data_err(msg));
+        }
+        let plan = plan_rows(old.num_rows(), &replaced, &dropped, edit.append.len());
+        let new = self.to_batch_refs(&new)?;
+        let cols = (old.columns().iter().zip(new.columns()))
+            .map(|(o, n)| {
+                deltalake::arrow::compute::interleave(
+                    &[o.as_ref() as &dyn Array, n.as_ref()],
+                    &plan.sources,
+                )
+            })
+            .collect::<std::result::Result<Vec<ArrayRef>, _>>()
+            .map_err(data_err)?;
+        let all = RecordBatch::try_new(schema, cols).map_err(data_err)?;
         let codec = plan::codec(true, &self.meta.layout);
-        plan::slices(all.num_rows(), self.meta.layout.file_rows)
+        let file_rows = self.meta.layout.file_rows.max(1);
+        plan::slices(all.num_rows(), file_rows)
             .map(|r| {
                 let batch = all.slice(r.start, r.len());
+                let keys = if r.start == 0 {
+                    // Moved and appended rows are the only ones whose entries change.
+                    let rows: Vec<usize> = (plan.moved.iter().map(|&m| m as usize))
+                        .chain(plan.appended_from..r.end)
+                        .filter(|&row| row < r.end)
+                        .collect();
+                    FileKeys::InPlace { slot: id, moved: self.keys_at(spec, &all, &rows) }
+                } else {
+                    let rows: Vec<usize> = (0..batch.num_rows()).collect();
+                    FileKeys::Sparse(self.keys_at(spec, &batch, &rows))
+                };
                 let bytes =
                     encode_parquet(&batch, key_cols, codec).map_err(|e| self.data_err(e))?;
                 Ok(EncodedFile {
                     current: true,
                     codec,
-                    keys: keys[r].to_vec(),
+                    keys,
                     rows: batch.num_rows(),
                     stats: file_stats(&batch, &self.stats_columns),
                     bytes,
@@ -219,19 +270,24 @@ impl TableStore {
             .collect()
     }
 
-    /// A rewritten file's rows with their keys; a stored row without a key
-    /// (all key columns NULL, which the merge never writes) is dropped, as
-    /// the key index cannot place it.
-    fn keyed_rows(&self, spec: &Spec, all: RecordBatch) -> Result<(RecordBatch, Vec<Key>)> {
-        let keys = self.batch_keys(spec, &all);
-        if keys.iter().all(Option::is_some) {
-            return Ok((all, keys.into_iter().flatten().collect()));
+    /// The keys of chosen rows of a batch, with their rows; a row without a
+    /// key (every key column NULL, which the merge never writes) is left out.
+    fn keys_at(&self, spec: &Spec, batch: &RecordBatch, rows: &[usize]) -> Vec<(Key, u32)> {
+        let cols: Vec<(Option<ArrayRef>, DType)> = (spec.key.iter())
+            .map(|&i| {
+                let (name, t) = &self.columns[i];
+                (batch.column_by_name(name).cloned(), *t)
+            })
+            .collect();
+        let cols = KeyCols::new(&cols);
+        let mut buf = Vec::with_capacity(32);
+        let mut out = Vec::with_capacity(rows.len());
+        for &r in rows {
+            if cols.encode(r, &mut buf) {
+                out.push((buf.as_slice().into(), r as u32));
+            }
         }
-        let keep: deltalake::arrow::array::BooleanArray =
-            keys.iter().map(|k| Some(k.is_some())).collect();
-        let all = deltalake::arrow::compute::filter_record_batch(&all, &keep)
-            .map_err(|e| self.data_err(e.to_string()))?;
-        Ok((all, keys.into_iter().flatten().collect()))
+        out
     }
 }
 
@@ -241,11 +297,38 @@ mod tests {
 
     #[test]
     fn copy_on_write_keeps_untouched_rows_in_place_and_replaces_changed_rows_where_they_were() {
-        // Rows 0..6: 1 and 4 replaced, 2 removed, 5 masked; two new keys appended.
-        let s = row_sources(6, &[1, 4], |r| r == 2 || r == 5, 2);
-        assert_eq!(s, vec![(0, 0), (1, 0), (0, 3), (1, 1), (1, 2), (1, 3)]);
-        // Nothing changed: the stored rows, in order.
-        assert_eq!(row_sources(3, &[], |_| false, 0), vec![(0, 0), (0, 1), (0, 2)]);
+        // Rows 0..8: 1 and 4 replaced; 2 and 6 dropped; two new keys appended.
+        // Row 7 (the last survivor) fills 2; 6 is cut off with the tail.
+        let p = plan_rows(8, &[1, 4], &[2, 6], 2);
+        assert_eq!(p.sources, vec![(0, 0), (1, 0), (0, 7), (0, 3), (1, 1), (0, 5), (1, 2), (1, 3)]);
+        assert_eq!(p.moved, vec![2]);
+        assert_eq!(p.appended_from, 6);
+        // Nothing changed: the stored rows, in order, none moved.
+        let p = plan_rows(3, &[], &[], 0);
+        assert_eq!((p.sources, p.moved), (vec![(0, 0), (0, 1), (0, 2)], vec![]));
+    }
+
+    #[test]
+    fn dropped_rows_at_the_tail_are_cut_off_and_a_replaced_last_row_moves_with_its_new_version() {
+        // The last rows are dropped: nothing moves.
+        assert_eq!(plan_rows(5, &[], &[3, 4], 0).sources, vec![(0, 0), (0, 1), (0, 2)]);
+        // Every row dropped: an empty file.
+        assert!(plan_rows(3, &[], &[0, 1, 2], 0).sources.is_empty());
+        // Row 0 dropped, the last row (replaced) takes its place with its new version.
+        let p = plan_rows(3, &[2], &[0], 0);
+        assert_eq!(p.sources, vec![(1, 0), (0, 1)]);
+        assert_eq!(p.moved, vec![0]);
+        // Every surviving row appears once, at its own place or listed as moved.
+        let replaced = [0u32, 9];
+        let p = plan_rows(10, &replaced, &[1, 3, 8], 1);
+        let mut seen: Vec<(usize, usize)> = p.sources.clone();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), 10 - 3 + 1);
+        for (at, s) in p.sources.iter().enumerate().take(p.appended_from) {
+            let in_place = *s == (0, at) || (s.0 == 1 && replaced[s.1] as usize == at);
+            assert!(in_place || p.moved.contains(&(at as u32)), "row {at}: {s:?}");
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use super::closes::CloseAt;
-use super::commit::{EncodedFile, OutFile, PendingCommit};
+use super::commit::{EncodedFile, FileKeys, OutFile, PendingCommit};
 use super::index::{Location, NO_FILE};
 use super::parquet::{encode_all, key_columns};
 use super::plan;
@@ -181,7 +181,8 @@ impl TableStore {
         for (f, (bytes, stats)) in files.into_iter().zip(encoded) {
             let rows = f.batch.num_rows();
             let codec = plan::codec(f.current, &self.meta.layout);
-            let file = EncodedFile { current: f.current, codec, keys: f.keys, rows, bytes, stats };
+            let keys = FileKeys::Rows(f.keys);
+            let file = EncodedFile { current: f.current, codec, keys, rows, bytes, stats };
             self.put_file(file, exec, pc).await?;
         }
         phases.mark("put");
