@@ -182,9 +182,10 @@ impl TableStore {
             for (&id, files) in wave.iter().zip(done) {
                 let files = files?;
                 // An empty result frees the id; otherwise the first file takes it.
-                match files.iter().any(|f| matches!(f.keys, FileKeys::InPlace { .. })) {
-                    true => self.remove_replaced_file(id, pc),
-                    false => self.remove_file(id, pc),
+                if files.iter().any(|f| matches!(f.keys, FileKeys::InPlace { .. })) {
+                    self.remove_replaced_file(id, pc);
+                } else {
+                    self.remove_file(id, pc);
                 }
                 for f in files {
                     self.put_file(f, exec, pc).await?;
