@@ -103,54 +103,70 @@ fn a_saved_key_index_is_used_only_for_the_table_it_describes() {
 /// one's id, so the key index is only told about rows that moved (a
 /// dropped row's place taken by the file's last row) or arrived. Many
 /// batches in one process, each updating, deleting and inserting keys
-/// spread over every small file, must leave exactly the rows an oracle
+/// spread over every small file (some emptied whole, some later larger than
+/// a lowered `file_rows`), must leave exactly the current rows an oracle
 /// computes — a wrongly placed entry would make a later batch replace or
 /// drop the wrong row.
 #[test]
 fn copy_on_write_in_place_rewrites_keep_the_key_index_true_across_batches() {
     use std::collections::BTreeMap;
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = write(
-        dir.path(),
-        "c.yaml",
-        "systems: {crm: {type: csv, path: 'data/*.csv'}}\nbronze:\n  tables:\n    account:\n      source: {system: crm, object: account}\n      business_key: [id]\n      strategy: scd1\n      layout: {file_rows: 64, spread: 8}\n      merge: {sequence_by: [seq], delete_when: \"op = 'D'\", delete_mode: hard}\n",
-    );
-    let mut oracle: BTreeMap<u64, String> = BTreeMap::new();
-    let mut batch = |n: u64, rows: Vec<(u64, &str)>| {
-        let mut s = String::from(HEADER);
-        for (id, op) in rows {
-            let city = format!("c{n}-{id}");
-            let _ = writeln!(s, "{id},{city},{op},{n}");
-            if op == "D" {
-                oracle.remove(&id);
-            } else {
-                oracle.insert(id, city);
+    for strategy in ["scd1", "scd2"] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = |file_rows: u32| {
+            let hard = if strategy == "scd1" { ", delete_mode: hard" } else { "" };
+            format!(
+                "systems: {{crm: {{type: csv, path: 'data/*.csv'}}}}\nbronze:\n  tables:\n    account:\n      source: {{system: crm, object: account}}\n      business_key: [id]\n      strategy: {strategy}\n      layout: {{file_rows: {file_rows}, spread: 8}}\n      merge: {{sequence_by: [seq], delete_when: \"op = 'D'\"{hard}}}\n"
+            )
+        };
+        let cfg = write(dir.path(), "c.yaml", &config(64));
+        let mut oracle: BTreeMap<u64, String> = BTreeMap::new();
+        let mut batch = |n: u64, rows: Vec<(u64, &str)>| {
+            let mut s = String::from(HEADER);
+            for (id, op) in rows {
+                let city = format!("c{n}-{id}");
+                let _ = writeln!(s, "{id},{city},{op},{n}");
+                if op == "D" {
+                    oracle.remove(&id);
+                } else {
+                    oracle.insert(id, city);
+                }
             }
+            write(dir.path(), &format!("data/{n:02}.csv"), &s);
+        };
+        batch(1, (0..1_000).map(|id| (id, "U")).collect());
+        // The first keys' files emptied whole.
+        batch(2, (0..150).map(|id| (id, "D")).collect());
+        for n in 3..8u64 {
+            // Every 3rd key updated, every 11th (shifted per batch) deleted, 40 new keys.
+            let rows = (0..1_000 + 40 * n)
+                .filter_map(|id| match id {
+                    _ if id >= 1_000 + 40 * (n - 1) => Some((id, "U")),
+                    _ if (id + n) % 11 == 0 => Some((id, "D")),
+                    _ if (id + n) % 3 == 0 => Some((id, "U")),
+                    _ => None,
+                })
+                .collect();
+            batch(n, rows);
         }
-        write(dir.path(), &format!("data/{n:02}.csv"), &s);
-    };
-    batch(1, (0..1_000).map(|id| (id, "U")).collect());
-    for n in 2..10u64 {
-        // Every 3rd key updated, every 11th (shifted per batch) deleted, 40 new keys.
-        let rows = (0..1_000 + 40 * n)
-            .filter_map(|id| match id {
-                _ if id >= 1_000 + 40 * (n - 1) => Some((id, "U")),
-                _ if (id + n) % 11 == 0 => Some((id, "D")),
-                _ if (id + n) % 3 == 0 => Some((id, "U")),
-                _ => None,
+        run(&cfg);
+        // Files now hold more rows than a lowered `file_rows`: rewrites spill.
+        let cfg = write(dir.path(), "c.yaml", &config(24));
+        for n in 8..10u64 {
+            batch(n, (0..1_400).filter(|id| (id + n) % 5 == 0).map(|id| (id, "U")).collect());
+        }
+        run(&cfg);
+        let live: Vec<(u64, String)> = rows(&cfg)
+            .into_iter()
+            .filter(|r| r["_is_deleted"] != serde_json::json!(true))
+            .filter(|r| r["_is_current"] != serde_json::json!(false))
+            .map(|r| {
+                let id = r["id"].as_i64().or_else(|| r["id"].as_str().and_then(|s| s.parse().ok()));
+                (id.unwrap() as u64, r["city"].as_str().unwrap().to_string())
             })
             .collect();
-        batch(n, rows);
+        let got: BTreeMap<u64, String> = live.iter().cloned().collect();
+        assert_eq!(live.len(), got.len(), "{strategy}: a key with two current rows");
+        assert_eq!(got.len(), oracle.len(), "{strategy}: live rows");
+        assert_eq!(got, oracle, "{strategy}");
     }
-    run(&cfg);
-    let got: BTreeMap<u64, String> = rows(&cfg)
-        .into_iter()
-        .filter(|r| r["_is_deleted"] != serde_json::json!(true))
-        .map(|r| {
-            let id = r["id"].as_i64().or_else(|| r["id"].as_str().and_then(|s| s.parse().ok()));
-            (id.unwrap() as u64, r["city"].as_str().unwrap().to_string())
-        })
-        .collect();
-    assert_eq!(got.len(), oracle.len(), "live rows");
-    assert_eq!(got, oracle);
 }

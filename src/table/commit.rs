@@ -71,7 +71,8 @@ pub(super) struct NewFile {
 pub(super) enum FileKeys {
     /// Every row's key, in row order: a file under a new id.
     Rows(Vec<Key>),
-    /// A file under a new id whose rows may lack a key: each key with its row.
+    /// A file under a new id, each key with its row (the rows a rewrite
+    /// spills past `file_rows`; a stored row without a key has no entry).
     Sparse(Vec<(Key, u32)>),
     /// The file replaces live file `slot` under its id (a copy-on-write
     /// rewrite that kept its rows in place, `rewrite.rs`): a row at its old

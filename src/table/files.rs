@@ -2,9 +2,9 @@
 //! the table's current schema.
 //!
 //! A uniform update touches every file and decoding dominates, so files are
-//! decoded on all cores, a copy-on-write rewrite decodes each touched file
-//! once per run (in the job that rewrites it, `rewrite.rs`), and reads that
-//! need a few rows use parquet row selections instead of decoding the rest.
+//! decoded on all cores (a copy-on-write rewrite decodes each file in the
+//! job that rewrites it, `rewrite.rs`), and reads that need a few rows use
+//! parquet row selections instead of decoding the rest.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -59,7 +59,7 @@ pub(super) enum Rejected {
 
 /// Encodes a snapshot: `files` are the live files' paths, entries refer to
 /// them by position. `None` when an entry cannot be stored (a sequence of
-/// several columns).
+/// several columns, or a file that is not live).
 pub(super) fn encode<'a>(
     id: &Identity,
     files: &[&str],
@@ -79,7 +79,12 @@ pub(super) fn encode<'a>(
         let key_len = u16::try_from(key.len()).ok()?;
         body.extend_from_slice(&key_len.to_le_bytes());
         body.extend_from_slice(key);
-        let file = if entry.file == NO_FILE { NO_FILE } else { file_position(entry.file) };
+        let file = match entry.file {
+            NO_FILE => NO_FILE,
+            // An entry naming a file that is not live: never saved as a
+            // deleted key (the next open rebuilds instead).
+            f => Some(file_position(f)).filter(|&p| p != NO_FILE)?,
+        };
         body.extend_from_slice(&file.to_le_bytes());
         body.extend_from_slice(&entry.row.to_le_bytes());
         let s = &entry.summary;

@@ -58,8 +58,9 @@ pub(super) fn is_small_for_compaction(live_rows: usize, layout: &Layout) -> bool
     live_rows < (layout.file_rows / 4).min(COMPACT_BELOW_ROWS)
 }
 
-/// The current file new keys top up, if any: the newest current file, while
-/// it is small (copy-on-write only; merge-on-read appends new files).
+/// The current file new keys top up, if any: the current file with the
+/// highest id (the newest file of new keys; a rewrite keeps its file's id),
+/// while it is small (copy-on-write only; merge-on-read appends new files).
 pub(super) fn top_up_target(files: &[Option<FileMeta>], layout: &Layout) -> Option<u32> {
     if layout.deletion_vectors {
         return None;
@@ -123,7 +124,7 @@ pub(super) fn plan_current(
 /// The codec of a new data file: Snappy for the files later runs rewrite
 /// (copy-on-write current rows, where compressing and decompressing were a
 /// third of a run with ZSTD), ZSTD level 1 for the files written once
-/// (history, merge-on-read current files, which later runs mask instead).
+/// (history; merge-on-read current files, which later runs mask instead).
 pub(super) fn codec(current: bool, layout: &Layout) -> Codec {
     if current && !layout.deletion_vectors {
         Codec::Snappy

@@ -166,7 +166,7 @@ impl TableStore {
         pc: &mut PendingCommit,
     ) -> Result<()> {
         let sized =
-            edits.keys().map(|&id| (id, self.files[id as usize].as_ref().map_or(0, |f| f.rows)));
+            edits.keys().map(|&id| (id, self.files[id as usize].as_ref().expect("live file").rows));
         for wave in plan::waves(sized) {
             // Several reads in flight: on an object store each is a round trip.
             let this = &*self;
@@ -182,10 +182,10 @@ impl TableStore {
             for (&id, files) in wave.iter().zip(done) {
                 let files = files?;
                 // An empty result frees the id; otherwise the first file takes it.
-                if files.iter().any(|f| matches!(f.keys, FileKeys::InPlace { .. })) {
-                    self.remove_replaced_file(id, pc);
-                } else {
+                if files.is_empty() {
                     self.remove_file(id, pc);
+                } else {
+                    self.remove_replaced_file(id, pc);
                 }
                 for f in files {
                     self.put_file(f, exec, pc).await?;
@@ -225,8 +225,14 @@ impl TableStore {
         }
         dropped.sort_unstable();
         dropped.dedup();
-        if replaced.iter().chain(&dropped).any(|&r| r as usize >= old.num_rows()) {
-            let msg = format!("{}: the key index names a row past the file's end", f.path);
+        // The key index names each stored row once: a row past the end, a row
+        // replaced twice or both replaced and dropped means it is wrong, and a
+        // rewrite would lose a version.
+        let past_end = replaced.iter().chain(&dropped).any(|&r| r as usize >= old.num_rows());
+        let twice = replaced.windows(2).any(|w| w[0] >= w[1])
+            || replaced.iter().any(|r| dropped.binary_search(r).is_ok());
+        if past_end || twice {
+            let msg = format!("{}: the key index names rows of this file inconsistently", f.path);
             return Err(self.data_err(msg));
         }
         let plan = plan_rows(old.num_rows(), &replaced, &dropped, edit.append.len());

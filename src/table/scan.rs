@@ -50,7 +50,8 @@ pub struct Projected {
 }
 
 impl TableStore {
-    /// The live data files, in log order.
+    /// The live data files, by id (a copy-on-write rewrite takes the id of
+    /// the file it replaces, so this is not log order).
     pub fn scan_files(&self) -> Vec<ScanFile> {
         self.files
             .iter()
