@@ -285,6 +285,7 @@ impl super::TableStore {
         spec: &crate::merge::Spec,
     ) -> std::result::Result<usize, String> {
         use object_store::ObjectStoreExt;
+        let started = std::time::Instant::now();
         let version = self.version().ok_or("no table yet")?;
         let store = self.store().map_err(|e| e.to_string())?;
         let bytes = match store.get(&deltalake::Path::from(PATH)).await {
@@ -292,8 +293,10 @@ impl super::TableStore {
             Err(object_store::Error::NotFound { .. }) => return Err("none saved".into()),
             Err(e) => return Err(e.to_string()),
         };
+        let read = started.elapsed();
         let want = Identity { version, fingerprint: spec_fingerprint(spec) };
         let Decoded { files, entries } = decode(&bytes, &want).map_err(|e| e.to_string())?;
+        let checked = started.elapsed();
         let ids: std::collections::HashMap<&str, u32> = self
             .files
             .iter()
@@ -317,6 +320,15 @@ impl super::TableStore {
         }
         self.index = index;
         self.saved_index = Some(version);
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        tracing::debug!(
+            target: "changelake::table",
+            bytes = bytes.len(),
+            read_ms = ms(read),
+            check_ms = ms(checked - read),
+            build_ms = ms(started.elapsed() - checked),
+            "key index snapshot phases"
+        );
         Ok(self.index.len())
     }
 }
