@@ -88,7 +88,7 @@ impl TableStore {
         for &id in small {
             let f = self.files[id as usize].clone().expect("live file");
             let mut row_no = 0u32;
-            for b in self.batches(id).await?.iter() {
+            for b in self.read_batches(id).await?.iter() {
                 // In the current partition, rows without a key are dropped too:
                 // the key list must stay aligned with the rows written.
                 let bk = if current { self.batch_keys(spec, b) } else { vec![] };

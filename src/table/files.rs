@@ -232,25 +232,46 @@ impl TableStore {
         Ok(out)
     }
 
-    /// A file's batches, read and decoded now.
-    pub(super) async fn batches(&self, id: u32) -> Result<Arc<Vec<RecordBatch>>> {
-        Ok(Arc::new(self.read_batches(id).await?))
+    /// A batch's business-key columns (absent ones as `None`) with their
+    /// types, for [`KeyCols`].
+    fn key_arrays(&self, spec: &Spec, batch: &RecordBatch) -> Vec<(Option<ArrayRef>, DType)> {
+        (spec.key.iter())
+            .map(|&i| {
+                let (name, t) = &self.columns[i];
+                (batch.column_by_name(name).cloned(), *t)
+            })
+            .collect()
     }
 
     /// Business keys of a batch's rows (only the key columns are read, as
     /// key bytes straight from Arrow: see [`KeyCols`]).
     pub(super) fn batch_keys(&self, spec: &Spec, batch: &RecordBatch) -> Vec<Option<Key>> {
-        let cols: Vec<(Option<ArrayRef>, DType)> = (spec.key.iter())
-            .map(|&i| {
-                let (name, t) = &self.columns[i];
-                (batch.column_by_name(name).cloned(), *t)
-            })
-            .collect();
+        let cols = self.key_arrays(spec, batch);
         let cols = KeyCols::new(&cols);
         let mut buf = Vec::with_capacity(32);
         (0..batch.num_rows())
             .map(|r| cols.encode(r, &mut buf).then(|| buf.as_slice().into()))
             .collect()
+    }
+
+    /// The keys of chosen rows of a batch, with their rows; a row without a
+    /// key (every key column NULL, which the merge never writes) is left out.
+    pub(super) fn keys_at(
+        &self,
+        spec: &Spec,
+        batch: &RecordBatch,
+        rows: &[usize],
+    ) -> Vec<(Key, u32)> {
+        let cols = self.key_arrays(spec, batch);
+        let cols = KeyCols::new(&cols);
+        let mut buf = Vec::with_capacity(32);
+        let mut out = Vec::with_capacity(rows.len());
+        for &r in rows {
+            if cols.encode(r, &mut buf) {
+                out.push((buf.as_slice().into(), r as u32));
+            }
+        }
+        out
     }
 
     /// Reads chosen physical rows of several files (each list sorted), one

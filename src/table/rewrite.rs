@@ -22,7 +22,6 @@ use deltalake::arrow::array::{Array, ArrayRef, RecordBatch};
 use futures::{StreamExt, TryStreamExt};
 
 use super::commit::{EncodedFile, FileKeys, PendingCommit};
-use super::convert::KeyCols;
 use super::file_stats::file_stats;
 use super::index::Location;
 use super::parquet::{encode_parquet, key_columns};
@@ -31,7 +30,6 @@ use super::Result;
 use super::TableStore;
 use crate::merge::{Key, Spec, Version};
 use crate::par::par_map;
-use crate::value::DType;
 
 /// Files of a wave read at once (object stores answer reads in parallel;
 /// a local disk does not mind).
@@ -275,26 +273,6 @@ impl TableStore {
                 })
             })
             .collect()
-    }
-
-    /// The keys of chosen rows of a batch, with their rows; a row without a
-    /// key (every key column NULL, which the merge never writes) is left out.
-    fn keys_at(&self, spec: &Spec, batch: &RecordBatch, rows: &[usize]) -> Vec<(Key, u32)> {
-        let cols: Vec<(Option<ArrayRef>, DType)> = (spec.key.iter())
-            .map(|&i| {
-                let (name, t) = &self.columns[i];
-                (batch.column_by_name(name).cloned(), *t)
-            })
-            .collect();
-        let cols = KeyCols::new(&cols);
-        let mut buf = Vec::with_capacity(32);
-        let mut out = Vec::with_capacity(rows.len());
-        for &r in rows {
-            if cols.encode(r, &mut buf) {
-                out.push((buf.as_slice().into(), r as u32));
-            }
-        }
-        out
     }
 }
 

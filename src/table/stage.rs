@@ -173,14 +173,14 @@ impl TableStore {
         pc: &mut PendingCommit,
         phases: &mut Phases,
     ) -> Result<()> {
-        let layout = &self.meta.layout;
-        let batches = files.iter().map(|f| (&f.batch, plan::codec(f.current, layout))).collect();
+        let codecs: Vec<_> =
+            files.iter().map(|f| plan::codec(f.current, &self.meta.layout)).collect();
+        let batches = files.iter().map(|f| &f.batch).zip(codecs.iter().copied()).collect();
         let encoded = encode_all(batches, &key_columns(spec), &self.stats_columns)
             .map_err(|e| self.data_err(e))?;
         phases.mark("encode");
-        for (f, (bytes, stats)) in files.into_iter().zip(encoded) {
+        for ((f, codec), (bytes, stats)) in files.into_iter().zip(codecs).zip(encoded) {
             let rows = f.batch.num_rows();
-            let codec = plan::codec(f.current, &self.meta.layout);
             let keys = FileKeys::Rows(f.keys);
             let file = EncodedFile { current: f.current, codec, keys, rows, bytes, stats };
             self.put_file(file, exec, pc).await?;

@@ -175,7 +175,7 @@ impl TableStore {
     /// Reads a file's live rows as versions.
     pub(super) async fn read_file(&self, id: u32, spec: &Spec) -> Result<FileRows> {
         let f = self.files[id as usize].clone().expect("live file");
-        let batches = self.batches(id).await?;
+        let batches = self.read_batches(id).await?;
         let mut out = FileRows { keys: vec![], versions: vec![] };
         let mut row_no = 0u32;
         for batch in batches.iter() {
