@@ -58,6 +58,7 @@ fn bench_runs_both_engines_on_every_shape_and_they_agree() {
             assert_eq!(t["runs"].as_array().map(|r| r.len()), Some(2), "{strategy}: {t}");
             assert!(t["events_per_second"].as_f64().unwrap() > 0.0);
             assert!(t["resident_bytes_per_key"].as_f64().is_some());
+            assert!(t["process_resident_bytes_per_key"].as_f64().is_some_and(|b| b > 0.0));
             // Every run writes files and reports their bytes against this machine's rates.
             for r in t["runs"].as_array().unwrap() {
                 assert!(r["bytes_written"].as_u64().unwrap() > 0, "{strategy}: {r}");
@@ -68,6 +69,15 @@ fn bench_runs_both_engines_on_every_shape_and_they_agree() {
             // Copy-on-write rewrites stored files: it reads them.
             let runs = j["account_scd1"]["runs"].as_array().unwrap();
             assert!(runs.iter().all(|r| r["bytes_read"].as_u64().unwrap() > 0), "{runs:?}");
+            // The default layout and deletion vectors side by side.
+            assert!(text.contains("### Layouts side by side"), "{text}");
+            for base in ["scd1", "scd2"] {
+                let l = &j["layouts"][base];
+                for k in ["copy_on_write_seconds", "deletion_vectors_seconds"] {
+                    assert!(l[k].as_f64().is_some_and(|s| s > 0.0), "{base} {k}: {j}");
+                }
+            }
+            assert!(j["layouts"]["scd1"]["deltars_seconds"].as_f64().is_some(), "{j}");
         }
         assert!(
             j["account_scd1"]["deltars"]["runs"].as_array().is_some_and(|r| r.len() == 2),

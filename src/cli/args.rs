@@ -169,8 +169,9 @@ Writes bench.json, bench.md and bench.svg (seconds per run, both engines) to --d
         /// Timed runs per strategy.
         #[arg(long, default_value_t = 3)]
         runs: usize,
-        /// Comma-separated: scd1, scd2.
-        #[arg(long, default_value = "scd1,scd2")]
+        /// Comma-separated: scd1, scd2 (the default copy-on-write layout),
+        /// scd1-dv, scd2-dv (deletion vectors).
+        #[arg(long, default_value = "scd1,scd2,scd1-dv,scd2-dv")]
         strategies: String,
         /// uniform, recent (90% of updates on the newest 10% of keys), or
         /// skewed (power law towards the newest keys: half of the updates on the newest 6%).

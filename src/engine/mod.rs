@@ -126,9 +126,9 @@ impl TableRunner {
     }
 
     /// Saves the key index next to the table, so that the next process
-    /// opening it skips the rebuild (src/table/index_snapshot.rs). Called when
-    /// a process is done with the table; a failure only costs that rebuild,
-    /// so it is logged, never returned.
+    /// opening it skips the rebuild (src/table/restart.rs). Called at every
+    /// checkpoint and when a process is done with the table; a failure only
+    /// costs a longer restart, so it is logged, never returned.
     pub async fn save_index(&mut self) {
         let table = self.cfg.name.clone();
         let Ok(spec) = build_spec(&self.cfg, &self.store.columns) else { return };
@@ -276,6 +276,8 @@ impl TableRunner {
                     ),
                     Err(e) => crate::telemetry::maintenance_failed(&table, "checkpoint", &e),
                 }
+                // A restart after a crash then replays only the commits since.
+                self.save_index().await;
             }
         }
         Ok(())

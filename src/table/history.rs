@@ -12,6 +12,7 @@ use object_store::ObjectStoreExt;
 
 use super::convert::{cell, KeyCols};
 use super::files::FileMeta;
+use super::index::Entry;
 use super::parquet::{key_columns, KeyFilter};
 use super::Result;
 use super::{FxSet, TableError, TableStore};
@@ -48,10 +49,6 @@ impl HistoryHead {
 }
 
 impl TableStore {
-    /// Per key without a current row, its newest version in one history
-    /// file, from the key, sequence, `_is_deleted` and `_execution_id`
-    /// columns alone: decoding every column of the whole history made a
-    /// restart cost what the table's age is.
     /// The columns [`TableStore::history_heads`] reads: key, sequence,
     /// `_is_deleted` and `_execution_id`.
     pub(super) fn history_columns<'a>(&'a self, spec: &Spec) -> Vec<&'a str> {
@@ -62,6 +59,10 @@ impl TableStore {
             .collect()
     }
 
+    /// Per key without a current row, its newest version in one history
+    /// file, from the key, sequence, `_is_deleted` and `_execution_id`
+    /// columns alone: decoding every column of the whole history made a
+    /// restart cost what the table's age is.
     pub(super) fn history_heads(
         &self,
         id: u32,
@@ -92,7 +93,10 @@ impl TableStore {
             for i in 0..batch.num_rows() {
                 let row = row_no;
                 row_no += 1;
-                if f.deleted(row) || !keys.encode(i, &mut buf) || self.index.contains(&buf[..]) {
+                if f.deleted(row)
+                    || !keys.encode(i, &mut buf)
+                    || self.index.get(&buf[..]).is_some_and(Entry::has_row)
+                {
                     continue;
                 }
                 let h = HistoryHead {

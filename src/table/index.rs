@@ -13,7 +13,7 @@ use crate::merge::{Key, Seq, Summary};
 /// bytes (every integer key, short codes), otherwise behind one thin pointer.
 /// Hashes and compares exactly as its bytes, so the index is looked up with a
 /// plain `&[u8]`. With the 48-byte [`Summary`] and the file/row pair an entry
-/// is 72 bytes (80 with the map's stored hash): 10M keys take about 1 GB.
+/// is 72 bytes; with its shard's table about 80: 10M keys take about 800 MB.
 #[derive(Clone)]
 pub(super) enum IndexKey {
     Inline(u8, [u8; 14]),
@@ -72,6 +72,10 @@ impl Eq for IndexKey {}
 /// closed, deleted one; it has no current row).
 pub(super) const NO_FILE: u32 = u32::MAX;
 
+/// The file of a key while a saved index is replayed (`restart.rs`): its
+/// row was in a file that is no longer live. Resolved before the index is used.
+pub(super) const GONE: u32 = u32::MAX - 1;
+
 /// Where a stored row lives: its file and physical row in that file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Location {
@@ -88,46 +92,222 @@ pub(super) struct Entry {
 }
 
 impl Entry {
+    /// Whether the key has a current row.
+    pub(super) fn has_row(&self) -> bool {
+        self.file != NO_FILE && self.file != GONE
+    }
+
     #[inline]
     fn location(&self) -> Location {
         Location { file: self.file, row: self.row }
     }
 }
 
-/// Business key -> entry. Dense entries plus a table of positions
-/// (indexmap): a hash table of 72-byte entries would be up to half empty
-/// after growing; here the slack costs 9 bytes per slot.
+/// How many shards the index is split into: a key's shard comes from bits
+/// of its hash that the shard's own table does not use (see [`shard_of`]).
+const SHARD_BITS: u32 = 8;
+const SHARDS: usize = 1 << SHARD_BITS;
+
+/// The index's hash of a key (FxHash: deterministic, a few ns for short keys).
+#[inline]
+fn hash_of(key: &[u8]) -> u64 {
+    use std::hash::BuildHasher;
+    rustc_hash::FxBuildHasher.hash_one(key)
+}
+
+/// The shard of a hash: bits 40..48, apart from the low bits a shard's table
+/// probes with and the top seven it keeps as tags.
+#[inline]
+fn shard_of(h: u64) -> usize {
+    (h >> 40) as usize & (SHARDS - 1)
+}
+
+/// A key's place in the index: its shard and position in the shard's entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Pos {
+    shard: u32,
+    at: u32,
+}
+
+/// One shard: dense entries plus a table of their positions. The table
+/// stores a `u32` per slot and no hash (hashes are recomputed when it grows,
+/// cheap for FxHash), so its slack costs 5 bytes per slot; entries grow by an
+/// eighth at a time instead of doubling, so an index that just grew holds
+/// at most an eighth of empty entries, not half.
 #[derive(Default)]
+struct Shard {
+    entries: Vec<(IndexKey, Entry)>,
+    table: hashbrown::HashTable<u32>,
+}
+
+impl Shard {
+    #[inline]
+    fn find(&self, h: u64, key: &[u8]) -> Option<u32> {
+        let entries = &self.entries;
+        self.table.find(h, |&i| entries[i as usize].0.as_slice() == key).copied()
+    }
+
+    /// Appends a key known to be absent.
+    fn push(&mut self, h: u64, key: IndexKey, entry: Entry) -> u32 {
+        let at = self.entries.len();
+        if at == self.entries.capacity() {
+            self.entries.reserve_exact(at / 8 + 16);
+        }
+        self.entries.push((key, entry));
+        let entries = &self.entries;
+        self.table.insert_unique(h, at as u32, |&i| hash_of(entries[i as usize].0.as_slice()));
+        at as u32
+    }
+
+    /// Indexes every entry already in `entries` (keys must be distinct);
+    /// `false` when a key appears twice.
+    fn index_entries(&mut self) -> bool {
+        let entries = &self.entries;
+        let mut table = hashbrown::HashTable::with_capacity(entries.len());
+        for (i, (k, _)) in entries.iter().enumerate() {
+            let (k, h) = (k.as_slice(), hash_of(k.as_slice()));
+            if table.find(h, |&j: &u32| entries[j as usize].0.as_slice() == k).is_some() {
+                return false;
+            }
+            table.insert_unique(h, i as u32, |&j| hash_of(entries[j as usize].0.as_slice()));
+        }
+        self.table = table;
+        true
+    }
+
+    /// Removes a key; the last entry takes its position.
+    fn swap_remove(&mut self, h: u64, key: &[u8]) {
+        let entries = &self.entries;
+        let Ok(found) = self.table.find_entry(h, |&i| entries[i as usize].0.as_slice() == key)
+        else {
+            return;
+        };
+        let at = found.remove().0 as usize;
+        let last = self.entries.len() - 1;
+        if at != last {
+            let lh = hash_of(self.entries[last].0.as_slice());
+            let slot = self.table.find_mut(lh, |&i| i as usize == last);
+            *slot.expect("every entry is in the table") = at as u32;
+        }
+        self.entries.swap_remove(at);
+    }
+}
+
+/// Business key -> entry, split by key hash into [`SHARDS`] shards: a shard's
+/// table is small enough to stay in cache while it is built, and shards are
+/// built on all cores, so loading a saved index of millions of keys costs
+/// tens of nanoseconds per key (docs/performance.md, "Restart").
 pub(super) struct KeyIndex {
-    map: indexmap::IndexMap<IndexKey, Entry, rustc_hash::FxBuildHasher>,
+    shards: Box<[Shard]>,
+}
+
+impl Default for KeyIndex {
+    fn default() -> KeyIndex {
+        KeyIndex { shards: (0..SHARDS).map(|_| Shard::default()).collect() }
+    }
+}
+
+/// Builds a [`KeyIndex`] from entries with distinct keys: they are sorted
+/// into shards as they come, then every shard's table is built on all cores.
+pub(super) struct Bulk {
+    shards: Vec<Vec<(IndexKey, Entry)>>,
+}
+
+impl Bulk {
+    /// For about `n` keys.
+    pub(super) fn with_capacity(n: usize) -> Bulk {
+        let each = n / SHARDS + n / SHARDS / 16 + 16;
+        Bulk { shards: (0..SHARDS).map(|_| Vec::with_capacity(each)).collect() }
+    }
+
+    #[inline]
+    pub(super) fn push(&mut self, key: &[u8], entry: Entry) {
+        let shard = &mut self.shards[shard_of(hash_of(key))];
+        if shard.len() == shard.capacity() {
+            shard.reserve_exact(shard.len() / 8 + 16);
+        }
+        shard.push((IndexKey::new(key), entry));
+    }
+
+    /// The index; `None` when a key appears twice.
+    pub(super) fn build(self) -> Option<KeyIndex> {
+        use rayon::prelude::*;
+        let mut shards: Vec<Shard> = self
+            .shards
+            .into_iter()
+            .map(|entries| Shard { entries, table: Default::default() })
+            .collect();
+        let distinct = shards.par_iter_mut().map(Shard::index_entries).all(|ok| ok);
+        distinct.then(|| KeyIndex { shards: shards.into_boxed_slice() })
+    }
 }
 
 impl KeyIndex {
-    pub(super) fn with_capacity(n: usize) -> KeyIndex {
-        KeyIndex { map: indexmap::IndexMap::with_capacity_and_hasher(n, Default::default()) }
-    }
-
     pub(super) fn len(&self) -> usize {
-        self.map.len()
+        self.shards.iter().map(|s| s.entries.len()).sum()
     }
 
     /// Every key with its entry (saved by `index_snapshot.rs`).
-    pub(super) fn iter(&self) -> impl ExactSizeIterator<Item = (&[u8], &Entry)> {
-        self.map.iter().map(|(k, e)| (k.as_slice(), e))
+    pub(super) fn iter(&self) -> impl Iterator<Item = (&[u8], &Entry)> {
+        self.shards.iter().flat_map(|s| s.entries.iter().map(|(k, e)| (k.as_slice(), e)))
+    }
+
+    #[inline]
+    fn find(&self, key: &[u8]) -> Option<Pos> {
+        let h = hash_of(key);
+        let shard = shard_of(h);
+        self.shards[shard].find(h, key).map(|at| Pos { shard: shard as u32, at })
+    }
+
+    #[inline]
+    fn at(&self, p: Pos) -> &Entry {
+        &self.shards[p.shard as usize].entries[p.at as usize].1
+    }
+
+    #[inline]
+    fn at_mut(&mut self, p: Pos) -> &mut Entry {
+        &mut self.shards[p.shard as usize].entries[p.at as usize].1
     }
 
     #[inline]
     pub(super) fn get(&self, key: &[u8]) -> Option<&Entry> {
-        self.map.get(key)
+        self.find(key).map(|p| self.at(p))
     }
 
-    #[inline]
-    pub(super) fn contains(&self, key: &[u8]) -> bool {
-        self.map.contains_key(key)
-    }
-
+    /// Inserts or replaces a key's entry.
     pub(super) fn insert(&mut self, key: &[u8], entry: Entry) {
-        self.map.insert(IndexKey::new(key), entry);
+        match self.find(key) {
+            Some(p) => *self.at_mut(p) = entry,
+            None => {
+                self.push(key, entry);
+            }
+        }
+    }
+
+    /// Appends a key known to be absent.
+    fn push(&mut self, key: &[u8], entry: Entry) -> Pos {
+        let h = hash_of(key);
+        let shard = shard_of(h);
+        let at = self.shards[shard].push(h, IndexKey::new(key), entry);
+        Pos { shard: shard as u32, at }
+    }
+
+    /// Removes a key (absent: nothing happens).
+    pub(super) fn remove(&mut self, key: &[u8]) {
+        let h = hash_of(key);
+        self.shards[shard_of(h)].swap_remove(h, key);
+    }
+
+    /// Keeps the entries `keep` accepts (changed shards re-index on all cores).
+    pub(super) fn retain(&mut self, keep: impl Fn(&Entry) -> bool + Sync) {
+        use rayon::prelude::*;
+        self.shards.par_iter_mut().for_each(|s| {
+            let before = s.entries.len();
+            s.entries.retain(|(_, e)| keep(e));
+            if s.entries.len() != before {
+                s.index_entries();
+            }
+        });
     }
 
     /// Where each key's stored row lives (the file is `NO_FILE` for a key
@@ -141,29 +321,22 @@ impl KeyIndex {
         key: impl Fn(&T) -> &[u8] + Sync,
     ) -> Vec<Option<Location>> {
         use rayon::prelude::*;
-        items
-            .par_iter()
-            .with_min_len(4096)
-            .map(|t| self.map.get(key(t)).map(Entry::location))
-            .collect()
+        items.par_iter().with_min_len(4096).map(|t| self.get(key(t)).map(Entry::location)).collect()
     }
 
-    /// Positions in the dense entries (see [`KeyIndex::locate`]).
+    /// Positions of keys (see [`KeyIndex::locate`]).
     fn positions<T: Sync>(
         &self,
         items: &[T],
         key: impl Fn(&T) -> &[u8] + Sync,
-    ) -> Vec<Option<usize>> {
+    ) -> Vec<Option<Pos>> {
         use rayon::prelude::*;
-        items.par_iter().with_min_len(4096).map(|t| self.map.get_index_of(key(t))).collect()
+        items.par_iter().with_min_len(4096).map(|t| self.find(key(t))).collect()
     }
 
     /// Stored keys with a live current row (snapshot merge candidates).
     pub(super) fn live_keys(&self) -> impl Iterator<Item = &[u8]> {
-        self.map
-            .iter()
-            .filter(|(_, e)| e.file != NO_FILE && !e.summary.deleted)
-            .map(|(k, _)| k.as_slice())
+        self.iter().filter(|(_, e)| e.file != NO_FILE && !e.summary.deleted).map(|(k, _)| k)
     }
 
     /// After a durable commit: the keys whose current row the commit placed
@@ -174,7 +347,7 @@ impl KeyIndex {
     ///
     /// Keys are looked up on all cores first (see `locate`); the updates then
     /// go by position. Inserts append (positions stay valid); removals
-    /// (`swap_remove` moves the last entry) come last.
+    /// (the last entry of a shard takes the removed one's place) come last.
     pub(super) fn apply_commit(
         &mut self,
         rows: Vec<(&[u8], Location)>,
@@ -185,11 +358,11 @@ impl KeyIndex {
         let updates: Vec<(&[u8], &Summary)> =
             summaries.iter().filter_map(|(k, s)| s.as_ref().map(|s| (&k[..], s))).collect();
         let at_summary = self.positions(&updates, |(k, _)| k);
-        let mut inserted: rustc_hash::FxHashMap<&[u8], usize> = Default::default();
+        let mut inserted: rustc_hash::FxHashMap<&[u8], Pos> = Default::default();
         for ((k, loc), at) in rows.into_iter().zip(at) {
             match at {
-                Some(i) => {
-                    let e = self.map.get_index_mut(i).expect("position").1;
+                Some(p) => {
+                    let e = self.at_mut(p);
                     (e.file, e.row) = (loc.file, loc.row);
                 }
                 None => {
@@ -202,19 +375,16 @@ impl KeyIndex {
                         tracked_hash: 0,
                     };
                     let e = Entry { file: loc.file, row: loc.row, summary };
-                    inserted.insert(k, self.map.insert_full(IndexKey::new(k), e).0);
+                    inserted.insert(k, self.push(k, e));
                 }
             }
         }
         for ((k, s), at) in updates.into_iter().zip(at_summary) {
-            let i = match at.or_else(|| inserted.get(k).copied()) {
-                Some(i) => i,
-                None => {
-                    let e = Entry { file: NO_FILE, row: 0, summary: s.clone() };
-                    self.map.insert_full(IndexKey::new(k), e).0
-                }
+            let p = match at.or_else(|| inserted.get(k).copied()) {
+                Some(p) => p,
+                None => self.push(k, Entry { file: NO_FILE, row: 0, summary: s.clone() }),
             };
-            let e = self.map.get_index_mut(i).expect("position").1;
+            let e = self.at_mut(p);
             if s.deleted && deleted_has_no_row {
                 e.file = NO_FILE;
             }
@@ -222,8 +392,122 @@ impl KeyIndex {
         }
         for (k, s) in summaries {
             if s.is_none() {
-                self.map.swap_remove(&k[..]);
+                self.remove(k);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(file: u32, row: u32) -> Entry {
+        let summary = Summary {
+            seq: Seq::Int(1),
+            deleted: false,
+            valid_from: 0,
+            row_hash: 0,
+            tracked_hash: 0,
+        };
+        Entry { file, row, summary }
+    }
+
+    fn key(i: u32) -> Vec<u8> {
+        // Short keys inline, every seventh one long enough to live on the heap.
+        let mut k = i.to_le_bytes().to_vec();
+        if i.is_multiple_of(7) {
+            k.extend_from_slice(&[b'x'; 20]);
+        }
+        k
+    }
+
+    /// Every key maps to its entry, and the index holds nothing else.
+    fn check(index: &KeyIndex, want: &std::collections::HashMap<Vec<u8>, (u32, u32)>) {
+        assert_eq!(index.len(), want.len());
+        for (k, &(file, row)) in want {
+            let e = index.get(k).unwrap_or_else(|| panic!("{k:?} missing"));
+            assert_eq!((e.file, e.row), (file, row));
+        }
+        for (k, e) in index.iter() {
+            assert_eq!(want.get(k), Some(&(e.file, e.row)));
+        }
+    }
+
+    #[test]
+    fn inserts_replacements_and_removals_keep_every_shard_true() {
+        let mut index = KeyIndex::default();
+        let mut want = std::collections::HashMap::new();
+        for i in 0..20_000u32 {
+            index.insert(&key(i), entry(i, i));
+            want.insert(key(i), (i, i));
+        }
+        for i in (0..20_000u32).step_by(3) {
+            index.insert(&key(i), entry(7, i));
+            want.insert(key(i), (7, i));
+        }
+        // Removals move each shard's last entry into the gap.
+        for i in (0..20_000u32).step_by(2) {
+            index.remove(&key(i));
+            want.remove(&key(i));
+        }
+        index.remove(b"never there");
+        check(&index, &want);
+        index.retain(|e| e.file != 7);
+        want.retain(|_, (file, _)| *file != 7);
+        check(&index, &want);
+    }
+
+    #[test]
+    fn a_bulk_build_equals_inserts_and_refuses_a_key_twice() {
+        let mut bulk = Bulk::with_capacity(10);
+        let mut want = std::collections::HashMap::new();
+        for i in 0..5_000u32 {
+            bulk.push(&key(i), entry(1, i));
+            want.insert(key(i), (1, i));
+        }
+        let mut index = bulk.build().expect("distinct keys");
+        check(&index, &want);
+        index.insert(&key(5_000), entry(2, 0));
+        want.insert(key(5_000), (2, 0));
+        check(&index, &want);
+
+        let mut twice = Bulk::with_capacity(2);
+        twice.push(b"a", entry(1, 0));
+        twice.push(b"a", entry(1, 1));
+        assert!(twice.build().is_none());
+    }
+
+    #[test]
+    fn a_commit_moves_rows_replaces_summaries_and_drops_removed_keys() {
+        let mut index = KeyIndex::default();
+        for i in 0..100u32 {
+            index.insert(&key(i), entry(1, i));
+        }
+        let (k1, k2, k3, new) = (key(1), key(2), key(3), b"new".to_vec());
+        let deleted = Summary {
+            seq: Seq::Int(9),
+            deleted: true,
+            valid_from: 0,
+            row_hash: 0,
+            tracked_hash: 0,
+        };
+        let live = Summary { deleted: false, ..deleted.clone() };
+        let rows =
+            vec![(&k1[..], Location { file: 5, row: 0 }), (&new[..], Location { file: 5, row: 1 })];
+        let summaries: Vec<(Key, Option<Summary>)> = vec![
+            (k1.clone().into(), Some(live.clone())),
+            (new.clone().into(), Some(live.clone())),
+            (k2.clone().into(), Some(deleted.clone())),
+            (k3.clone().into(), None),
+        ];
+        index.apply_commit(rows, &summaries, true);
+        assert_eq!(index.len(), 100);
+        let at = |k: &[u8]| index.get(k).map(|e| (e.file, e.row, e.summary.seq.clone()));
+        assert_eq!(at(&k1), Some((5, 0, Seq::Int(9))));
+        assert_eq!(at(&new), Some((5, 1, Seq::Int(9))));
+        assert_eq!(at(&k2), Some((NO_FILE, 2, Seq::Int(9))));
+        assert_eq!(at(&k3), None);
+        assert_eq!(at(&key(4)), Some((1, 4, Seq::Int(1))));
     }
 }

@@ -2,44 +2,46 @@
 //! millions of keys does not rebuild the index from every data file
 //! (docs/commit-protocol.md, "Key index snapshots").
 //!
-//! A snapshot is saved when a process is done with a table (the end of
-//! `run --once`, a graceful daemon shutdown) under `_changelake/key-index`
-//! in the table's directory — a prefix Delta readers and VACUUM ignore. It is
-//! only ever trusted for the exact table it describes: the same Delta
-//! version, the same set of live files (paths carry UUIDs, so a recreated
-//! table never matches), the same rules that derive its summaries (a
-//! fingerprint of the merge spec and of this format), and an intact body
-//! (length and xxh3 checksum). Anything else — a crash after later commits,
-//! another writer, a changed `track_columns` — falls back to the rebuild.
+//! A snapshot is saved at checkpoints and when a process is done with a
+//! table, under `_changelake/key-index` in the table's directory — a prefix
+//! Delta readers and VACUUM ignore. It names the Delta version it describes,
+//! the live files at that version (paths carry UUIDs, so a recreated table
+//! never matches) and a fingerprint of the rules that derive its summaries;
+//! its last eight bytes are a checksum of everything before them. Opening a
+//! table loads it and replays the commits made after its version
+//! (`restart.rs`); a damaged one, one of other settings or of a later version
+//! falls back to the rebuild.
 //!
-//! The codec here is pure; `TableStore::{save_index, load_saved_index}` do
-//! the I/O.
+//! The codec here is pure and streams both ways: the encoder hands out
+//! chunks as it fills them and the decoder takes entries from whatever bytes
+//! have arrived, so neither side ever holds the whole snapshot (about 50
+//! bytes per key) next to the index.
 
-use xxhash_rust::xxh3::xxh3_64;
+use xxhash_rust::xxh3::Xxh3;
 
 use super::index::{Entry, NO_FILE};
 use crate::merge::{Seq, Summary};
 
-const MAGIC: &[u8; 8] = b"CLKIDX01";
-/// Bump when the layout below or what a [`Summary`] means changes.
-const FORMAT: u32 = 1;
-const HEADER: usize = 8 + 4 + 8 + 8;
+const MAGIC: &[u8; 8] = b"CLKIDX02";
+/// Bump (with [`MAGIC`]) when the layout below or what a [`Summary`] means changes.
+const FORMAT: u32 = 2;
+/// An entry's bytes besides its key.
+const ENTRY_FIXED: usize = 2 + 4 + 4 + 1 + 8 * 4;
+const TRAILER: usize = 8;
 
 /// Where a snapshot lives, relative to the table root.
 pub(super) const PATH: &str = "_changelake/key-index";
 
-/// What a snapshot must match to be used.
+/// What a snapshot says about itself, ahead of its entries.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Identity {
+pub(super) struct Header {
+    /// The Delta version it describes.
     pub(super) version: i64,
-    /// [`spec_fingerprint`] of the table's merge spec.
+    /// [`spec_fingerprint`] of the merge spec it was built under.
     pub(super) fingerprint: u64,
-}
-
-/// One indexed key, with its file given as a position in the snapshot's file list.
-pub(super) struct SavedEntry<'a> {
-    pub(super) key: &'a [u8],
-    pub(super) entry: &'a Entry,
+    /// The live files at that version; entries name them by position.
+    pub(super) files: Vec<String>,
+    pub(super) entries: u64,
 }
 
 /// Why a snapshot was not used (logged; the index is rebuilt).
@@ -49,156 +51,187 @@ pub(super) enum Rejected {
     Format,
     #[error("damaged (length or checksum)")]
     Damaged,
-    #[error("saved at version {saved}, the table is at {current}")]
+    #[error("saved at version {saved}, later than the table's {current}")]
     Version { saved: i64, current: i64 },
     #[error("saved under other merge settings")]
     Settings,
-    #[error("its files are not the table's live files")]
-    Files,
 }
 
-/// Encodes a snapshot: `files` are the live files' paths, entries refer to
-/// them by position. `None` when an entry cannot be stored (a sequence of
-/// several columns, or a file that is not live).
-pub(super) fn encode<'a>(
-    id: &Identity,
-    files: &[&str],
-    entries: impl ExactSizeIterator<Item = SavedEntry<'a>>,
-    file_position: impl Fn(u32) -> u32,
-) -> Option<Vec<u8>> {
-    let mut body = Vec::with_capacity(64 + entries.len() * 48);
-    body.extend_from_slice(&id.version.to_le_bytes());
-    body.extend_from_slice(&id.fingerprint.to_le_bytes());
-    body.extend_from_slice(&(files.len() as u32).to_le_bytes());
-    for f in files {
-        body.extend_from_slice(&(f.len() as u32).to_le_bytes());
-        body.extend_from_slice(f.as_bytes());
+/// Encodes a snapshot in chunks: [`Encoder::entry`] appends, the caller
+/// takes [`Encoder::take`] whenever [`Encoder::pending`] is large enough,
+/// and [`Encoder::finish`] returns the rest with the checksum.
+pub(super) struct Encoder {
+    buf: Vec<u8>,
+    hasher: Xxh3,
+}
+
+impl Encoder {
+    pub(super) fn new(h: &Header) -> Encoder {
+        let mut buf = Vec::with_capacity(1 << 16);
+        buf.extend_from_slice(MAGIC);
+        buf.extend_from_slice(&h.version.to_le_bytes());
+        buf.extend_from_slice(&h.fingerprint.to_le_bytes());
+        buf.extend_from_slice(&(h.files.len() as u32).to_le_bytes());
+        for f in &h.files {
+            buf.extend_from_slice(&(f.len() as u32).to_le_bytes());
+            buf.extend_from_slice(f.as_bytes());
+        }
+        buf.extend_from_slice(&h.entries.to_le_bytes());
+        Encoder { buf, hasher: Xxh3::new() }
     }
-    body.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-    for SavedEntry { key, entry } in entries {
-        let key_len = u16::try_from(key.len()).ok()?;
-        body.extend_from_slice(&key_len.to_le_bytes());
-        body.extend_from_slice(key);
-        let file = match entry.file {
-            NO_FILE => NO_FILE,
-            // An entry naming a file that is not live: never saved as a
-            // deleted key (the next open rebuilds instead).
-            f => Some(file_position(f)).filter(|&p| p != NO_FILE)?,
-        };
-        body.extend_from_slice(&file.to_le_bytes());
-        body.extend_from_slice(&entry.row.to_le_bytes());
+
+    /// Appends one entry, its file given as a position in the header's list
+    /// (or `NO_FILE`). `false` when it cannot be stored: a sequence of
+    /// several columns or a key longer than 64 KiB.
+    pub(super) fn entry(&mut self, key: &[u8], entry: &Entry, file: u32) -> bool {
+        let Ok(key_len) = u16::try_from(key.len()) else { return false };
         let s = &entry.summary;
         let (tag, seq) = match &s.seq {
             Seq::Int(v) => (0u8, *v),
             Seq::Ts(v) => (1u8, *v),
-            Seq::Other(_) => return None,
+            Seq::Other(_) => return false,
         };
-        body.push(tag | (u8::from(s.deleted) << 1));
-        body.extend_from_slice(&seq.to_le_bytes());
-        body.extend_from_slice(&s.valid_from.to_le_bytes());
-        body.extend_from_slice(&s.row_hash.to_le_bytes());
-        body.extend_from_slice(&s.tracked_hash.to_le_bytes());
+        let b = &mut self.buf;
+        b.extend_from_slice(&key_len.to_le_bytes());
+        b.extend_from_slice(key);
+        b.extend_from_slice(&file.to_le_bytes());
+        b.extend_from_slice(&entry.row.to_le_bytes());
+        b.push(tag | (u8::from(s.deleted) << 1));
+        b.extend_from_slice(&seq.to_le_bytes());
+        b.extend_from_slice(&s.valid_from.to_le_bytes());
+        b.extend_from_slice(&s.row_hash.to_le_bytes());
+        b.extend_from_slice(&s.tracked_hash.to_le_bytes());
+        true
     }
-    let mut out = Vec::with_capacity(HEADER + body.len());
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&FORMAT.to_le_bytes());
-    out.extend_from_slice(&(body.len() as u64).to_le_bytes());
-    out.extend_from_slice(&xxh3_64(&body).to_le_bytes());
-    out.extend_from_slice(&body);
-    Some(out)
+
+    /// Bytes encoded and not yet taken.
+    pub(super) fn pending(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// The bytes encoded so far.
+    pub(super) fn take(&mut self) -> Vec<u8> {
+        self.hasher.update(&self.buf);
+        let cap = self.buf.capacity();
+        std::mem::replace(&mut self.buf, Vec::with_capacity(cap))
+    }
+
+    /// The last bytes: what is pending and the checksum.
+    pub(super) fn finish(mut self) -> Vec<u8> {
+        let mut last = self.take();
+        last.extend_from_slice(&self.hasher.digest().to_le_bytes());
+        last
+    }
 }
 
-/// A checked snapshot: the files it names, and its entries (file
-/// positions), read one at a time straight from the bytes — no copy per key
-/// for an index of millions.
-pub(super) struct Decoded<'a> {
-    pub(super) files: Vec<String>,
-    pub(super) entries: Entries<'a>,
-}
-
-/// Decodes and checks a snapshot against what the table is now.
-pub(super) fn decode<'a>(bytes: &'a [u8], want: &Identity) -> Result<Decoded<'a>, Rejected> {
-    if bytes.len() < HEADER || &bytes[..8] != MAGIC || u32_at(bytes, 8) != FORMAT {
-        return Err(Rejected::Format);
-    }
-    let len = u64::from_le_bytes(bytes[12..20].try_into().expect("8 bytes")) as usize;
-    let sum = u64::from_le_bytes(bytes[20..28].try_into().expect("8 bytes"));
-    let body = &bytes[HEADER..];
-    if body.len() != len || xxh3_64(body) != sum {
-        return Err(Rejected::Damaged);
-    }
-    let mut r = Reader { b: body, at: 0 };
-    let version = r.i64()?;
-    if version != want.version {
-        return Err(Rejected::Version { saved: version, current: want.version });
-    }
-    if r.u64()? != want.fingerprint {
-        return Err(Rejected::Settings);
-    }
-    let n_files = r.u32()? as usize;
-    let mut files = Vec::with_capacity(n_files);
-    for _ in 0..n_files {
-        let n = r.u32()? as usize;
-        files.push(String::from_utf8(r.take(n)?.to_vec()).map_err(|_| Rejected::Damaged)?);
-    }
-    let left = r.u64()?;
-    let entries = Entries { r, left, files: files.len(), done: false };
-    Ok(Decoded { files, entries })
-}
-
-/// The entries of a [`Decoded`] snapshot; a malformed one ends them with
-/// `Err(Damaged)` (as do bytes left over after the last).
-pub(super) struct Entries<'a> {
-    r: Reader<'a>,
-    left: u64,
+/// Decodes a snapshot from bytes as they arrive: feed the front of the
+/// stream to [`Decoder::header`] until it answers, then to
+/// [`Decoder::entries`] until none are left, then [`Decoder::finish`] with
+/// the last bytes. Each call says how many bytes it consumed; the caller
+/// drops those and keeps the rest for the next call.
+pub(super) struct Decoder {
+    hasher: Xxh3,
     files: usize,
-    done: bool,
+    left: u64,
 }
 
-impl<'a> Entries<'a> {
-    /// Entries still to come, as the snapshot states.
-    pub(super) fn len(&self) -> usize {
-        self.left as usize
-    }
-
-    fn entry(&mut self) -> Result<(&'a [u8], Entry), Rejected> {
-        let r = &mut self.r;
-        let key_len = u16::from_le_bytes(r.take(2)?.try_into().expect("2 bytes")) as usize;
-        let key = r.take(key_len)?;
-        let file = r.u32()?;
-        if file != NO_FILE && file as usize >= self.files {
-            return Err(Rejected::Damaged);
+impl Decoder {
+    /// The header, once `buf` holds all of it (`Ok(None)`: not yet), checked
+    /// against the table: a snapshot of a later version or of other settings
+    /// is refused before its entries are read.
+    pub(super) fn header(
+        buf: &[u8],
+        current: i64,
+        fingerprint: u64,
+    ) -> Result<Option<(Decoder, Header, usize)>, Rejected> {
+        if buf.len() >= MAGIC.len() && &buf[..MAGIC.len()] != MAGIC {
+            return Err(Rejected::Format);
         }
-        let row = r.u32()?;
-        let flags = r.take(1)?[0];
-        let seq = r.i64()?;
-        let seq = if flags & 1 == 0 { Seq::Int(seq) } else { Seq::Ts(seq) };
-        let summary = Summary {
-            seq,
-            deleted: flags & 2 != 0,
-            valid_from: r.i64()?,
-            row_hash: r.u64()?,
-            tracked_hash: r.u64()?,
+        let mut r = Reader { b: buf, at: MAGIC.len() };
+        let Some(h) = (|| {
+            let version = r.i64()?;
+            let fp = r.u64()?;
+            let n = r.u32()? as usize;
+            let mut files = Vec::with_capacity(n.min(1 << 16));
+            for _ in 0..n {
+                let len = r.u32()? as usize;
+                files.push(r.take(len)?.to_vec());
+            }
+            Some((version, fp, files, r.u64()?))
+        })() else {
+            return Ok(None);
         };
-        Ok((key, Entry { file, row, summary }))
+        let (version, fp, files, entries) = h;
+        if version > current {
+            return Err(Rejected::Version { saved: version, current });
+        }
+        if fp != fingerprint {
+            return Err(Rejected::Settings);
+        }
+        let files = files
+            .into_iter()
+            .map(String::from_utf8)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| Rejected::Damaged)?;
+        let used = r.at;
+        let mut hasher = Xxh3::new();
+        hasher.update(&buf[..used]);
+        let d = Decoder { hasher, files: files.len(), left: entries };
+        Ok(Some((d, Header { version, fingerprint: fp, files, entries }, used)))
     }
-}
 
-impl<'a> Iterator for Entries<'a> {
-    type Item = Result<(&'a [u8], Entry), Rejected>;
+    /// Entries still to come.
+    pub(super) fn left(&self) -> u64 {
+        self.left
+    }
 
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.done {
-            return None;
+    /// Hands every whole entry at the front of `buf` to `out`; returns the
+    /// bytes consumed.
+    pub(super) fn entries(
+        &mut self,
+        buf: &[u8],
+        mut out: impl FnMut(&[u8], Entry),
+    ) -> Result<usize, Rejected> {
+        let mut at = 0;
+        while self.left > 0 && buf.len() - at >= 2 {
+            let key_len = u16::from_le_bytes([buf[at], buf[at + 1]]) as usize;
+            if buf.len() - at < ENTRY_FIXED + key_len {
+                break;
+            }
+            let mut r = Reader { b: buf, at: at + 2 };
+            let key = r.take(key_len).expect("whole entry");
+            let file = r.u32().expect("whole entry");
+            if file != NO_FILE && file as usize >= self.files {
+                return Err(Rejected::Damaged);
+            }
+            let row = r.u32().expect("whole entry");
+            let flags = r.take(1).expect("whole entry")[0];
+            let seq = r.i64().expect("whole entry");
+            let seq = if flags & 1 == 0 { Seq::Int(seq) } else { Seq::Ts(seq) };
+            let summary = Summary {
+                seq,
+                deleted: flags & 2 != 0,
+                valid_from: r.i64().expect("whole entry"),
+                row_hash: r.u64().expect("whole entry"),
+                tracked_hash: r.u64().expect("whole entry"),
+            };
+            out(key, Entry { file, row, summary });
+            at = r.at;
+            self.left -= 1;
         }
-        if self.left == 0 {
-            self.done = true;
-            return (self.r.at != self.r.b.len()).then_some(Err(Rejected::Damaged));
+        self.hasher.update(&buf[..at]);
+        Ok(at)
+    }
+
+    /// Checks the checksum against the bytes after the last entry, which
+    /// must be exactly the checksum.
+    pub(super) fn finish(self, rest: &[u8]) -> Result<(), Rejected> {
+        let sum = (self.left == 0 && rest.len() == TRAILER)
+            .then(|| u64::from_le_bytes(rest.try_into().expect("8 bytes")));
+        match sum {
+            Some(sum) if sum == self.hasher.digest() => Ok(()),
+            _ => Err(Rejected::Damaged),
         }
-        self.left -= 1;
-        let e = self.entry();
-        self.done = e.is_err();
-        Some(e)
     }
 }
 
@@ -215,11 +248,7 @@ pub(super) fn spec_fingerprint(spec: &crate::merge::Spec) -> u64 {
         spec.tracked,
         env!("CARGO_PKG_VERSION"),
     );
-    xxh3_64(text.as_bytes())
-}
-
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+    xxhash_rust::xxh3::xxh3_64(text.as_bytes())
 }
 
 struct Reader<'a> {
@@ -228,108 +257,20 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], Rejected> {
-        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len()).ok_or(Rejected::Damaged)?;
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.b.len())?;
         let s = &self.b[self.at..end];
         self.at = end;
-        Ok(s)
+        Some(s)
     }
-    fn u32(&mut self) -> Result<u32, Rejected> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
     }
-    fn u64(&mut self) -> Result<u64, Rejected> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
     }
-    fn i64(&mut self) -> Result<i64, Rejected> {
-        Ok(i64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
-    }
-}
-
-impl super::TableStore {
-    /// Saves the key index as a snapshot of the table's current version.
-    /// `Ok(None)`: nothing to save (no table yet, already saved at this
-    /// version, or a sequence this format cannot store); `Ok(Some(keys))`: saved.
-    pub async fn save_index(&mut self, spec: &crate::merge::Spec) -> super::Result<Option<usize>> {
-        use object_store::ObjectStoreExt;
-        let Some(version) = self.version() else { return Ok(None) };
-        if self.saved_index == Some(version) {
-            return Ok(None);
-        }
-        let mut position = vec![u32::MAX; self.files.len()];
-        let mut paths = vec![];
-        for (id, f) in self.files.iter().enumerate() {
-            if let Some(f) = f {
-                position[id] = paths.len() as u32;
-                paths.push(f.path.as_str());
-            }
-        }
-        let id = Identity { version, fingerprint: spec_fingerprint(spec) };
-        let entries = self.index.iter().map(|(key, entry)| SavedEntry { key, entry });
-        let Some(bytes) = encode(&id, &paths, entries, |f| position[f as usize]) else {
-            return Ok(None);
-        };
-        let keys = self.index.len();
-        self.store()?
-            .put(&deltalake::Path::from(PATH), bytes.into())
-            .await
-            .map_err(|e| self.io_err(format!("writing {PATH}"), e))?;
-        self.saved_index = Some(version);
-        Ok(Some(keys))
-    }
-
-    /// Replaces the key index with the saved snapshot when it describes the
-    /// table exactly as it is now; `Err(reason)` otherwise (the caller
-    /// rebuilds).
-    pub(super) async fn load_saved_index(
-        &mut self,
-        spec: &crate::merge::Spec,
-    ) -> std::result::Result<usize, String> {
-        use object_store::ObjectStoreExt;
-        let started = std::time::Instant::now();
-        let version = self.version().ok_or("no table yet")?;
-        let store = self.store().map_err(|e| e.to_string())?;
-        let bytes = match store.get(&deltalake::Path::from(PATH)).await {
-            Ok(r) => r.bytes().await.map_err(|e| e.to_string())?,
-            Err(object_store::Error::NotFound { .. }) => return Err("none saved".into()),
-            Err(e) => return Err(e.to_string()),
-        };
-        let read = started.elapsed();
-        let want = Identity { version, fingerprint: spec_fingerprint(spec) };
-        let Decoded { files, entries } = decode(&bytes, &want).map_err(|e| e.to_string())?;
-        let checked = started.elapsed();
-        let ids: std::collections::HashMap<&str, u32> = self
-            .files
-            .iter()
-            .enumerate()
-            .filter_map(|(id, f)| f.as_ref().map(|f| (f.path.as_str(), id as u32)))
-            .collect();
-        if files.len() != ids.len() {
-            return Err(Rejected::Files.to_string());
-        }
-        let mut file_ids = Vec::with_capacity(files.len());
-        for path in &files {
-            file_ids.push(*ids.get(path.as_str()).ok_or_else(|| Rejected::Files.to_string())?);
-        }
-        let mut index = super::index::KeyIndex::with_capacity(entries.len());
-        for e in entries {
-            let (key, mut entry) = e.map_err(|e| e.to_string())?;
-            if entry.file != NO_FILE {
-                entry.file = file_ids[entry.file as usize];
-            }
-            index.insert(key, entry);
-        }
-        self.index = index;
-        self.saved_index = Some(version);
-        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-        tracing::debug!(
-            target: "changelake::table",
-            bytes = bytes.len(),
-            read_ms = ms(read),
-            check_ms = ms(checked - read),
-            build_ms = ms(started.elapsed() - checked),
-            "key index snapshot phases"
-        );
-        Ok(self.index.len())
+    fn i64(&mut self) -> Option<i64> {
+        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
     }
 }
 
@@ -345,62 +286,105 @@ mod tests {
         }
     }
 
-    fn snapshot(id: &Identity, entries: &[(Vec<u8>, Entry)]) -> Option<Vec<u8>> {
-        // Our file ids 10 and 20 are positions 0 and 1 in the list.
-        encode(
-            id,
-            &["a.parquet", "_is_current=true/b.parquet"],
-            entries.iter().map(|(k, e)| SavedEntry { key: k, entry: e }),
-            |f| f / 10 - 1,
-        )
+    fn header(version: i64, entries: u64) -> Header {
+        let files = vec!["a.parquet".to_string(), "_is_current=true/b.parquet".to_string()];
+        Header { version, fingerprint: 99, files, entries }
+    }
+
+    /// Encodes with a chunk taken after every entry.
+    fn encode(h: &Header, entries: &[(Vec<u8>, Entry)]) -> Option<Vec<u8>> {
+        let mut e = Encoder::new(h);
+        let mut out = vec![];
+        for (k, en) in entries {
+            if !e.entry(k, en, en.file) {
+                return None;
+            }
+            out.extend(e.take());
+        }
+        out.extend(e.finish());
+        Some(out)
+    }
+
+    type Decoded = (Header, Vec<(Vec<u8>, Entry)>);
+
+    /// Decodes feeding `step` bytes at a time, as a stream would.
+    fn decode(bytes: &[u8], step: usize, current: i64) -> Result<Decoded, Rejected> {
+        let (mut buf, mut fed, mut out) = (vec![], 0, vec![]);
+        let mut feed = |buf: &mut Vec<u8>| {
+            let end = (fed + step).min(bytes.len());
+            buf.extend_from_slice(&bytes[fed..end]);
+            let more = end > fed;
+            fed = end;
+            more
+        };
+        let (mut d, h) = loop {
+            if let Some((d, h, used)) = Decoder::header(&buf, current, 99)? {
+                buf.drain(..used);
+                break (d, h);
+            }
+            if !feed(&mut buf) {
+                return Err(Rejected::Damaged);
+            }
+        };
+        while d.left() > 0 {
+            let used = d.entries(&buf, |k, e| out.push((k.to_vec(), e)))?;
+            buf.drain(..used);
+            if d.left() > 0 && !feed(&mut buf) {
+                return Err(Rejected::Damaged);
+            }
+        }
+        while feed(&mut buf) {}
+        d.finish(&buf)?;
+        Ok((h, out))
     }
 
     #[test]
-    fn a_snapshot_round_trips_with_files_by_position() {
-        let id = Identity { version: 42, fingerprint: 99 };
+    fn a_snapshot_round_trips_whatever_the_chunks() {
         let entries = vec![
-            (b"k1".to_vec(), entry(10, 3, Seq::Int(17), false)),
-            (vec![0u8; 300], entry(20, 0, Seq::Ts(-1), true)),
+            (b"k1".to_vec(), entry(0, 3, Seq::Int(17), false)),
+            (vec![0u8; 300], entry(1, 0, Seq::Ts(-1), true)),
             (b"gone".to_vec(), entry(NO_FILE, 0, Seq::Int(2), true)),
         ];
-        let bytes = snapshot(&id, &entries).unwrap();
-        let d = decode(&bytes, &id).unwrap();
-        assert_eq!(d.files, ["a.parquet", "_is_current=true/b.parquet"]);
-        assert_eq!(d.entries.len(), 3);
-        let entries: Vec<(&[u8], Entry)> = d.entries.collect::<Result<_, _>>().unwrap();
-        let (k, e) = &entries[1];
-        assert_eq!(*k, &[0u8; 300][..]);
-        assert_eq!((e.file, e.row, e.summary.deleted), (1, 0, true));
-        assert_eq!(e.summary.seq, Seq::Ts(-1));
-        assert_eq!(entries[0].1.file, 0);
-        assert_eq!(entries[2].1.file, NO_FILE);
-        assert_eq!(entries[0].1.summary.row_hash, 7);
+        let bytes = encode(&header(42, 3), &entries).unwrap();
+        for step in [1, 7, 64, bytes.len()] {
+            let (h, got) = decode(&bytes, step, 42).unwrap();
+            assert_eq!(h, header(42, 3));
+            assert_eq!(got.len(), 3);
+            let (k, e) = &got[1];
+            assert_eq!(k, &vec![0u8; 300]);
+            assert_eq!((e.file, e.row, e.summary.deleted), (1, 0, true));
+            assert_eq!(e.summary.seq, Seq::Ts(-1));
+            assert_eq!((got[0].1.file, got[0].1.row), (0, 3));
+            assert_eq!(got[2].1.file, NO_FILE);
+            assert_eq!(got[0].1.summary.row_hash, 7);
+        }
     }
 
     #[test]
-    fn a_snapshot_is_never_trusted_for_another_table_state() {
-        let id = Identity { version: 42, fingerprint: 99 };
-        let bytes = snapshot(&id, &[(b"k".to_vec(), entry(10, 0, Seq::Int(1), false))]).unwrap();
-        assert_eq!(
-            decode(&bytes, &Identity { version: 43, fingerprint: 99 }).err(),
-            Some(Rejected::Version { saved: 42, current: 43 })
-        );
-        assert_eq!(
-            decode(&bytes, &Identity { version: 42, fingerprint: 98 }).err(),
-            Some(Rejected::Settings)
-        );
-        let mut flipped = bytes.clone();
-        let last = flipped.len() - 1;
-        flipped[last] ^= 1;
-        assert_eq!(decode(&flipped, &id).err(), Some(Rejected::Damaged));
-        assert_eq!(decode(&bytes[..bytes.len() - 3], &id).err(), Some(Rejected::Damaged));
-        assert_eq!(decode(b"garbage", &id).err(), Some(Rejected::Format));
+    fn a_snapshot_is_never_trusted_beyond_what_it_describes() {
+        let bytes =
+            encode(&header(42, 1), &[(b"k".to_vec(), entry(0, 0, Seq::Int(1), false))]).unwrap();
+        // An older snapshot is replayed forward; a later one is refused.
+        assert!(decode(&bytes, 5, 50).is_ok());
+        assert_eq!(decode(&bytes, 5, 41).err(), Some(Rejected::Version { saved: 42, current: 41 }));
+        let mut other = bytes.clone();
+        other[16] ^= 1; // the fingerprint
+        assert_eq!(decode(&other, 5, 42).err(), Some(Rejected::Settings));
+        for at in [40, bytes.len() - 20, bytes.len() - 1] {
+            let mut flipped = bytes.clone();
+            flipped[at] ^= 1;
+            assert_eq!(decode(&flipped, 5, 42).err(), Some(Rejected::Damaged), "byte {at}");
+        }
+        assert_eq!(decode(&bytes[..bytes.len() - 3], 5, 42).err(), Some(Rejected::Damaged));
+        let mut longer = bytes.clone();
+        longer.push(0);
+        assert_eq!(decode(&longer, 5, 42).err(), Some(Rejected::Damaged));
+        assert_eq!(decode(b"garbage!", 5, 42).err(), Some(Rejected::Format));
     }
 
     #[test]
     fn a_sequence_of_several_columns_is_not_saved() {
-        let id = Identity { version: 1, fingerprint: 1 };
         let other = Seq::Other(Box::new(vec![crate::value::Value::Int(1)].into_boxed_slice()));
-        assert!(snapshot(&id, &[(b"k".to_vec(), entry(10, 0, other, false))]).is_none());
+        assert!(encode(&header(1, 1), &[(b"k".to_vec(), entry(0, 0, other, false))]).is_none());
     }
 }

@@ -11,6 +11,8 @@
 //! | `index.rs` | the key index: where each key's row lives, what it holds |
 //! | `files.rs` | reading data files: whole, chosen rows, chosen columns |
 //! | `state.rs` | building the index at open, loading what the merge needs |
+//! | `index_snapshot.rs` | the saved key index's codec |
+//! | `restart.rs` | saving the key index, loading it and replaying later commits |
 //! | `history.rs` | finding closed scd2 versions without decoding history |
 //! | `plan.rs` | pure layout decisions: rewrite or mask, waves, file sizes |
 //! | `stage.rs` | turning a merge output into files and actions |
@@ -45,6 +47,7 @@ mod index_snapshot;
 mod masks;
 mod parquet;
 mod plan;
+mod restart;
 mod rewrite;
 mod scan;
 mod stage;
@@ -72,6 +75,7 @@ pub use commit::{CommitRequest, PendingCommit};
 pub use convert::cell;
 pub(crate) use file_stats::{file_stats, StatsColumns};
 pub(crate) use parquet::{encode_parquet, Codec};
+pub use restart::forget_saved_index;
 pub use scan::{KeyRange, Projected, ScanFile};
 pub use state::{ClosingRows, LoadedStates};
 pub use stats::{table_stats, TableStats};

@@ -15,7 +15,7 @@ use super::files::SelectedRows;
 use super::history::HistoryHead;
 use super::index::{Entry, NO_FILE};
 use super::Result;
-use super::{FxMap, TableStore};
+use super::{FxMap, TableError, TableStore};
 use crate::config::Strategy;
 use crate::merge::{Key, KeyMap, KeyState, Loc, Need, Spec, Version};
 use crate::par::par_map;
@@ -55,8 +55,8 @@ impl TableStore {
     pub async fn load_index(&mut self, spec: &Spec) -> Result<()> {
         let started = std::time::Instant::now();
         match self.load_saved_index(spec).await {
-            Ok(keys) => {
-                tracing::info!(target: "changelake::table", table = %self.meta.name, keys, duration_ms = started.elapsed().as_millis() as u64, "key index loaded from its snapshot");
+            Ok(loaded) => {
+                tracing::info!(target: "changelake::table", table = %self.meta.name, keys = self.index.len(), saved_version = loaded.saved_version, files_replayed = loaded.files_replayed, duration_ms = started.elapsed().as_millis() as u64, "key index loaded from its snapshot");
                 return Ok(());
             }
             Err(reason) => {
@@ -67,25 +67,47 @@ impl TableStore {
         let current: Vec<u32> = (0..self.files.len() as u32)
             .filter(|&i| self.files[i as usize].as_ref().is_some_and(|f| f.current))
             .collect();
-        for id in current {
-            let rows = self.read_file(id, spec).await?;
-            for (k, v) in rows.keys.into_iter().zip(rows.versions) {
-                if let Some(k) = k {
-                    let row = v.loc.map_or(0, |l| l.row);
-                    self.index.insert(&k, Entry { file: id, row, summary: spec.summary(&v) });
+        self.index_current_rows(&current, spec).await?;
+        if self.meta.strategy == Strategy::Scd2 {
+            let history: Vec<u32> = (0..self.files.len() as u32)
+                .filter(|&i| self.files[i as usize].as_ref().is_some_and(|f| !f.current))
+                .collect();
+            self.index_deleted_keys(&history, spec).await?;
+        }
+        Ok(())
+    }
+
+    /// Indexes every live row of these current files at its place. Files are
+    /// fetched a wave at a time and decoded on all cores.
+    pub(super) async fn index_current_rows(&mut self, ids: &[u32], spec: &Spec) -> Result<()> {
+        for wave in ids.chunks(8) {
+            let mut todo = vec![];
+            for &id in wave {
+                todo.push((id, self.fetch(id).await?));
+            }
+            let decoded = par_map(todo, |(id, bytes)| {
+                let batches = self.decode_file(id, bytes, None)?;
+                Ok::<_, TableError>((id, self.rows_of(id, &batches, spec)))
+            });
+            for found in decoded {
+                let (id, rows) = found?;
+                for (k, v) in rows.keys.into_iter().zip(rows.versions) {
+                    if let Some(k) = k {
+                        let row = v.loc.map_or(0, |l| l.row);
+                        self.index.insert(&k, Entry { file: id, row, summary: spec.summary(&v) });
+                    }
                 }
             }
         }
-        if self.meta.strategy != Strategy::Scd2 {
-            return Ok(());
-        }
-        // scd2 keys without a current row: the newest version in history
-        // decides (a deleted one is indexed so a later row reopens the key).
-        // Found from a few columns of each history file; only the rows that
-        // are indexed are read in full.
-        let history: Vec<u32> = (0..self.files.len() as u32)
-            .filter(|&i| self.files[i as usize].as_ref().is_some_and(|f| !f.current))
-            .collect();
+        Ok(())
+    }
+
+    /// scd2 keys without a current row: the newest version in these history
+    /// files decides (a deleted one is indexed, without a row, so a later
+    /// version reopens the key; a newer one the index already holds stays).
+    /// Found from a few columns of each history file; only the rows that
+    /// are indexed are read in full.
+    pub(super) async fn index_deleted_keys(&mut self, history: &[u32], spec: &Spec) -> Result<()> {
         let mut heads: KeyMap<HistoryHead> = KeyMap::default();
         for wave in history.chunks(16) {
             let mut todo = vec![];
@@ -100,8 +122,21 @@ impl TableStore {
             }
         }
         let mut want: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
-        for h in heads.values().filter(|h| h.deleted) {
-            want.entry(h.file).or_default().push(h.row);
+        for (k, h) in &heads {
+            // A deleted key the index holds with a newer sequence keeps it
+            // (history files rewritten by compaction hold older versions).
+            let newer_held = self.index.get(k).is_some_and(|e| {
+                e.file == NO_FILE
+                    && e.summary.seq.with(|s| crate::value::cmp_slices(s, &h.seq)).is_gt()
+            });
+            if newer_held {
+                continue;
+            }
+            if h.deleted {
+                want.entry(h.file).or_default().push(h.row);
+            } else {
+                self.index.remove(k);
+            }
         }
         for rows in want.values_mut() {
             rows.sort_unstable();
@@ -174,11 +209,16 @@ impl TableStore {
 
     /// Reads a file's live rows as versions.
     pub(super) async fn read_file(&self, id: u32, spec: &Spec) -> Result<FileRows> {
-        let f = self.files[id as usize].clone().expect("live file");
         let batches = self.read_batches(id).await?;
+        Ok(self.rows_of(id, &batches, spec))
+    }
+
+    /// A decoded file's live rows as versions.
+    fn rows_of(&self, id: u32, batches: &[RecordBatch], spec: &Spec) -> FileRows {
+        let f = self.files[id as usize].as_ref().expect("live file");
         let mut out = FileRows { keys: vec![], versions: vec![] };
         let mut row_no = 0u32;
-        for batch in batches.iter() {
+        for batch in batches {
             let n = batch.num_rows() as u32;
             let chosen =
                 (row_no..row_no + n).filter(|&r| !f.deleted(r)).map(|r| ((r - row_no) as usize, r));
@@ -188,7 +228,7 @@ impl TableStore {
             }
             row_no += n;
         }
-        Ok(out)
+        out
     }
 
     /// Loads the stored versions the merge asked for (see `merge::classify`).

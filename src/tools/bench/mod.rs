@@ -43,7 +43,7 @@ use changelake::source::file::{content_version, read_debezium_jsonl};
 
 use self::memory::{reset_peak, rss, trim};
 pub use self::opts::{BenchOpts, Remote};
-use self::results::{Output, Restart, RunStat, TableResult};
+use self::results::{Output, PerKey, Restart, RunStat, TableResult};
 use crate::tools::bench_broker::{self, BrokerOpts};
 use crate::tools::soak::{self, SoakOpts};
 use crate::tools::workload::Workload;
@@ -73,6 +73,7 @@ pub async fn run(opts: BenchOpts) -> Result<()> {
     let mut scd1_eps = None;
     for strategy in &opts.strategies {
         let local = bench_table(&config, strategy, &opts, &files, &mut scd1_eps, &mut out).await?;
+        out.layouts(strategy, &local);
         if let Some(rc) = &remote {
             bench_remote(rc, strategy, &opts, &files, &local, &mut out).await?;
         }
@@ -90,6 +91,7 @@ pub async fn run(opts: BenchOpts) -> Result<()> {
         out.md.push_str(&text);
         out.json.insert("broker".into(), j);
     }
+    out.side_by_side();
     out.write(&opts.dir)?;
     print!("{}", out.md);
     Ok(())
@@ -142,7 +144,7 @@ async fn bench_remote(
     local: &TableResult,
     out: &mut Output,
 ) -> Result<()> {
-    let tname = format!("account_{strategy}");
+    let tname = table_name(strategy);
     let Some(t) = config.table(&tname).cloned() else { return Ok(()) };
     let paths = changelake::decode::store_paths(&t, Format::Debezium);
     let Loaded { mut runner, load_seconds, per_key, restart } =
@@ -171,18 +173,37 @@ fn storage_bytes(table: &str) -> (u64, u64) {
 
 /// The bench's tables: one per strategy, both reading the batch files.
 fn config_text(opts: &BenchOpts) -> String {
-    let layout = match opts.table_option.as_deref() {
-        Some(o) => format!("\n      layout: {{{o}}}"),
-        None => String::new(),
+    let extra = opts.table_option.as_deref();
+    let layout = |dv: bool| match (dv, extra) {
+        (false, None) => String::new(),
+        (false, Some(o)) => format!("\n      layout: {{{o}}}"),
+        (true, None) => "\n      layout: {deletion_vectors: true}".into(),
+        (true, Some(o)) if o.contains("deletion_vectors") => format!("\n      layout: {{{o}}}"),
+        (true, Some(o)) => format!("\n      layout: {{deletion_vectors: true, {o}}}"),
     };
-    format!(
+    let mut text = String::from(
         "# Written by `changelake bench`; `changelake run --once --config` on it replays the runs.\n\
-         storage: {{root: ./lake}}\n\
-         systems:\n  dump: {{type: jsonl, format: debezium, path: 'runs/{{object}}-*.jsonl'}}\n\
-         bronze:\n  tables:\n\
-         \x20   account_scd1:\n      source: {{system: dump, object: account}}\n      business_key: [accountid]\n      strategy: scd1\n      merge: {{sequence_by: [source.lsn], delete_mode: hard}}{layout}\n\
-         \x20   account_scd2:\n      source: {{system: dump, object: account}}\n      business_key: [accountid]\n      strategy: scd2\n      merge: {{sequence_by: [source.lsn]}}{layout}\n"
-    )
+         storage: {root: ./lake}\n\
+         systems:\n  dump: {type: jsonl, format: debezium, path: 'runs/{object}-*.jsonl'}\n\
+         bronze:\n  tables:\n",
+    );
+    // Each strategy in the default layout (copy-on-write) and with deletion
+    // vectors (`-dv`, merge-on-read), so both can be run side by side.
+    for dv in [false, true] {
+        let suffix = if dv { "_dv" } else { "" };
+        let layout = layout(dv);
+        text.push_str(&format!(
+            "    account_scd1{suffix}:\n      source: {{system: dump, object: account}}\n      business_key: [accountid]\n      strategy: scd1\n      merge: {{sequence_by: [source.lsn], delete_mode: hard}}{layout}\n\
+             \x20   account_scd2{suffix}:\n      source: {{system: dump, object: account}}\n      business_key: [accountid]\n      strategy: scd2\n      merge: {{sequence_by: [source.lsn]}}{layout}\n"
+        ));
+    }
+    text
+}
+
+/// The table a `--strategies` entry names: `scd1` -> `account_scd1`,
+/// `scd1-dv` -> `account_scd1_dv`.
+fn table_name(strategy: &str) -> String {
+    format!("account_{}", strategy.replace('-', "_"))
 }
 
 /// The update batches, written once and shared by every engine.
@@ -219,16 +240,21 @@ async fn bench_table(
     out: &mut Output,
 ) -> Result<TableResult> {
     let dir = &opts.dir;
-    let tname = format!("account_{strategy}");
+    let tname = table_name(strategy);
     let t = config
         .table(&tname)
-        .ok_or_else(|| Error::Usage(format!("--strategies: unknown `{strategy}` (scd1, scd2)")))?
+        .ok_or_else(|| {
+            Error::Usage(format!(
+                "--strategies: unknown `{strategy}` (scd1, scd2, scd1-dv, scd2-dv)"
+            ))
+        })?
         .clone();
     let paths = changelake::decode::store_paths(&t, Format::Debezium);
     let Loaded { mut runner, load_seconds, per_key, restart } =
         load(config, &t, opts, &paths).await?;
-    // Delta-rs gets the loaded table before our update runs change it.
-    let deltars_out = if opts.deltars && t.strategy == Strategy::Scd1 {
+    // Delta-rs gets the loaded table before our update runs change it (once:
+    // beside the `scd1` table).
+    let deltars_out = if opts.deltars && strategy == "scd1" {
         Some(deltars::run(dir, &runner.store.uri, files)?)
     } else {
         None
@@ -273,7 +299,7 @@ struct Loaded {
     runner: TableRunner,
     load_seconds: f64,
     /// Resident bytes per key after the reopen.
-    per_key: f64,
+    per_key: PerKey,
     restart: Restart,
 }
 
@@ -304,16 +330,15 @@ async fn load(
         from = to;
     }
     let load_s = t_load.elapsed().as_secs_f64();
+    let loc = runner.store.loc.clone();
     drop(runner);
-    // Reopen without a saved index: what a restarted daemon holds (table
-    // index only, no load buffers).
+    // Reopen without a saved index (the loading process saved one at its
+    // checkpoints): the rebuild from the data files.
+    changelake::table::forget_saved_index(&loc).await?;
     trim();
     let opened = Instant::now();
     let mut runner = TableRunner::open(config, t).await?;
     let rebuild_seconds = opened.elapsed().as_secs_f64();
-    trim();
-    let (rss_loaded, _) = rss();
-    let per_key = rss_loaded.saturating_sub(rss0) as f64 / opts.keys.max(1) as f64;
     let saving = Instant::now();
     runner.save_index().await;
     let save_seconds = saving.elapsed().as_secs_f64();
@@ -323,9 +348,18 @@ async fn load(
     let runner = TableRunner::open(config, t).await?;
     let restart =
         Restart { rebuild_seconds, snapshot_seconds: opened.elapsed().as_secs_f64(), save_seconds };
+    // What a restarted daemon holds: the table with its index loaded from
+    // the snapshot (no load buffers, no rebuild leftovers).
+    trim();
+    let (rss_restarted, _) = rss();
+    let keys = opts.keys.max(1) as f64;
+    let per_key = PerKey {
+        table: rss_restarted.saturating_sub(rss0) as f64 / keys,
+        process: rss_restarted as f64 / keys,
+    };
     eprintln!(
-        "{}: loaded {} keys in {load_s:.1}s; resident {per_key:.0} B/key after reopen; reopen {rebuild_seconds:.2}s rebuilding the key index, {:.2}s from the saved one (saved in {save_seconds:.2}s)",
-        t.name, opts.keys, restart.snapshot_seconds
+        "{}: loaded {} keys in {load_s:.1}s; reopen {rebuild_seconds:.2}s rebuilding the key index, {:.2}s from the saved one (saved in {save_seconds:.2}s); resident {:.0} B/key for the table, {:.0} B/key for the whole process",
+        t.name, opts.keys, restart.snapshot_seconds, per_key.table, per_key.process
     );
     Ok(Loaded { runner, load_seconds: load_s, per_key, restart })
 }

@@ -41,12 +41,21 @@ pub struct Restart {
     pub save_seconds: f64,
 }
 
+/// Resident bytes per key once the loaded table is reopened from its saved
+/// key index, as a restarted daemon holds it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PerKey {
+    /// The table: what reopening it added to the process.
+    pub table: f64,
+    /// The whole process, fixed costs included.
+    pub process: f64,
+}
+
 /// One table's measurements: its timed runs and the load before them.
 pub struct TableResult {
     pub stats: Vec<RunStat>,
     pub load_seconds: f64,
-    /// Resident bytes per key after reopening the loaded table.
-    pub per_key: f64,
+    pub per_key: PerKey,
     pub restart: Restart,
     /// Peak RSS during the timed runs and while loading.
     pub peak: u64,
@@ -73,6 +82,10 @@ pub struct Output {
     title: String,
     /// This machine's file read and write rates (the runs' storage floor).
     pub io: Option<super::io::IoRates>,
+    /// Each strategy's mean and restart, for [`Output::side_by_side`].
+    layouts: Vec<(String, f64, f64)>,
+    /// delta-rs MERGE's mean seconds per run, when it ran.
+    deltars_mean: Option<f64>,
 }
 
 impl Output {
@@ -103,7 +116,14 @@ impl Output {
             opts.changes,
             opts.table_option.as_deref().unwrap_or("default (copy-on-write)")
         );
-        Output { json: serde_json::Map::new(), md, title, io: None }
+        Output {
+            json: serde_json::Map::new(),
+            md,
+            title,
+            io: None,
+            layouts: vec![],
+            deltars_mean: None,
+        }
     }
 
     /// A table's section (its runs, mean, load and memory); returns its JSON entry.
@@ -147,9 +167,11 @@ impl Output {
         }
         let _ = writeln!(
             md,
-            "\nmean {mean:.3}s per run, {eps:.0} events/s; load {load_s:.1}s; resident {per_key:.0} B/key (table index after reopen); \
+            "\nmean {mean:.3}s per run, {eps:.0} events/s; load {load_s:.1}s; resident after a restart {:.0} B/key for the table, {:.0} B/key for the whole process; \
              restart {:.2}s from the saved key index ({:.2}s rebuilding it from the data files); \
              peak RSS {:.0} MiB during the runs ({:.0} MiB while loading in chunks of {} events)\n",
+            per_key.table,
+            per_key.process,
             t.restart.snapshot_seconds,
             t.restart.rebuild_seconds,
             t.peak as f64 / 1048576.0,
@@ -158,7 +180,7 @@ impl Output {
         );
         json!({
             "runs": t.stats, "mean_seconds": mean, "events_per_second": eps, "load_seconds": load_s,
-            "resident_bytes_per_key": per_key, "peak_rss_bytes": t.peak, "load_peak_rss_bytes": t.load_peak,
+            "resident_bytes_per_key": per_key.table, "process_resident_bytes_per_key": per_key.process, "peak_rss_bytes": t.peak, "load_peak_rss_bytes": t.load_peak,
             "restart": t.restart, "io_rates": rates,
         })
     }
@@ -217,6 +239,7 @@ impl Output {
     ) -> bool {
         let md = &mut self.md;
         let merge_mean = mean_of(d, "total_seconds");
+        self.deltars_mean = Some(merge_mean);
         let merge_only = mean_of(d, "merge_seconds");
         let _ =
             writeln!(md, "delta-rs MERGE on the same batches (parse + dedupe + MERGE, per run):\n");
@@ -257,6 +280,60 @@ impl Output {
     }
 
     /// Writes `bench.json`, `bench.md` and the chart `bench.svg` into `dir`.
+    /// Notes a strategy's figures for the side-by-side table.
+    pub fn layouts(&mut self, strategy: &str, t: &TableResult) {
+        self.layouts.push((strategy.to_string(), t.mean(), t.restart.snapshot_seconds));
+    }
+
+    /// The default layout (copy-on-write) and deletion vectors side by side,
+    /// per strategy, with delta-rs MERGE on the same batches.
+    pub fn side_by_side(&mut self) {
+        let find = |name: &str| self.layouts.iter().find(|(s, ..)| s == name).map(|l| (l.1, l.2));
+        let secs = |v: Option<(f64, f64)>, pick: fn((f64, f64)) -> f64| {
+            v.map_or("-".to_string(), |v| format!("{:.3}", pick(v)))
+        };
+        let mut rows = vec![];
+        let mut json = serde_json::Map::new();
+        for base in ["scd1", "scd2"] {
+            let (cow, dv) = (find(base), find(&format!("{base}-dv")));
+            if cow.is_none() && dv.is_none() {
+                continue;
+            }
+            let deltars = if base == "scd1" { self.deltars_mean } else { None };
+            let vs = |v: Option<(f64, f64)>| match (v, deltars) {
+                (Some((m, _)), Some(d)) => format!("{:.1}x", d / m),
+                _ => "-".into(),
+            };
+            rows.push(format!(
+                "| {base} | {} | {} | {} | {} | {} | {} | {} |",
+                secs(cow, |v| v.0),
+                vs(cow),
+                secs(dv, |v| v.0),
+                vs(dv),
+                deltars.map_or("-".into(), |d| format!("{d:.3}")),
+                secs(cow, |v| v.1),
+                secs(dv, |v| v.1),
+            ));
+            json.insert(
+                base.into(),
+                json!({
+                    "copy_on_write_seconds": cow.map(|v| v.0), "deletion_vectors_seconds": dv.map(|v| v.0),
+                    "deltars_seconds": deltars,
+                    "copy_on_write_restart_seconds": cow.map(|v| v.1), "deletion_vectors_restart_seconds": dv.map(|v| v.1),
+                }),
+            );
+        }
+        if rows.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            self.md,
+            "### Layouts side by side\n\n| strategy | copy-on-write s/run | vs delta-rs | deletion vectors s/run | vs delta-rs | delta-rs MERGE s/run | restart s (copy-on-write) | restart s (deletion vectors) |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n{}\n",
+            rows.join("\n")
+        );
+        self.json.insert("layouts".into(), serde_json::Value::Object(json));
+    }
+
     pub fn write(&self, dir: &Path) -> Result<()> {
         let text = serde_json::to_string_pretty(&serde_json::Value::Object(self.json.clone()))
             .expect("json");
