@@ -352,3 +352,52 @@ fn bench_on_s3_reports_time_and_requests_beside_the_local_runs() {
     let yaml = std::fs::read_to_string(dir.path().join("bench-remote.yaml")).unwrap();
     assert!(!yaml.contains(stores::S3_SECRET), "options stay out of the file");
 }
+
+/// A key index larger than one 8 MiB part (200,000 keys, about 10 MB) is
+/// saved as a multipart upload and loaded back in ranges, on S3 and Azure:
+/// the second run starts from it instead of rebuilding.
+#[test]
+fn a_key_index_of_several_parts_is_saved_and_loaded_on_s3_and_azure() {
+    let s3 = stores::moto();
+    stores::create_bucket(s3.port, "lake");
+    let az = stores::azurite();
+    stores::create_container(az.port, "lake");
+    let stores = [
+        (stores::s3_storage(s3.port, "s3://lake/big"), None),
+        (stores::azure_storage("az://lake/big"), Some(az.port)),
+    ];
+    for (storage, azurite) in stores {
+        let dir = tempfile::tempdir().unwrap();
+        let mut rows = String::from("id,name,amount,seq,op\n");
+        for id in 0..200_000 {
+            rows.push_str(&format!("{id},n{id},{},1,U\n", id % 1000));
+        }
+        write(dir.path(), "data/account/1.csv", &rows);
+        write(
+            dir.path(),
+            "changelake.yaml",
+            &format!(
+                "{storage}systems:\n  crm:\n    type: csv\n    path: 'data/{{object}}/*.csv'\n    columns: {{id: integer, amount: integer, seq: integer}}\nbronze:\n  tables:\n    account:\n      source: {{system: crm, object: account}}\n      business_key: [id]\n      strategy: scd1\n      merge: {{sequence_by: [seq], delete_when: \"op = 'D'\"}}\n"
+            ),
+        );
+        let cfg = dir.path().join("changelake.yaml");
+        let run = || {
+            let out = common::ok(run_cmd(&mut changelake(azurite), &["run", "--once"], &cfg));
+            String::from_utf8_lossy(&out.stderr).to_string()
+        };
+        let log = run();
+        assert!(log.contains("key index saved") && log.contains("keys=200000"), "{storage}: {log}");
+        write(
+            dir.path(),
+            "data/account/2.csv",
+            "id,name,amount,seq,op\n7,x,1,2,U\n200000,y,2,1,U\n",
+        );
+        let log = run();
+        assert!(log.contains("key index loaded from its snapshot"), "{storage}: {log}");
+        assert!(
+            log.contains("keys=200000") && log.contains("files_replayed=0"),
+            "{storage}: {log}"
+        );
+        assert!(log.contains("keys=200001"), "{storage}: the new key saved: {log}");
+    }
+}

@@ -10,7 +10,7 @@
 use deltalake::arrow::array::RecordBatch;
 use deltalake::parquet::arrow::ArrowWriter;
 use deltalake::parquet::basic::{Compression, ZstdLevel};
-use deltalake::parquet::file::properties::WriterProperties;
+use deltalake::parquet::file::properties::{EnabledStatistics, WriterProperties};
 
 use super::file_stats::{file_stats, StatsColumns};
 use crate::merge::Spec;
@@ -180,13 +180,20 @@ pub(crate) fn encode_parquet(
         Codec::Snappy => Compression::SNAPPY,
         Codec::Zstd => Compression::ZSTD(level),
     };
-    let mut props =
-        WriterProperties::builder().set_compression(compression).set_dictionary_enabled(false);
+    // Parquet statistics per column chunk, per page only on the business
+    // key: readers prune files with the Delta statistics (`file_stats.rs`)
+    // and a key lookup within a file with the key's page index; min/max of
+    // every page of every other column cost the writer time no reader used.
+    let mut props = WriterProperties::builder()
+        .set_compression(compression)
+        .set_dictionary_enabled(false)
+        .set_statistics_enabled(EnabledStatistics::Chunk);
     // Bloom filters on the business key (see `KeyFilter`), sized for the
     // file's rows at 1% false positives (the writer folds them down to fit).
     for k in key_columns.iter().filter(|k| batch.schema().index_of(k).is_ok()) {
         let path = deltalake::parquet::schema::types::ColumnPath::from(k.as_str());
         props = props
+            .set_column_statistics_enabled(path.clone(), EnabledStatistics::Page)
             .set_column_bloom_filter_enabled(path.clone(), true)
             .set_column_bloom_filter_fpp(path.clone(), 0.01)
             .set_column_bloom_filter_max_ndv(path, batch.num_rows().max(1) as u64);

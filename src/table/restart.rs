@@ -26,8 +26,11 @@ use super::{Result, TableStore};
 use crate::config::Strategy;
 use crate::merge::Spec;
 
-/// Snapshot bytes handed to storage at a time (and multipart part size).
+/// Snapshot bytes handed to storage at a time (the multipart part size: S3
+/// wants at least 5 MiB).
 const CHUNK: usize = 8 << 20;
+/// Snapshot bytes read at a time (two are in memory: one decoded, one arriving).
+const READ_CHUNK: u64 = 4 << 20;
 
 /// What loading a saved index did.
 pub(super) struct Loaded {
@@ -122,13 +125,14 @@ impl TableStore {
             Err(e) => return Err(e.to_string()),
         };
         let damaged = || Rejected::Damaged.to_string();
-        let mut buf: Vec<u8> = Vec::with_capacity(CHUNK);
+        let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK as usize);
         let mut read_bytes = 0usize;
         let mut more = async |buf: &mut Vec<u8>| -> std::result::Result<bool, String> {
             match ranges.next().await {
                 Some(chunk) => {
                     let chunk = chunk.map_err(|e| e.to_string())?;
                     read_bytes += chunk.len();
+                    buf.reserve_exact(chunk.len());
                     buf.extend_from_slice(&chunk);
                     Ok(true)
                 }
@@ -236,7 +240,7 @@ pub async fn forget_saved_index(loc: &crate::storage::Location) -> Result<()> {
     }
 }
 
-/// An object read in [`CHUNK`]-sized ranges, the next range fetched while
+/// An object read in [`READ_CHUNK`]-sized ranges, the next range fetched while
 /// the current one is decoded. (The local store's own stream hands out 8 KiB
 /// pieces, each read on a blocking task: 6,000 of them for a 50 MB
 /// snapshot, which made reading it take ten times as long as decoding.)
@@ -263,7 +267,7 @@ impl Ranges {
         if self.at >= self.size {
             return;
         }
-        let range = self.at..self.size.min(self.at + CHUNK as u64);
+        let range = self.at..self.size.min(self.at + READ_CHUNK);
         self.at = range.end;
         let (store, path) = (self.store.clone(), self.path.clone());
         self.next = Some(tokio::spawn(async move { store.get_range(&path, range).await }));
