@@ -22,8 +22,8 @@ fn main() {
 /// Turns transparent huge pages off for this process. mimalloc asks the
 /// kernel for huge pages on every region it maps, so each thread's small
 /// heaps are rounded up to 2 MiB resident: restarting a 1M-key table peaked
-/// at 189-196 MB with them and 130 MB without, a 10M-key one at 950 MB and
-/// 832 MB; run times showed no difference (docs/performance.md, "Memory").
+/// at 184-192 MiB with them and 128 MiB without, a 10M-key one at 926 MiB
+/// and 812 MiB; run times showed no difference (docs/performance.md, "Memory").
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 fn no_transparent_huge_pages() {
