@@ -363,7 +363,8 @@ impl KeyIndex {
         let at_summary = self.positions(&updates, |(k, _)| k);
         let mut inserted: rustc_hash::FxHashMap<&[u8], Pos> = Default::default();
         for ((k, loc), at) in rows.into_iter().zip(at) {
-            match at {
+            // A key placed twice by one commit is inserted once.
+            match at.or_else(|| inserted.get(k).copied()) {
                 Some(p) => {
                     let e = self.at_mut(p);
                     (e.file, e.row) = (loc.file, loc.row);
@@ -385,7 +386,11 @@ impl KeyIndex {
         for ((k, s), at) in updates.into_iter().zip(at_summary) {
             let p = match at.or_else(|| inserted.get(k).copied()) {
                 Some(p) => p,
-                None => self.push(k, Entry { file: NO_FILE, row: 0, summary: s.clone() }),
+                None => {
+                    let p = self.push(k, Entry { file: NO_FILE, row: 0, summary: s.clone() });
+                    inserted.insert(k, p);
+                    p
+                }
             };
             let e = self.at_mut(p);
             if s.deleted && deleted_has_no_row {

@@ -21,6 +21,7 @@ use xxhash_rust::xxh3::Xxh3;
 
 use super::index::{Entry, NO_FILE};
 use crate::merge::{Seq, Summary};
+use crate::value::Value;
 
 const MAGIC: &[u8; 8] = b"CLKIDX02";
 /// Bump (with [`MAGIC`]) when the layout below or what a [`Summary`] means changes.
@@ -28,6 +29,12 @@ const FORMAT: u32 = 2;
 /// An entry's bytes besides its key.
 const ENTRY_FIXED: usize = 2 + 4 + 4 + 1 + 8 * 4;
 const TRAILER: usize = 8;
+/// An entry's flags: the sequence's kind (an integer when none is set) and
+/// whether the latest version is deleted.
+const TS: u8 = 1;
+const DELETED: u8 = 2;
+const NO_SEQUENCE: u8 = 4;
+const NULL_SEQUENCE: u8 = 8;
 
 /// Where a snapshot lives, relative to the table root.
 pub(super) const PATH: &str = "_changelake/key-index";
@@ -82,13 +89,17 @@ impl Encoder {
 
     /// Appends one entry, its file given as a position in the header's list
     /// (or `NO_FILE`). `false` when it cannot be stored: a sequence of
-    /// several columns or a key longer than 64 KiB.
+    /// several columns or of a non-integer, non-timestamp value, or a key
+    /// longer than 64 KiB.
     pub(super) fn entry(&mut self, key: &[u8], entry: &Entry, file: u32) -> bool {
         let Ok(key_len) = u16::try_from(key.len()) else { return false };
         let s = &entry.summary;
         let (tag, seq) = match &s.seq {
             Seq::Int(v) => (0u8, *v),
-            Seq::Ts(v) => (1u8, *v),
+            Seq::Ts(v) => (TS, *v),
+            // No `sequence_by` (the default): every sequence is empty.
+            Seq::Other(v) if v.is_empty() => (NO_SEQUENCE, 0),
+            Seq::Other(v) if matches!(v[..], [Value::Null]) => (NULL_SEQUENCE, 0),
             Seq::Other(_) => return false,
         };
         let b = &mut self.buf;
@@ -96,7 +107,7 @@ impl Encoder {
         b.extend_from_slice(key);
         b.extend_from_slice(&file.to_le_bytes());
         b.extend_from_slice(&entry.row.to_le_bytes());
-        b.push(tag | (u8::from(s.deleted) << 1));
+        b.push(tag | if s.deleted { DELETED } else { 0 });
         b.extend_from_slice(&seq.to_le_bytes());
         b.extend_from_slice(&s.valid_from.to_le_bytes());
         b.extend_from_slice(&s.row_hash.to_le_bytes());
@@ -139,8 +150,12 @@ impl Decoder {
     /// The header, once `buf` holds all of it (`Ok(None)`: not yet), checked
     /// against the table: a snapshot of a later version or of other settings
     /// is refused before its entries are read.
+    /// `size` is the snapshot's length: an entry count it cannot hold is
+    /// damage (it would otherwise size allocations before the checksum is
+    /// reached).
     pub(super) fn header(
         buf: &[u8],
+        size: u64,
         current: i64,
         fingerprint: u64,
     ) -> Result<Option<(Decoder, Header, usize)>, Rejected> {
@@ -162,6 +177,9 @@ impl Decoder {
             return Ok(None);
         };
         let (version, fp, files, entries) = h;
+        if entries > size / ENTRY_FIXED as u64 {
+            return Err(Rejected::Damaged);
+        }
         if version > current {
             return Err(Rejected::Version { saved: version, current });
         }
@@ -207,10 +225,16 @@ impl Decoder {
             let row = r.u32().expect("whole entry");
             let flags = r.take(1).expect("whole entry")[0];
             let seq = r.i64().expect("whole entry");
-            let seq = if flags & 1 == 0 { Seq::Int(seq) } else { Seq::Ts(seq) };
+            let seq = match flags & !DELETED {
+                0 => Seq::Int(seq),
+                TS => Seq::Ts(seq),
+                NO_SEQUENCE => Seq::Other(Box::default()),
+                NULL_SEQUENCE => Seq::Other(Box::new(Box::new([Value::Null]))),
+                _ => return Err(Rejected::Damaged),
+            };
             let summary = Summary {
                 seq,
-                deleted: flags & 2 != 0,
+                deleted: flags & DELETED != 0,
                 valid_from: r.i64().expect("whole entry"),
                 row_hash: r.u64().expect("whole entry"),
                 tracked_hash: r.u64().expect("whole entry"),
@@ -318,7 +342,7 @@ mod tests {
             more
         };
         let (mut d, h) = loop {
-            if let Some((d, h, used)) = Decoder::header(&buf, current, 99)? {
+            if let Some((d, h, used)) = Decoder::header(&buf, bytes.len() as u64, current, 99)? {
                 buf.drain(..used);
                 break (d, h);
             }
@@ -380,6 +404,30 @@ mod tests {
         longer.push(0);
         assert_eq!(decode(&longer, 5, 42).err(), Some(Rejected::Damaged));
         assert_eq!(decode(b"garbage!", 5, 42).err(), Some(Rejected::Format));
+    }
+
+    #[test]
+    fn tables_without_a_sequence_and_null_sequences_are_saved() {
+        let none = Seq::Other(Box::default());
+        let null = Seq::Other(Box::new(vec![Value::Null].into_boxed_slice()));
+        let entries = vec![
+            (b"a".to_vec(), entry(0, 0, none.clone(), false)),
+            (b"b".to_vec(), entry(1, 1, null.clone(), true)),
+        ];
+        let (_, got) = decode(&encode(&header(3, 2), &entries).unwrap(), 9, 3).unwrap();
+        assert_eq!((got[0].1.summary.seq.clone(), got[0].1.summary.deleted), (none, false));
+        assert_eq!((got[1].1.summary.seq.clone(), got[1].1.summary.deleted), (null, true));
+    }
+
+    #[test]
+    fn an_entry_count_the_snapshot_cannot_hold_is_damage_not_an_allocation() {
+        let bytes =
+            encode(&header(42, 1), &[(b"k".to_vec(), entry(0, 0, Seq::Int(1), false))]).unwrap();
+        let mut huge = bytes.clone();
+        // The count sits right after the file list, 8 bytes before the first entry.
+        let at = bytes.len() - TRAILER - (ENTRY_FIXED + 1) - 8;
+        huge[at..at + 8].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert_eq!(decode(&huge, 64, 42).err(), Some(Rejected::Damaged));
     }
 
     #[test]

@@ -67,6 +67,7 @@ impl TableStore {
         // upload, which becomes visible only when completed.
         let mut parts: Option<object_store::WriteMultipart> = None;
         let mut storable = true;
+        let mut failed = None;
         for (key, entry) in self.index.iter() {
             // An entry naming a file that is not live is never saved (the
             // next open rebuilds instead).
@@ -82,25 +83,35 @@ impl TableStore {
                 let chunk = enc.take();
                 let w = match &mut parts {
                     Some(w) => w,
-                    None => parts.insert(object_store::WriteMultipart::new_with_chunk_size(
-                        store.put_multipart(&path).await.map_err(fail)?,
-                        CHUNK,
-                    )),
+                    None => match store.put_multipart(&path).await {
+                        Ok(upload) => parts.insert(
+                            object_store::WriteMultipart::new_with_chunk_size(upload, CHUNK),
+                        ),
+                        Err(e) => return Err(fail(e)),
+                    },
                 };
-                w.wait_for_capacity(2).await.map_err(fail)?;
+                if let Err(e) = w.wait_for_capacity(2).await {
+                    failed = Some(e);
+                    break;
+                }
                 w.write(&chunk);
             }
         }
-        match (parts, storable) {
-            (Some(w), false) => {
+        match (parts, storable, failed) {
+            // An upload that will not complete is aborted: nothing half-written stays.
+            (Some(w), _, Some(e)) => {
+                let _ = w.abort().await;
+                return Err(fail(e));
+            }
+            (Some(w), false, None) => {
                 let _ = w.abort().await;
                 return Ok(None);
             }
-            (None, false) => return Ok(None),
-            (None, true) => {
+            (None, false, _) => return Ok(None),
+            (None, true, _) => {
                 store.put(&path, enc.finish().into()).await.map_err(fail)?;
             }
-            (Some(mut w), true) => {
+            (Some(mut w), true, None) => {
                 w.write(&enc.finish());
                 w.finish().await.map_err(fail)?;
             }
@@ -124,6 +135,7 @@ impl TableStore {
             Err(object_store::Error::NotFound { .. }) => return Err("none saved".into()),
             Err(e) => return Err(e.to_string()),
         };
+        let size = ranges.size;
         let damaged = || Rejected::Damaged.to_string();
         let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK as usize);
         let mut read_bytes = 0usize;
@@ -142,7 +154,7 @@ impl TableStore {
         let fingerprint = spec_fingerprint(spec);
         let (mut dec, header) = loop {
             if let Some((d, h, used)) =
-                Decoder::header(&buf, version, fingerprint).map_err(|e| e.to_string())?
+                Decoder::header(&buf, size, version, fingerprint).map_err(|e| e.to_string())?
             {
                 buf.drain(..used);
                 break (d, h);
@@ -197,7 +209,22 @@ impl TableStore {
                 })
                 .collect()
         };
-        let (fresh_current, fresh_history) = (fresh(true), fresh(false));
+        let (fresh_current, mut fresh_history) = (fresh(true), fresh(false));
+        // History the snapshot knew was rewritten (compaction): the new
+        // files hold old versions, which only the whole history puts in
+        // order (two versions may share a sequence; the execution that wrote
+        // them decides, and the index does not keep it). Scan all of it,
+        // as a rebuild does.
+        let history_rewritten = self.meta.partition().is_some_and(|p| {
+            let history = format!("{p}=false/");
+            let gone = header.files.iter().zip(&file_ids).filter(|(_, &id)| id == GONE);
+            gone.map(|(path, _)| path).any(|path| path.starts_with(&history))
+        });
+        if history_rewritten {
+            fresh_history = (0..self.files.len() as u32)
+                .filter(|&id| self.files[id as usize].as_ref().is_some_and(|f| !f.current))
+                .collect();
+        }
         let files_replayed = fresh_current.len() + fresh_history.len();
         let replay = async {
             self.index_current_rows(&fresh_current, spec).await?;
