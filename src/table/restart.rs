@@ -66,54 +66,46 @@ impl TableStore {
         // One PUT when the snapshot fits in a chunk; otherwise a multipart
         // upload, which becomes visible only when completed.
         let mut parts: Option<object_store::WriteMultipart> = None;
-        let mut storable = true;
-        let mut failed = None;
-        for (key, entry) in self.index.iter() {
-            // An entry naming a file that is not live is never saved (the
-            // next open rebuilds instead).
-            let file = match entry.file {
-                NO_FILE => NO_FILE,
-                f => position.get(f as usize).copied().unwrap_or(NO_FILE),
-            };
-            if (entry.file != NO_FILE && file == NO_FILE) || !enc.entry(key, entry, file) {
-                storable = false;
-                break;
-            }
-            if enc.pending() >= CHUNK {
-                let chunk = enc.take();
-                let w = match &mut parts {
-                    Some(w) => w,
-                    None => match store.put_multipart(&path).await {
-                        Ok(upload) => parts.insert(
-                            object_store::WriteMultipart::new_with_chunk_size(upload, CHUNK),
-                        ),
-                        Err(e) => return Err(fail(e)),
-                    },
+        // Ok(false): an entry this format cannot store.
+        let written: std::result::Result<bool, object_store::Error> = async {
+            for (key, entry) in self.index.iter() {
+                // An entry naming a file that is not live is never saved (the
+                // next open rebuilds instead).
+                let file = match entry.file {
+                    NO_FILE => NO_FILE,
+                    f => position.get(f as usize).copied().unwrap_or(NO_FILE),
                 };
-                if let Err(e) = w.wait_for_capacity(2).await {
-                    failed = Some(e);
-                    break;
+                if (entry.file != NO_FILE && file == NO_FILE) || !enc.entry(key, entry, file) {
+                    return Ok(false);
                 }
-                w.write(&chunk);
+                if enc.pending() >= CHUNK {
+                    if parts.is_none() {
+                        let upload = store.put_multipart(&path).await?;
+                        parts =
+                            Some(object_store::WriteMultipart::new_with_chunk_size(upload, CHUNK));
+                    }
+                    let w = parts.as_mut().expect("started above");
+                    w.wait_for_capacity(2).await?;
+                    w.write(&enc.take());
+                }
             }
+            Ok(true)
         }
-        match (parts, storable, failed) {
-            // An upload that will not complete is aborted: nothing half-written stays.
-            (Some(w), _, Some(e)) => {
-                let _ = w.abort().await;
-                return Err(fail(e));
+        .await;
+        match (written, parts) {
+            (Ok(true), None) => {
+                store.put(&path, enc.finish().into()).await.map(drop).map_err(fail)?
             }
-            (Some(w), false, None) => {
-                let _ = w.abort().await;
-                return Ok(None);
-            }
-            (None, false, _) => return Ok(None),
-            (None, true, _) => {
-                store.put(&path, enc.finish().into()).await.map_err(fail)?;
-            }
-            (Some(mut w), true, None) => {
+            (Ok(true), Some(mut w)) => {
                 w.write(&enc.finish());
                 w.finish().await.map_err(fail)?;
+            }
+            // An upload that will not complete is aborted: nothing half-written stays.
+            (outcome, w) => {
+                if let Some(w) = w {
+                    let _ = w.abort().await;
+                }
+                return outcome.map(|_| None).map_err(fail);
             }
         }
         self.saved_index = Some(version);
@@ -192,7 +184,7 @@ impl TableStore {
                 return Err(damaged());
             }
         }
-        while buf.len() <= 8 && more(&mut buf).await? {}
+        while more(&mut buf).await? {}
         dec.finish(&buf).map_err(|e| e.to_string())?;
         drop(buf);
         let loaded = started.elapsed();
@@ -201,29 +193,22 @@ impl TableStore {
 
         let known: std::collections::HashSet<u32> =
             file_ids.iter().copied().filter(|&id| id != GONE).collect();
-        let fresh = |current: bool| -> Vec<u32> {
-            (0..self.files.len() as u32)
-                .filter(|id| !known.contains(id))
-                .filter(|&id| {
-                    self.files[id as usize].as_ref().is_some_and(|f| f.current == current)
-                })
-                .collect()
-        };
-        let (fresh_current, mut fresh_history) = (fresh(true), fresh(false));
+        let fresh = |id: &u32| !known.contains(id);
+        let fresh_current: Vec<u32> =
+            self.live_files(|f| f.current).into_iter().filter(fresh).collect();
         // History the snapshot knew was rewritten (compaction): the new
         // files hold old versions, which only the whole history puts in
         // order (two versions may share a sequence; the execution that wrote
-        // them decides, and the index does not keep it). Scan all of it,
-        // as a rebuild does.
+        // them decides, and the index does not keep it). Then all of it is
+        // scanned, as a rebuild does.
         let history_rewritten = self.meta.partition().is_some_and(|p| {
             let history = format!("{p}=false/");
             let gone = header.files.iter().zip(&file_ids).filter(|(_, &id)| id == GONE);
             gone.map(|(path, _)| path).any(|path| path.starts_with(&history))
         });
-        if history_rewritten {
-            fresh_history = (0..self.files.len() as u32)
-                .filter(|&id| self.files[id as usize].as_ref().is_some_and(|f| !f.current))
-                .collect();
+        let mut fresh_history = self.live_files(|f| !f.current);
+        if !history_rewritten {
+            fresh_history.retain(fresh);
         }
         let files_replayed = fresh_current.len() + fresh_history.len();
         let replay = async {

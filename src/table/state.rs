@@ -11,7 +11,7 @@ use deltalake::arrow::array::{ArrayRef, RecordBatch};
 use std::collections::BTreeMap;
 
 use super::convert::cell;
-use super::files::SelectedRows;
+use super::files::{FileMeta, SelectedRows};
 use super::history::HistoryHead;
 use super::index::{Entry, NO_FILE};
 use super::Result;
@@ -64,17 +64,20 @@ impl TableStore {
             }
         }
         self.index = Default::default();
-        let current: Vec<u32> = (0..self.files.len() as u32)
-            .filter(|&i| self.files[i as usize].as_ref().is_some_and(|f| f.current))
-            .collect();
+        let current = self.live_files(|f| f.current);
         self.index_current_rows(&current, spec).await?;
         if self.meta.strategy == Strategy::Scd2 {
-            let history: Vec<u32> = (0..self.files.len() as u32)
-                .filter(|&i| self.files[i as usize].as_ref().is_some_and(|f| !f.current))
-                .collect();
+            let history = self.live_files(|f| !f.current);
             self.index_deleted_keys(&history, spec).await?;
         }
         Ok(())
+    }
+
+    /// Ids of the live files `pick` accepts.
+    pub(super) fn live_files(&self, pick: impl Fn(&FileMeta) -> bool) -> Vec<u32> {
+        (0..self.files.len() as u32)
+            .filter(|&id| self.files[id as usize].as_ref().is_some_and(&pick))
+            .collect()
     }
 
     /// Indexes every live row of these current files at its place. Files are

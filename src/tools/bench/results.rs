@@ -41,6 +41,14 @@ pub struct Restart {
     pub save_seconds: f64,
 }
 
+/// A strategy's mean seconds per run and restart seconds (from the saved
+/// key index), for the side-by-side table.
+#[derive(Debug, Clone, Copy)]
+struct LayoutFigures {
+    mean: f64,
+    restart: f64,
+}
+
 /// Resident bytes per key once the loaded table is reopened from its saved
 /// key index, as a restarted daemon holds it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -82,8 +90,8 @@ pub struct Output {
     title: String,
     /// This machine's file read and write rates (the runs' storage floor).
     pub io: Option<super::io::IoRates>,
-    /// Each strategy's mean and restart, for [`Output::side_by_side`].
-    layouts: Vec<(String, f64, f64)>,
+    /// Each strategy's figures, for [`Output::side_by_side`].
+    layouts: Vec<(String, LayoutFigures)>,
     /// delta-rs MERGE's mean seconds per run, when it ran.
     deltars_mean: Option<f64>,
 }
@@ -282,14 +290,15 @@ impl Output {
     /// Writes `bench.json`, `bench.md` and the chart `bench.svg` into `dir`.
     /// Notes a strategy's figures for the side-by-side table.
     pub fn layouts(&mut self, strategy: &str, t: &TableResult) {
-        self.layouts.push((strategy.to_string(), t.mean(), t.restart.snapshot_seconds));
+        let figures = LayoutFigures { mean: t.mean(), restart: t.restart.snapshot_seconds };
+        self.layouts.push((strategy.to_string(), figures));
     }
 
     /// The default layout (copy-on-write) and deletion vectors side by side,
     /// per strategy, with delta-rs MERGE on the same batches.
     pub fn side_by_side(&mut self) {
-        let find = |name: &str| self.layouts.iter().find(|(s, ..)| s == name).map(|l| (l.1, l.2));
-        let secs = |v: Option<(f64, f64)>, pick: fn((f64, f64)) -> f64| {
+        let find = |name: &str| self.layouts.iter().find(|(s, _)| s == name).map(|(_, f)| *f);
+        let secs = |v: Option<LayoutFigures>, pick: fn(LayoutFigures) -> f64| {
             v.map_or("-".to_string(), |v| format!("{:.3}", pick(v)))
         };
         let mut rows = vec![];
@@ -300,26 +309,26 @@ impl Output {
                 continue;
             }
             let deltars = if base == "scd1" { self.deltars_mean } else { None };
-            let vs = |v: Option<(f64, f64)>| match (v, deltars) {
-                (Some((m, _)), Some(d)) => format!("{:.1}x", d / m),
+            let vs = |v: Option<LayoutFigures>| match (v, deltars) {
+                (Some(v), Some(d)) => format!("{:.1}x", d / v.mean),
                 _ => "-".into(),
             };
             rows.push(format!(
                 "| {base} | {} | {} | {} | {} | {} | {} | {} |",
-                secs(cow, |v| v.0),
+                secs(cow, |v| v.mean),
                 vs(cow),
-                secs(dv, |v| v.0),
+                secs(dv, |v| v.mean),
                 vs(dv),
                 deltars.map_or("-".into(), |d| format!("{d:.3}")),
-                secs(cow, |v| v.1),
-                secs(dv, |v| v.1),
+                secs(cow, |v| v.restart),
+                secs(dv, |v| v.restart),
             ));
             json.insert(
                 base.into(),
                 json!({
-                    "copy_on_write_seconds": cow.map(|v| v.0), "deletion_vectors_seconds": dv.map(|v| v.0),
+                    "copy_on_write_seconds": cow.map(|v| v.mean), "deletion_vectors_seconds": dv.map(|v| v.mean),
                     "deltars_seconds": deltars,
-                    "copy_on_write_restart_seconds": cow.map(|v| v.1), "deletion_vectors_restart_seconds": dv.map(|v| v.1),
+                    "copy_on_write_restart_seconds": cow.map(|v| v.restart), "deletion_vectors_restart_seconds": dv.map(|v| v.restart),
                 }),
             );
         }
