@@ -70,6 +70,33 @@ impl<'de> Visitor<'de> for CellVisitor {
     }
 }
 
+/// An object key, borrowed from the input when the parser can (simd-json
+/// always can): keys of skipped fields and of the envelope cost no allocation.
+struct KeySeed;
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = std::borrow::Cow<'de, str>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeySeed {
+    type Value = std::borrow::Cow<'de, str>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object key")
+    }
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+        Ok(std::borrow::Cow::Borrowed(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(std::borrow::Cow::Owned(v.to_string()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+        Ok(std::borrow::Cow::Owned(v))
+    }
+}
+
 /// A JSON object's fields as cells, in document order (`prefix.` prepended).
 /// With `Some(paths)`, only fields whose dotted name is in `paths` are kept.
 struct Fields<'p>(&'p str, Option<&'p [String]>);
@@ -110,13 +137,13 @@ impl<'de> Visitor<'de> for Fields<'_> {
         // Room for the envelope columns a table stores beside the fields
         // (`route` adds them): no reallocation per row.
         let mut out = Vec::with_capacity(m.size_hint().unwrap_or(24) + 4);
-        while let Some(k) = m.next_key::<String>()? {
+        while let Some(k) = m.next_key_seed(KeySeed)? {
             if self.1.is_some_and(|p| !listed(p, self.0, &k)) {
                 m.next_value::<IgnoredAny>()?;
                 continue;
             }
             let v: Cell = m.next_value()?;
-            let name = if self.0.is_empty() { k } else { format!("{}.{k}", self.0) };
+            let name = if self.0.is_empty() { k.into_owned() } else { format!("{}.{k}", self.0) };
             out.push((name, v.0));
         }
         Ok(Some(out))
@@ -219,19 +246,19 @@ impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Envelope, A::Error> {
         let mut e = Envelope::default();
-        while let Some(k) = m.next_key::<String>()? {
-            match k.as_str() {
+        while let Some(k) = m.next_key_seed(KeySeed)? {
+            match k.as_ref() {
                 "before" => e.before = m.next_value_seed(Fields("", None))?,
                 "after" => e.after = m.next_value_seed(Fields("", None))?,
                 "schema" | "payload" => {
                     e.wrapped = true;
                     m.next_value::<IgnoredAny>()?;
                 }
-                _ if k != "op"
+                _ if k.as_ref() != "op"
                     && self.0.is_some_and(|p| {
                         !p.iter().any(|p| {
-                            p == &k
-                                || (p.starts_with(k.as_str())
+                            p.as_str() == k.as_ref()
+                                || (p.starts_with(k.as_ref())
                                     && p.as_bytes().get(k.len()) == Some(&b'.'))
                         })
                     }) =>
@@ -239,8 +266,8 @@ impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
                     m.next_value::<IgnoredAny>()?;
                 }
                 _ => {
-                    let keep = self.0.filter(|_| k != "op");
-                    let f = m.next_value_seed(EnvField(k, keep))?;
+                    let keep = self.0.filter(|_| k.as_ref() != "op");
+                    let f = m.next_value_seed(EnvField(k.into_owned(), keep))?;
                     e.env.extend(f);
                 }
             }
@@ -255,13 +282,28 @@ impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
 /// and the parser's buffers are reused across messages. Anything it
 /// refuses takes the general path, which decides and reports.
 fn simd_envelope(value: &[u8], keep: Option<&[String]>) -> Option<Envelope> {
+    with_simd(value, |de| EnvelopeSeed(keep).deserialize(de).ok())
+}
+
+/// Runs `parse` on a simd-json deserializer over a per-thread copy of `value`.
+fn with_simd<R>(
+    value: &[u8],
+    parse: impl FnOnce(&mut simd_json::Deserializer<'_>) -> Option<R>,
+) -> Option<R> {
     thread_local!(static BUF: std::cell::RefCell<(Vec<u8>, simd_json::Buffers)> = std::cell::RefCell::new((Vec::new(), simd_json::Buffers::new(1024))));
     BUF.with_borrow_mut(|(input, buffers)| {
         input.clear();
         input.extend_from_slice(value);
         let mut de = simd_json::Deserializer::from_slice_with_buffers(input, buffers).ok()?;
-        EnvelopeSeed(keep).deserialize(&mut de).ok()
+        parse(&mut de)
     })
+}
+
+/// A flat JSON object's fields as cells, in document order, parsed with
+/// simd-json; None for anything else (not an object, invalid JSON), which
+/// the caller's general path reports.
+pub(super) fn object_fields(value: &[u8]) -> Option<Vec<(String, Value)>> {
+    with_simd(value, |de| Fields("", None).deserialize(de).ok().flatten())
 }
 
 pub fn decode(
@@ -273,9 +315,7 @@ pub fn decode(
 ) -> Option<Result<Decoded, String>> {
     match format {
         Format::Json => {
-            let mut de = serde_json::Deserializer::from_slice(value);
-            let data = Fields("", None).deserialize(&mut de).ok()??;
-            de.end().ok()?;
+            let data = object_fields(value)?;
             if data.len() == 2 && data.iter().all(|(n, _)| n == "schema" || n == "payload") {
                 return None; // the schema wrapper: the general path types it
             }

@@ -301,6 +301,14 @@ fn bad_input_duplicate_fields_and_oversized_messages_are_dead_letters() {
     assert!(e.error.contains("twice"), "{}", e.error);
     let e = decode(Format::Json, None, Some(br#"{"id":1,"id":1}"#), &[]).unwrap_err();
     assert!(e.error.contains("twice"), "{}", e.error);
+    // A wide row (past the pairwise check) with its last field named twice, and one without.
+    let wide = |last: &str| {
+        let fields: Vec<String> = (0..40).map(|i| format!("\"c{i}\":{i}")).collect();
+        format!("{{{},\"{last}\":1}}", fields.join(","))
+    };
+    let e = decode(Format::Json, None, Some(wide("c17").as_bytes()), &[]).unwrap_err();
+    assert!(e.error.contains("twice"), "{}", e.error);
+    assert!(decode(Format::Json, None, Some(wide("c40").as_bytes()), &[]).is_ok());
     for nul in [&br#"{"id":1,"v":"a\u0000b"}"#[..], b"{\"id\":1,\"v\":\"a\0b\"}"] {
         let e = decode(Format::Json, None, Some(nul), &[]).unwrap_err();
         assert!(e.error.contains("NUL"), "{}", e.error);

@@ -263,8 +263,8 @@ impl TableRunner {
                         }
                     }
                     let stored = store.summary(&k);
-                    merge::classify(spec, stored, &rs, &mut st).map(|n| {
-                        let closing = if n == Need::Close { stored.cloned() } else { None };
+                    merge::classify(spec, stored.as_ref(), &rs, &mut st).map(|n| {
+                        let closing = if n == Need::Close { stored } else { None };
                         (k, rs, n, closing)
                     })
                 })

@@ -7,13 +7,14 @@
 //! closes as values. It is built at open (see `state.rs`) and updated only
 //! after a durable commit ([`KeyIndex::apply_commit`]).
 
-use crate::merge::{Key, Seq, Summary};
+use super::packed::PackedSummary;
+use crate::merge::{Key, Summary};
 
 /// A business key as the key index stores it: 16 bytes, inline up to 14
 /// bytes (every integer key, short codes), otherwise behind one thin pointer.
 /// Hashes and compares exactly as its bytes, so the index is looked up with a
-/// plain `&[u8]`. With the 48-byte [`Summary`] and the file/row pair an entry
-/// is 72 bytes; with its shard's table about 80: 10M keys take about 800 MB.
+/// plain `&[u8]`. With the 40-byte [`PackedSummary`] and the file/row pair an
+/// entry is 64 bytes; with its shard's table about 72: 10M keys take about 720 MB.
 #[derive(Clone)]
 pub(super) enum IndexKey {
     Inline(u8, [u8; 14]),
@@ -22,7 +23,7 @@ pub(super) enum IndexKey {
 
 const _: () = assert!(std::mem::size_of::<IndexKey>() == 16);
 
-const _: () = assert!(std::mem::size_of::<(IndexKey, Entry)>() == 72);
+const _: () = assert!(std::mem::size_of::<(IndexKey, Entry)>() == 64);
 
 impl IndexKey {
     #[inline]
@@ -88,10 +89,14 @@ pub(super) struct Location {
 pub(super) struct Entry {
     pub(super) file: u32,
     pub(super) row: u32,
-    pub(super) summary: Summary,
+    pub(super) summary: PackedSummary,
 }
 
 impl Entry {
+    pub(super) fn new(file: u32, row: u32, summary: Summary) -> Entry {
+        Entry { file, row, summary: PackedSummary::new(summary) }
+    }
+
     /// Whether the key has a current row.
     pub(super) fn has_row(&self) -> bool {
         self.file != NO_FILE && self.file != GONE
@@ -103,10 +108,28 @@ impl Entry {
     }
 }
 
-/// How many shards the index is split into: a key's shard comes from bits
-/// of its hash that the shard's own table does not use (see [`shard_of`]).
-const SHARD_BITS: u32 = 8;
-const SHARDS: usize = 1 << SHARD_BITS;
+/// Shards of an index that starts empty; an index built for a known number
+/// of keys (a saved index loaded at restart) picks its own ([`shard_count`]).
+const DEFAULT_SHARDS: usize = 256;
+const MAX_SHARDS: usize = 512;
+
+/// How full a bulk-built shard's table is meant to be.
+const TARGET_LOAD: f64 = 0.8;
+
+/// The shard count for `n` keys: shards' tables hold a power of two of slots
+/// at most 7/8 full, so 256 shards of n/256 keys may leave them half empty
+/// (1M keys: 3,945 keys in 8,192 slots, 5 bytes each: 10 B/key). Choosing
+/// between 256 and 512 shards so that a shard holds about 80% of its
+/// table's slots keeps that slack near a fifth at any size (1M keys: 309
+/// shards, 4,096 slots each). Shard sizes vary by about the square root of
+/// their mean, far below the 7/8 limit (docs/performance.md, "Memory").
+fn shard_count(n: usize) -> usize {
+    let mut slots = 16.0_f64;
+    while n as f64 / (TARGET_LOAD * slots) > MAX_SHARDS as f64 {
+        slots *= 2.0;
+    }
+    ((n as f64 / (TARGET_LOAD * slots)).ceil() as usize).clamp(DEFAULT_SHARDS, MAX_SHARDS)
+}
 
 /// The index's hash of a key (FxHash: deterministic, a few ns for short keys).
 #[inline]
@@ -115,11 +138,12 @@ fn hash_of(key: &[u8]) -> u64 {
     rustc_hash::FxBuildHasher.hash_one(key)
 }
 
-/// The shard of a hash: bits 40..48, apart from the low bits a shard's table
-/// probes with and the top seven it keeps as tags.
+/// The shard of a hash among `shards`: bits 24..48 scaled to the count
+/// (multiply and shift), apart from the low bits a shard's table probes
+/// with and the top seven it keeps as tags.
 #[inline]
-fn shard_of(h: u64) -> usize {
-    (h >> 40) as usize & (SHARDS - 1)
+fn shard_of(h: u64, shards: usize) -> usize {
+    ((((h >> 24) & 0xFF_FFFF) * shards as u64) >> 24) as usize
 }
 
 /// A key's place in the index: its shard and position in the shard's entries.
@@ -193,7 +217,7 @@ impl Shard {
     }
 }
 
-/// Business key -> entry, split by key hash into [`SHARDS`] shards: a shard's
+/// Business key -> entry, split by key hash into shards ([`shard_count`]): a shard's
 /// table is small enough to stay in cache while it is built, and shards are
 /// built on all cores, so loading a saved index of millions of keys costs
 /// tens of nanoseconds per key (docs/performance.md, "Restart").
@@ -203,7 +227,7 @@ pub(super) struct KeyIndex {
 
 impl Default for KeyIndex {
     fn default() -> KeyIndex {
-        KeyIndex { shards: (0..SHARDS).map(|_| Shard::default()).collect() }
+        KeyIndex { shards: (0..DEFAULT_SHARDS).map(|_| Shard::default()).collect() }
     }
 }
 
@@ -219,13 +243,15 @@ impl Bulk {
         // Hashes spread keys evenly (a shard of 40,000 keys varies by about
         // 200): room for 1/64 more than the mean, and a shard that still
         // fills up grows by an eighth.
-        let each = n / SHARDS + n / SHARDS / 64 + 64;
-        Bulk { shards: (0..SHARDS).map(|_| Vec::with_capacity(each)).collect() }
+        let shards = shard_count(n);
+        let each = n / shards + n / shards / 64 + 64;
+        Bulk { shards: (0..shards).map(|_| Vec::with_capacity(each)).collect() }
     }
 
     #[inline]
     pub(super) fn push(&mut self, key: &[u8], entry: Entry) {
-        let shard = &mut self.shards[shard_of(hash_of(key))];
+        let n = self.shards.len();
+        let shard = &mut self.shards[shard_of(hash_of(key), n)];
         if shard.len() == shard.capacity() {
             shard.reserve_exact(shard.len() / 8 + 16);
         }
@@ -258,7 +284,7 @@ impl KeyIndex {
     #[inline]
     fn find(&self, key: &[u8]) -> Option<Pos> {
         let h = hash_of(key);
-        let shard = shard_of(h);
+        let shard = shard_of(h, self.shards.len());
         self.shards[shard].find(h, key).map(|at| Pos { shard: shard as u32, at })
     }
 
@@ -290,7 +316,7 @@ impl KeyIndex {
     /// Appends a key known to be absent.
     fn push(&mut self, key: &[u8], entry: Entry) -> Pos {
         let h = hash_of(key);
-        let shard = shard_of(h);
+        let shard = shard_of(h, self.shards.len());
         let at = self.shards[shard].push(h, IndexKey::new(key), entry);
         Pos { shard: shard as u32, at }
     }
@@ -298,7 +324,8 @@ impl KeyIndex {
     /// Removes a key (absent: nothing happens).
     pub(super) fn remove(&mut self, key: &[u8]) {
         let h = hash_of(key);
-        self.shards[shard_of(h)].swap_remove(h, key);
+        let shard = shard_of(h, self.shards.len());
+        self.shards[shard].swap_remove(h, key);
     }
 
     /// Keeps the entries `keep` accepts (changed shards re-index on all cores).
@@ -339,7 +366,7 @@ impl KeyIndex {
 
     /// Stored keys with a live current row (snapshot merge candidates).
     pub(super) fn live_keys(&self) -> impl Iterator<Item = &[u8]> {
-        self.iter().filter(|(_, e)| e.file != NO_FILE && !e.summary.deleted).map(|(k, _)| k)
+        self.iter().filter(|(_, e)| e.file != NO_FILE && !e.summary.deleted()).map(|(k, _)| k)
     }
 
     /// After a durable commit: the keys whose current row the commit placed
@@ -372,13 +399,13 @@ impl KeyIndex {
                 None => {
                     // Placeholder; the summary follows below.
                     let summary = Summary {
-                        seq: Seq::Int(0),
+                        seq: crate::merge::Seq::Int(0),
                         deleted: false,
                         valid_from: i64::MIN,
                         row_hash: 0,
                         tracked_hash: 0,
                     };
-                    let e = Entry { file: loc.file, row: loc.row, summary };
+                    let e = Entry::new(loc.file, loc.row, summary);
                     inserted.insert(k, self.push(k, e));
                 }
             }
@@ -387,7 +414,7 @@ impl KeyIndex {
             let p = match at.or_else(|| inserted.get(k).copied()) {
                 Some(p) => p,
                 None => {
-                    let p = self.push(k, Entry { file: NO_FILE, row: 0, summary: s.clone() });
+                    let p = self.push(k, Entry::new(NO_FILE, 0, s.clone()));
                     inserted.insert(k, p);
                     p
                 }
@@ -396,7 +423,7 @@ impl KeyIndex {
             if s.deleted && deleted_has_no_row {
                 e.file = NO_FILE;
             }
-            e.summary = s.clone();
+            e.summary = PackedSummary::new(s.clone());
         }
         for (k, s) in summaries {
             if s.is_none() {
@@ -409,6 +436,7 @@ impl KeyIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::merge::Seq;
 
     fn entry(file: u32, row: u32) -> Entry {
         let summary = Summary {
@@ -418,7 +446,7 @@ mod tests {
             row_hash: 0,
             tracked_hash: 0,
         };
-        Entry { file, row, summary }
+        Entry::new(file, row, summary)
     }
 
     fn key(i: u32) -> Vec<u8> {
@@ -467,6 +495,36 @@ mod tests {
     }
 
     #[test]
+    fn a_bulk_built_index_sizes_its_shards_to_fill_their_tables() {
+        for n in [0usize, 10, 1_000_000, 1_009_837, 1_500_000, 10_000_000, 100_000_000] {
+            let s = shard_count(n);
+            assert!((DEFAULT_SHARDS..=MAX_SHARDS).contains(&s), "{n}: {s}");
+            if n >= 1_000_000 {
+                // Mean keys per shard over the table's slots (next power of two of 8/7 of it).
+                let each = n / s;
+                let slots = (each * 8 / 7 + 1).next_power_of_two();
+                let load = each as f64 / slots as f64;
+                assert!((0.7..=0.8).contains(&load), "{n} keys, {s} shards: load {load:.2}");
+            }
+        }
+        // Every shard index is in range, and keys spread over all shards.
+        let mut seen = vec![0usize; 309];
+        for i in 0..200_000u32 {
+            seen[shard_of(hash_of(&key(i)), 309)] += 1;
+        }
+        assert!(seen.iter().all(|&c| c > 400 && c < 900), "{seen:?}");
+        let mut bulk = Bulk::with_capacity(50_000);
+        for i in 0..50_000u32 {
+            bulk.push(&key(i), entry(1, i));
+        }
+        let index = bulk.build().expect("distinct keys");
+        assert_eq!(index.shards.len(), shard_count(50_000));
+        for i in 0..50_000u32 {
+            assert_eq!(index.get(&key(i)).map(|e| e.row), Some(i));
+        }
+    }
+
+    #[test]
     fn a_bulk_build_equals_inserts_and_refuses_a_key_twice() {
         let mut bulk = Bulk::with_capacity(10);
         let mut want = std::collections::HashMap::new();
@@ -511,7 +569,7 @@ mod tests {
         ];
         index.apply_commit(rows, &summaries, true);
         assert_eq!(index.len(), 100);
-        let at = |k: &[u8]| index.get(k).map(|e| (e.file, e.row, e.summary.seq.clone()));
+        let at = |k: &[u8]| index.get(k).map(|e| (e.file, e.row, e.summary.seq()));
         assert_eq!(at(&k1), Some((5, 0, Seq::Int(9))));
         assert_eq!(at(&new), Some((5, 1, Seq::Int(9))));
         assert_eq!(at(&k2), Some((NO_FILE, 2, Seq::Int(9))));

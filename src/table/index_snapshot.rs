@@ -94,24 +94,26 @@ impl Encoder {
     pub(super) fn entry(&mut self, key: &[u8], entry: &Entry, file: u32) -> bool {
         let Ok(key_len) = u16::try_from(key.len()) else { return false };
         let s = &entry.summary;
-        let (tag, seq) = match &s.seq {
-            Seq::Int(v) => (0u8, *v),
-            Seq::Ts(v) => (TS, *v),
+        let Some((tag, seq)) = s.seq_with(|v| match v {
+            [Value::Int(v)] => Some((0u8, *v)),
+            [Value::Ts(v)] => Some((TS, *v)),
             // No `sequence_by` (the default): every sequence is empty.
-            Seq::Other(v) if v.is_empty() => (NO_SEQUENCE, 0),
-            Seq::Other(v) if matches!(v[..], [Value::Null]) => (NULL_SEQUENCE, 0),
-            Seq::Other(_) => return false,
+            [] => Some((NO_SEQUENCE, 0)),
+            [Value::Null] => Some((NULL_SEQUENCE, 0)),
+            _ => None,
+        }) else {
+            return false;
         };
         let b = &mut self.buf;
         b.extend_from_slice(&key_len.to_le_bytes());
         b.extend_from_slice(key);
         b.extend_from_slice(&file.to_le_bytes());
         b.extend_from_slice(&entry.row.to_le_bytes());
-        b.push(tag | if s.deleted { DELETED } else { 0 });
+        b.push(tag | if s.deleted() { DELETED } else { 0 });
         b.extend_from_slice(&seq.to_le_bytes());
-        b.extend_from_slice(&s.valid_from.to_le_bytes());
-        b.extend_from_slice(&s.row_hash.to_le_bytes());
-        b.extend_from_slice(&s.tracked_hash.to_le_bytes());
+        b.extend_from_slice(&s.valid_from().to_le_bytes());
+        b.extend_from_slice(&s.row_hash().to_le_bytes());
+        b.extend_from_slice(&s.tracked_hash().to_le_bytes());
         true
     }
 
@@ -239,7 +241,7 @@ impl Decoder {
                 row_hash: r.u64().expect("whole entry"),
                 tracked_hash: r.u64().expect("whole entry"),
             };
-            out(key, Entry { file, row, summary });
+            out(key, Entry::new(file, row, summary));
             at = r.at;
             self.left -= 1;
         }
@@ -303,11 +305,11 @@ mod tests {
     use super::*;
 
     fn entry(file: u32, row: u32, seq: Seq, deleted: bool) -> Entry {
-        Entry {
+        Entry::new(
             file,
             row,
-            summary: Summary { seq, deleted, valid_from: -5, row_hash: 7, tracked_hash: 9 },
-        }
+            Summary { seq, deleted, valid_from: -5, row_hash: 7, tracked_hash: 9 },
+        )
     }
 
     fn header(version: i64, entries: u64) -> Header {
@@ -376,11 +378,11 @@ mod tests {
             assert_eq!(got.len(), 3);
             let (k, e) = &got[1];
             assert_eq!(k, &vec![0u8; 300]);
-            assert_eq!((e.file, e.row, e.summary.deleted), (1, 0, true));
-            assert_eq!(e.summary.seq, Seq::Ts(-1));
+            assert_eq!((e.file, e.row, e.summary.deleted()), (1, 0, true));
+            assert_eq!(e.summary.seq(), Seq::Ts(-1));
             assert_eq!((got[0].1.file, got[0].1.row), (0, 3));
             assert_eq!(got[2].1.file, NO_FILE);
-            assert_eq!(got[0].1.summary.row_hash, 7);
+            assert_eq!(got[0].1.summary.row_hash(), 7);
         }
     }
 
@@ -415,8 +417,8 @@ mod tests {
             (b"b".to_vec(), entry(1, 1, null.clone(), true)),
         ];
         let (_, got) = decode(&encode(&header(3, 2), &entries).unwrap(), 9, 3).unwrap();
-        assert_eq!((got[0].1.summary.seq.clone(), got[0].1.summary.deleted), (none, false));
-        assert_eq!((got[1].1.summary.seq.clone(), got[1].1.summary.deleted), (null, true));
+        assert_eq!((got[0].1.summary.seq(), got[0].1.summary.deleted()), (none, false));
+        assert_eq!((got[1].1.summary.seq(), got[1].1.summary.deleted()), (null, true));
     }
 
     #[test]
@@ -432,7 +434,8 @@ mod tests {
 
     #[test]
     fn a_sequence_of_several_columns_is_not_saved() {
-        let other = Seq::Other(Box::new(vec![crate::value::Value::Int(1)].into_boxed_slice()));
+        let two = vec![crate::value::Value::Int(1), crate::value::Value::Int(2)];
+        let other = Seq::Other(Box::new(two.into_boxed_slice()));
         assert!(encode(&header(1, 1), &[(b"k".to_vec(), entry(0, 0, other, false))]).is_none());
     }
 }

@@ -45,6 +45,7 @@ mod history;
 mod index;
 mod index_snapshot;
 mod masks;
+mod packed;
 mod parquet;
 mod plan;
 mod restart;
@@ -376,8 +377,8 @@ impl TableStore {
         self.index.len()
     }
 
-    pub fn summary(&self, key: &[u8]) -> Option<&Summary> {
-        self.index.get(key).map(|e| &e.summary)
+    pub fn summary(&self, key: &[u8]) -> Option<Summary> {
+        self.index.get(key).map(|e| e.summary.unpack())
     }
 
     /// Stored keys with a live current row (snapshot merge candidates).

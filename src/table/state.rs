@@ -97,7 +97,7 @@ impl TableStore {
                 for (k, v) in rows.keys.into_iter().zip(rows.versions) {
                     if let Some(k) = k {
                         let row = v.loc.map_or(0, |l| l.row);
-                        self.index.insert(&k, Entry { file: id, row, summary: spec.summary(&v) });
+                        self.index.insert(&k, Entry::new(id, row, spec.summary(&v)));
                     }
                 }
             }
@@ -130,7 +130,7 @@ impl TableStore {
             // (history files rewritten by compaction hold older versions).
             let newer_held = self.index.get(k).is_some_and(|e| {
                 e.file == NO_FILE
-                    && e.summary.seq.with(|s| crate::value::cmp_slices(s, &h.seq)).is_gt()
+                    && e.summary.seq_with(|s| crate::value::cmp_slices(s, &h.seq)).is_gt()
             });
             if newer_held {
                 continue;
@@ -148,8 +148,7 @@ impl TableStore {
         for sel in self.read_selected(want).await? {
             for v in self.versions_of(sel.file, &sel.batch, sel.rows.into_iter().enumerate()) {
                 if let Some(k) = spec.key_of(&v.data) {
-                    self.index
-                        .insert(&k, Entry { file: NO_FILE, row: 0, summary: spec.summary(&v) });
+                    self.index.insert(&k, Entry::new(NO_FILE, 0, spec.summary(&v)));
                 }
             }
         }
