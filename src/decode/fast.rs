@@ -286,10 +286,20 @@ fn simd_envelope(value: &[u8], keep: Option<&[String]>) -> Option<Envelope> {
 }
 
 /// Runs `parse` on a simd-json deserializer over a per-thread copy of `value`.
+///
+/// Input simd-json reads differently from serde_json (the general path,
+/// which decides what is valid) is left to the general path: a lone
+/// surrogate escape (simd-json turns it into NUL, which would slip past the
+/// NUL refusal; serde_json refuses it) and a bare `-0` (serde_json reads a
+/// float -0.0, simd-json the integer 0). Each check is a vectorised scan
+/// that finds nothing in almost every message.
 fn with_simd<R>(
     value: &[u8],
     parse: impl FnOnce(&mut simd_json::Deserializer<'_>) -> Option<R>,
 ) -> Option<R> {
+    if lone_surrogate_escape(value) || bare_negative_zero(value) {
+        return None;
+    }
     thread_local!(static BUF: std::cell::RefCell<(Vec<u8>, simd_json::Buffers)> = std::cell::RefCell::new((Vec::new(), simd_json::Buffers::new(1024))));
     BUF.with_borrow_mut(|(input, buffers)| {
         input.clear();
@@ -297,6 +307,43 @@ fn with_simd<R>(
         let mut de = simd_json::Deserializer::from_slice_with_buffers(input, buffers).ok()?;
         parse(&mut de)
     })
+}
+
+/// A `\u` escape of a UTF-16 surrogate that is not half of a pair: a high
+/// one (D800-DBFF) not directly followed by an escaped low one (DC00-DFFF),
+/// or a low one on its own. (An escaped backslash before `u` counts too: a
+/// false alarm only sends the message to the general path.)
+fn lone_surrogate_escape(v: &[u8]) -> bool {
+    let surrogate = |at: usize| -> Option<bool> {
+        // Some(true): high, Some(false): low, None: not a surrogate escape.
+        let h = v.get(at..at + 4)?;
+        if !(v.get(at - 2..at)? == b"\\u" && matches!(h[0], b'd' | b'D')) {
+            return None;
+        }
+        match h[1] {
+            b'8' | b'9' | b'a' | b'b' | b'A' | b'B' => Some(true),
+            b'c'..=b'f' | b'C'..=b'F' => Some(false),
+            _ => None,
+        }
+    };
+    let mut paired_low = None;
+    for i in memchr::memmem::find_iter(v, b"\\u") {
+        match surrogate(i + 2) {
+            Some(true) if surrogate(i + 8) == Some(false) => paired_low = Some(i + 6),
+            Some(true) => return true,
+            Some(false) if paired_low == Some(i) => {}
+            Some(false) => return true,
+            None => {}
+        }
+    }
+    false
+}
+
+/// `-0` not followed by a digit, a fraction or an exponent (dates such as
+/// `2026-03-01` always have a digit after it).
+fn bare_negative_zero(v: &[u8]) -> bool {
+    memchr::memmem::find_iter(v, b"-0")
+        .any(|i| !matches!(v.get(i + 2), Some(b'0'..=b'9' | b'.' | b'e' | b'E')))
 }
 
 /// A flat JSON object's fields as cells, in document order, parsed with

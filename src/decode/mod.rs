@@ -153,8 +153,17 @@ impl std::fmt::Display for Rejected {
 /// brackets first (a vectorised scan) clears almost every message at once:
 /// a message with fewer of them cannot nest deeper.
 fn check_depth(v: &[u8]) -> Result<(), String> {
-    if memchr::memchr2_iter(b'[', b'{', v).count() <= MAX_DEPTH {
-        return Ok(());
+    if nested_within(v, MAX_DEPTH) {
+        Ok(())
+    } else {
+        Err(format!("nested deeper than {MAX_DEPTH} levels"))
+    }
+}
+
+/// Whether `v` nests at most `limit` levels of arrays and objects.
+fn nested_within(v: &[u8], limit: usize) -> bool {
+    if memchr::memchr2_iter(b'[', b'{', v).count() <= limit {
+        return true;
     }
     let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
     for &b in v {
@@ -171,15 +180,15 @@ fn check_depth(v: &[u8]) -> Result<(), String> {
             b'"' => in_string = true,
             b'[' | b'{' => {
                 depth += 1;
-                if depth > MAX_DEPTH {
-                    return Err(format!("nested deeper than {MAX_DEPTH} levels"));
+                if depth > limit {
+                    return false;
                 }
             }
             b']' | b'}' => depth = depth.saturating_sub(1),
             _ => {}
         }
     }
-    Ok(())
+    true
 }
 
 pub fn decode(
@@ -204,17 +213,18 @@ pub fn env_paths(t: &crate::config::TableConfig, format: Format) -> Vec<String> 
     p
 }
 
-/// [`decode`] keeping only the envelope fields in `keep` (see [`env_paths`]):
-/// a reader of one table skips building values nobody reads. The fallback
-/// (general) path keeps every field, a superset.
 /// A flat JSON object's fields as cells (file sources' `type: jsonl`), by
-/// the SIMD parser; None when it is anything else or nested deeper than a
-/// message may be, for the caller's general parser to decide and report.
+/// the SIMD parser; None when it is anything else or anything the SIMD
+/// parser reads differently (see `fast::with_simd`), for the caller's
+/// general parser to decide and report.
 pub fn flat_object(value: &[u8]) -> Option<Vec<(String, Value)>> {
     check_depth(value).ok()?;
     fast::object_fields(value)
 }
 
+/// [`decode`] keeping only the envelope fields in `keep` (see [`env_paths`]):
+/// a reader of one table skips building values nobody reads. The fallback
+/// (general) path keeps every field, a superset.
 pub fn decode_keeping(
     format: Format,
     key: Option<&[u8]>,

@@ -385,3 +385,44 @@ fn types_a_variable_scale_decimal_without_its_schema_is_still_exact() {
     };
     assert_eq!(get(&data, "price"), &Value::Decimal(314159, 5));
 }
+
+/// Input the SIMD parser reads differently from serde_json takes the
+/// general path, so both decode it the same way: a lone surrogate escape is
+/// refused (simd-json made it a NUL), a surrogate pair is its character, a
+/// bare `-0` is the float serde_json reads; nesting up to the limit of 128
+/// levels decodes in both formats.
+#[test]
+fn bad_input_the_simd_path_decodes_as_the_general_parser_does() {
+    for format in [Format::Json, Format::Debezium] {
+        let wrap = |row: &str| match format {
+            Format::Json => row.to_string(),
+            Format::Debezium => format!(r#"{{"op":"c","after":{row},"source":{{"lsn":1}}}}"#),
+        };
+        let lone = wrap(r#"{"id":1,"v":"a\ud800b"}"#);
+        assert!(decode(format, None, Some(lone.as_bytes()), &[]).is_err(), "{lone}");
+        // A low surrogate alone, and a high one followed by something else.
+        for bad in [r#"{"id":1,"v":"\udc00"}"#, r#"{"id":1,"v":"\ud800\u0041"}"#] {
+            assert!(decode(format, None, Some(wrap(bad).as_bytes()), &[]).is_err(), "{bad}");
+        }
+        let cell = |msg: String, col: &str| match decode(format, None, Some(msg.as_bytes()), &[]) {
+            Ok(Decoded::Row { data, .. }) => data.into_iter().find(|(n, _)| n == col).unwrap().1,
+            other => panic!("{msg}: {other:?}"),
+        };
+        let pair = cell(wrap(r#"{"id":1,"v":"\ud83d\ude00"}"#), "v");
+        assert!(pair.same(&Value::Str("\u{1F600}".into())), "{pair:?}");
+        match cell(wrap(r#"{"id":1,"z":-0}"#), "z") {
+            Value::Float(z) => assert!(z == 0.0 && z.is_sign_negative()),
+            other => panic!("-0 as {other:?}"),
+        }
+        let date = cell(wrap(r#"{"id":1,"d":"2026-03-01"}"#), "d");
+        assert!(date.same(&Value::Str("2026-03-01".into())));
+        let nested = |levels: usize| {
+            // The row object plus `levels - 1` arrays (plus the envelope for Debezium).
+            let inner = format!("{}{}", "[".repeat(levels - 1), "]".repeat(levels - 1));
+            wrap(&format!(r#"{{"id":1,"n":{inner}}}"#))
+        };
+        let extra = usize::from(format == Format::Debezium);
+        assert!(decode(format, None, Some(nested(128 - extra).as_bytes()), &[]).is_ok());
+        assert!(decode(format, None, Some(nested(129 - extra).as_bytes()), &[]).is_err());
+    }
+}

@@ -249,12 +249,13 @@ impl TableRunner {
 
     /// Classification only reads the key index: on all cores, in key order.
     fn classify(&self, spec: &Spec, keys: Vec<(Key, Vec<InRow>)>, stats: &mut Stats) -> Classified {
-        let store = &self.store;
+        let stored = self.store.summaries(&keys, |(k, _)| &k[..]);
+        let keys: Vec<_> = keys.into_iter().zip(stored).collect();
         let parts = crate::par::par_map(crate::par::split(keys, 8), |chunk| {
             let mut st = Stats::default();
             let kept: Vec<_> = chunk
                 .into_iter()
-                .filter_map(|(k, mut rs)| {
+                .filter_map(|((k, mut rs), stored)| {
                     // A single live row is hashed once here: classification
                     // compares the hashes, the merge stores them.
                     if let [r] = rs.as_mut_slice() {
@@ -262,7 +263,6 @@ impl TableRunner {
                             r.hashes = Some(spec.hashes(&r.data));
                         }
                     }
-                    let stored = store.summary(&k);
                     merge::classify(spec, stored.as_ref(), &rs, &mut st).map(|n| {
                         let closing = if n == Need::Close { stored } else { None };
                         (k, rs, n, closing)
