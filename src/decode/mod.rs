@@ -153,17 +153,8 @@ impl std::fmt::Display for Rejected {
 /// brackets first (a vectorised scan) clears almost every message at once:
 /// a message with fewer of them cannot nest deeper.
 fn check_depth(v: &[u8]) -> Result<(), String> {
-    if nested_within(v, MAX_DEPTH) {
-        Ok(())
-    } else {
-        Err(format!("nested deeper than {MAX_DEPTH} levels"))
-    }
-}
-
-/// Whether `v` nests at most `limit` levels of arrays and objects.
-fn nested_within(v: &[u8], limit: usize) -> bool {
-    if memchr::memchr2_iter(b'[', b'{', v).count() <= limit {
-        return true;
+    if memchr::memchr2_iter(b'[', b'{', v).count() <= MAX_DEPTH {
+        return Ok(());
     }
     let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
     for &b in v {
@@ -180,15 +171,15 @@ fn nested_within(v: &[u8], limit: usize) -> bool {
             b'"' => in_string = true,
             b'[' | b'{' => {
                 depth += 1;
-                if depth > limit {
-                    return false;
+                if depth > MAX_DEPTH {
+                    return Err(format!("nested deeper than {MAX_DEPTH} levels"));
                 }
             }
             b']' | b'}' => depth = depth.saturating_sub(1),
             _ => {}
         }
     }
-    true
+    Ok(())
 }
 
 pub fn decode(

@@ -112,6 +112,16 @@ pub fn read_csv(path: &Path, bytes: &[u8], delimiter: u8) -> Result<RawBatch, Fi
     Ok(batch)
 }
 
+/// `decode` of a file's lines in chunks on all cores, results in line order;
+/// each call gets its chunk's first line index and its lines.
+fn in_line_chunks<R: Send>(bytes: &[u8], decode: impl Fn(usize, &[&[u8]]) -> R + Sync) -> Vec<R> {
+    const CHUNK_LINES: usize = 8192;
+    let lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
+    let chunks: Vec<(usize, &[&[u8]])> =
+        lines.chunks(CHUNK_LINES).enumerate().map(|(i, c)| (i * CHUNK_LINES, c)).collect();
+    crate::par::par_map(chunks, |(first, chunk)| decode(first, chunk))
+}
+
 /// A file of Debezium envelopes, one per line (a topic dump): decoded as the
 /// Kafka source does; the line number is the position. Truncate events and
 /// empty lines are skipped; lines that do not decode are dead letters.
@@ -127,11 +137,7 @@ pub fn read_debezium_jsonl(
     store_paths: &[String],
     keep: Option<&[String]>,
 ) -> RawBatch {
-    const CHUNK_LINES: usize = 8192;
-    let lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
-    let chunks: Vec<(usize, &[&[u8]])> =
-        lines.chunks(CHUNK_LINES).enumerate().map(|(i, c)| (i * CHUNK_LINES, c)).collect();
-    let parts = crate::par::par_map(chunks, |(first, chunk)| {
+    let parts = in_line_chunks(bytes, |first, chunk| {
         decode_debezium_lines(source, first, chunk, store_paths, keep)
     });
     let mut truncates = 0;
@@ -207,13 +213,8 @@ fn decode_debezium_lines(
 /// see `decode::flat_object`), joined in line order; lines that are not a
 /// JSON object are dead letters.
 pub fn read_jsonl(path: &Path, bytes: &[u8]) -> Result<RawBatch, FileError> {
-    const CHUNK_LINES: usize = 8192;
     let source = path.display().to_string();
-    let lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
-    let chunks: Vec<(usize, &[&[u8]])> =
-        lines.chunks(CHUNK_LINES).enumerate().map(|(i, c)| (i * CHUNK_LINES, c)).collect();
-    let parts =
-        crate::par::par_map(chunks, |(first, chunk)| decode_json_lines(&source, first, chunk));
+    let parts = in_line_chunks(bytes, |first, chunk| decode_json_lines(&source, first, chunk));
     let mut batch = RawBatch { source: source.clone(), ..Default::default() };
     for part in parts {
         batch.append(part);

@@ -395,7 +395,7 @@ impl KeyIndex {
                 (shard_of(h, n) as u32, i as u32, h)
             })
             .collect();
-        order.par_sort_unstable_by_key(|&(shard, i, _)| (shard, i));
+        order.par_sort_unstable_by_key(|&(shard, _, _)| shard);
         let found: Vec<(u32, R)> = order
             .par_iter()
             .with_min_len(4096)
