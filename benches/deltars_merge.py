@@ -7,12 +7,16 @@ latest event per key (MERGE refuses duplicate source keys), then one MERGE:
 delete when the event is a delete, update when it is at least as new as the
 stored row, insert new keys. Timed per batch: parse, dedupe, MERGE.
 
-  deltars_merge.py merge   --ours LAKE/bronze/account_scd1 --table DIR --out FILE batch.jsonl...
+  deltars_merge.py merge   --ours LAKE/bronze/account_scd1 --table DIR --out FILE [--format json] batch.jsonl...
   deltars_merge.py compare --ours LAKE/bronze/account_scd1 --table DIR
 
 `merge` first copies the data columns of changelake's freshly loaded table
 into a new delta-rs table, so both start from identical rows. `compare`
 checks that both tables end with the same (key, sequence) pairs.
+
+`--format json`: the batches are flat rows with `op` and `lsn` columns
+(`changelake bench --format json`), read by pyarrow's JSON reader with the
+table's schema.
 """
 import argparse
 import json
@@ -25,6 +29,8 @@ import pyarrow.json as pj
 from deltalake import DeltaTable, write_deltalake
 
 KEY = "accountid"
+# The sequence column: Debezium's `source.lsn` is stored as `source_lsn`;
+# flat rows carry `lsn` (set by --format).
 SEQ = "source_lsn"
 
 
@@ -68,6 +74,12 @@ def parse(path, schema):
     return pa.table(cols)
 
 
+def parse_flat(path, schema):
+    # Flat rows: the table's own columns (op and lsn among them).
+    opts = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    return pj.read_json(path, parse_options=opts)
+
+
 def dedupe(t):
     t = t.take(pc.sort_indices(t, sort_keys=[(KEY, "ascending"), (SEQ, "descending")]))
     k = t.column(KEY).combine_chunks()
@@ -103,8 +115,12 @@ def main():
     ap.add_argument("--ours", required=True)
     ap.add_argument("--table", required=True)
     ap.add_argument("--out")
+    ap.add_argument("--format", choices=["debezium", "json"], default="debezium")
     ap.add_argument("batches", nargs="*")
     a = ap.parse_intermixed_args()
+    global SEQ
+    if a.format == "json":
+        SEQ = "lsn"
     if a.mode == "compare":
         x, y = pairs(a.ours, True), pairs(a.table, True)
         same = x.equals(y)
@@ -116,7 +132,7 @@ def main():
     runs = []
     for b in a.batches:
         t0 = time.perf_counter()
-        t = parse(b, schema)
+        t = parse_flat(b, schema) if a.format == "json" else parse(b, schema)
         t1 = time.perf_counter()
         s = dedupe(t)
         t2 = time.perf_counter()

@@ -186,6 +186,10 @@ Writes bench.json, bench.md and bench.svg (seconds per run, both engines) to --d
         /// always change), as CRM edits do.
         #[arg(long, value_name = "N", default_value = "all")]
         changed_columns: String,
+        /// How events are written: `debezium` envelopes, or `json` flat rows
+        /// with `op` and `lsn` columns (`format: json`, `delete_when: op = 'd'`).
+        #[arg(long, default_value = "debezium")]
+        format: String,
         /// Percent shares besides updates: insert=5,delete=2,late=3,duplicate=5
         #[arg(long, default_value = "insert=5,delete=2,late=3,duplicate=5")]
         mix: String,

@@ -14,7 +14,7 @@ use self::args::{Cli, Cmd, LogFormat};
 use crate::commands::{offsets, probe, replay, run, show, tables};
 use crate::tools::bench::{self, BenchOpts};
 use crate::tools::demo;
-use crate::tools::workload::{Changes, Distribution, Mix, Shape};
+use crate::tools::workload::{Changes, Distribution, Encoding, Mix, Shape};
 
 /// Threads of the runtime's blocking pool (see `main`).
 const BLOCKING_THREADS: usize = 8;
@@ -158,6 +158,7 @@ fn bench_opts(cmd: Cmd) -> Result<BenchOpts> {
         distribution,
         columns,
         changed_columns,
+        format,
         mix,
         seed,
         no_deltars,
@@ -194,6 +195,7 @@ fn bench_opts(cmd: Cmd) -> Result<BenchOpts> {
         distribution,
         shape: Shape::parse(&columns)?,
         changes: Changes::parse(&changed_columns)?,
+        encoding: Encoding::parse(&format)?,
         mix: Mix::parse(&mix)?,
         seed,
         deltars: !no_deltars,

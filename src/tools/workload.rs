@@ -56,6 +56,36 @@ impl Shape {
     }
 }
 
+/// How each event is written: a Debezium envelope, or the flat row itself
+/// with its `op` and `lsn` beside the columns (`format: json`, the upsert
+/// streams many CRM objects produce).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Encoding {
+    Debezium,
+    /// `{"accountid":..,...,"op":"u","lsn":..}`; a delete carries the row as
+    /// it was, with `op` `d`.
+    Json,
+}
+
+impl Encoding {
+    /// `--format`: `debezium` or `json`.
+    pub fn parse(s: &str) -> Result<Encoding> {
+        match s {
+            "debezium" => Ok(Encoding::Debezium),
+            "json" => Ok(Encoding::Json),
+            other => Err(Error::Usage(format!("--format: `{other}` (debezium, json)"))),
+        }
+    }
+
+    /// The source `format` that reads it.
+    pub fn format(self) -> changelake::config::Format {
+        match self {
+            Encoding::Debezium => changelake::config::Format::Debezium,
+            Encoding::Json => changelake::config::Format::Json,
+        }
+    }
+}
+
 /// What an update changes in its row.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Changes {
@@ -174,6 +204,7 @@ pub struct Workload {
     dist: Distribution,
     shape: Shape,
     changes: Changes,
+    encoding: Encoding,
 }
 
 impl Workload {
@@ -188,7 +219,13 @@ impl Workload {
             dist,
             shape: Shape::Crm,
             changes: Changes::All,
+            encoding: Encoding::Debezium,
         }
+    }
+
+    pub fn with_encoding(mut self, encoding: Encoding) -> Workload {
+        self.encoding = encoding;
+        self
     }
 
     pub fn with_shape(mut self, shape: Shape) -> Workload {
@@ -313,6 +350,12 @@ impl Workload {
 
     fn envelope(&self, out: &mut String, op: char, key: u64, lsn: u64, version: u64) {
         let (shape, changes) = (self.shape, self.changes);
+        if self.encoding == Encoding::Json {
+            Self::row(out, shape, key, version, changes);
+            out.pop(); // the closing brace
+            let _ = writeln!(out, ",\"op\":\"{op}\",\"lsn\":{lsn}}}");
+            return;
+        }
         let ts = 1_764_000_000_000u64 + lsn % 1_000_000_000;
         out.push_str("{\"before\":");
         if op == 'd' {

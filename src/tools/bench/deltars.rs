@@ -18,7 +18,7 @@ fn script() -> PathBuf {
 }
 
 /// Runs the delta-rs side (copy of the loaded table, then every batch) and reads its timings.
-pub fn run(dir: &Path, ours: &str, files: &[PathBuf]) -> Result<serde_json::Value> {
+pub fn run(dir: &Path, ours: &str, files: &[PathBuf], flat: bool) -> Result<serde_json::Value> {
     let mut c = std::process::Command::new("python3");
     c.arg(script())
         .arg("merge")
@@ -27,6 +27,9 @@ pub fn run(dir: &Path, ours: &str, files: &[PathBuf]) -> Result<serde_json::Valu
         .arg("--table")
         .arg(dir.join("deltars"));
     c.arg("--out").arg(dir.join("deltars.json"));
+    if flat {
+        c.arg("--format").arg("json");
+    }
     for f in files {
         c.arg(f);
     }
@@ -42,10 +45,16 @@ pub fn run(dir: &Path, ours: &str, files: &[PathBuf]) -> Result<serde_json::Valu
 
 /// Both engines applied the same batches: adds the comparison of the two
 /// tables (`same_result`, `mismatch`, `rows`) to delta-rs' timings `d`.
-pub fn compare(mut d: serde_json::Value, dir: &Path, ours: &str) -> Result<serde_json::Value> {
+pub fn compare(
+    mut d: serde_json::Value,
+    dir: &Path,
+    ours: &str,
+    flat: bool,
+) -> Result<serde_json::Value> {
     let out = std::process::Command::new("python3")
         .arg(script())
         .arg("compare")
+        .args(if flat { &["--format", "json"][..] } else { &[][..] })
         .arg("--ours")
         .arg(ours.trim_start_matches("file://"))
         .arg("--table")

@@ -39,14 +39,14 @@ use std::time::Instant;
 use changelake::config::{Config, Format, Strategy, TableConfig};
 use changelake::engine::{Mark, RunReport, TableRunner};
 use changelake::error::{Error, Result};
-use changelake::source::file::{content_version, read_debezium_jsonl};
+use changelake::source::file::{content_version, read_debezium_jsonl, read_jsonl};
 
 use self::memory::{reset_peak, rss, trim};
 pub use self::opts::{BenchOpts, Remote};
 use self::results::{Output, PerKey, Restart, RunStat, TableResult};
 use crate::tools::bench_broker::{self, BrokerOpts};
 use crate::tools::soak::{self, SoakOpts};
-use crate::tools::workload::Workload;
+use crate::tools::workload::{Encoding, Workload};
 
 pub async fn run(opts: BenchOpts) -> Result<()> {
     if let (Some(duration), Some(rate)) = (opts.soak, opts.broker_rate) {
@@ -146,7 +146,7 @@ async fn bench_remote(
 ) -> Result<()> {
     let tname = table_name(strategy);
     let Some(t) = config.table(&tname).cloned() else { return Ok(()) };
-    let paths = changelake::decode::store_paths(&t, Format::Debezium);
+    let paths = changelake::decode::store_paths(&t, opts.encoding.format());
     let Loaded { mut runner, load_seconds, per_key, restart } =
         load(config, &t, opts, &paths).await?;
     let stats = timed_runs(&mut runner, files, opts, &paths).await?;
@@ -181,10 +181,16 @@ fn config_text(opts: &BenchOpts) -> String {
         (true, Some(o)) if o.contains("deletion_vectors") => format!("\n      layout: {{{o}}}"),
         (true, Some(o)) => format!("\n      layout: {{deletion_vectors: true, {o}}}"),
     };
-    let mut text = String::from(
+    // Debezium envelopes sequence by the source's LSN and delete on `op`
+    // `d` by default; flat rows carry both as columns.
+    let (format, seq, deletes) = match opts.encoding {
+        Encoding::Debezium => ("debezium", "source.lsn", ""),
+        Encoding::Json => ("json", "lsn", ", delete_when: \"op = 'd'\""),
+    };
+    let mut text = format!(
         "# Written by `changelake bench`; `changelake run --once --config` on it replays the runs.\n\
-         storage: {root: ./lake}\n\
-         systems:\n  dump: {type: jsonl, format: debezium, path: 'runs/{object}-*.jsonl'}\n\
+         storage: {{root: ./lake}}\n\
+         systems:\n  dump: {{type: jsonl, format: {format}, path: 'runs/{{object}}-*.jsonl'}}\n\
          bronze:\n  tables:\n",
     );
     // Each strategy in the default layout (copy-on-write) and with deletion
@@ -193,8 +199,8 @@ fn config_text(opts: &BenchOpts) -> String {
         let suffix = if dv { "_dv" } else { "" };
         let layout = layout(dv);
         text.push_str(&format!(
-            "    account_scd1{suffix}:\n      source: {{system: dump, object: account}}\n      business_key: [accountid]\n      strategy: scd1\n      merge: {{sequence_by: [source.lsn], delete_mode: hard}}{layout}\n\
-             \x20   account_scd2{suffix}:\n      source: {{system: dump, object: account}}\n      business_key: [accountid]\n      strategy: scd2\n      merge: {{sequence_by: [source.lsn]}}{layout}\n"
+            "    account_scd1{suffix}:\n      source: {{system: dump, object: account}}\n      business_key: [accountid]\n      strategy: scd1\n      merge: {{sequence_by: [{seq}], delete_mode: hard{deletes}}}{layout}\n\
+             \x20   account_scd2{suffix}:\n      source: {{system: dump, object: account}}\n      business_key: [accountid]\n      strategy: scd2\n      merge: {{sequence_by: [{seq}]{deletes}}}{layout}\n"
         ));
     }
     text
@@ -210,7 +216,8 @@ fn table_name(strategy: &str) -> String {
 fn write_batches(opts: &BenchOpts) -> Result<Vec<PathBuf>> {
     let mut wl = Workload::new(opts.seed, opts.keys, opts.mix, opts.distribution)
         .with_shape(opts.shape)
-        .with_changes(opts.changes);
+        .with_changes(opts.changes)
+        .with_encoding(opts.encoding);
     let mut files = vec![];
     let t_gen = Instant::now();
     for i in 0..opts.runs {
@@ -249,13 +256,13 @@ async fn bench_table(
             ))
         })?
         .clone();
-    let paths = changelake::decode::store_paths(&t, Format::Debezium);
+    let paths = changelake::decode::store_paths(&t, opts.encoding.format());
     let Loaded { mut runner, load_seconds, per_key, restart } =
         load(config, &t, opts, &paths).await?;
     // Delta-rs gets the loaded table before our update runs change it (once:
     // beside the `scd1` table).
     let deltars_out = if opts.deltars && strategy == "scd1" {
-        Some(deltars::run(dir, &runner.store.uri, files)?)
+        Some(deltars::run(dir, &runner.store.uri, files, opts.encoding == Encoding::Json)?)
     } else {
         None
     };
@@ -265,7 +272,9 @@ async fn bench_table(
     let stats = timed_runs(&mut runner, files, opts, &paths).await?;
     let (_, peak) = rss();
     let deltars_out = match deltars_out {
-        Some(d) => Some(deltars::compare(d, dir, &runner.store.uri)?),
+        Some(d) => {
+            Some(deltars::compare(d, dir, &runner.store.uri, opts.encoding == Encoding::Json)?)
+        }
         None => None,
     };
     let result = TableResult { stats, load_seconds, per_key, restart, peak, load_peak };
@@ -324,9 +333,10 @@ async fn load(
         let text = Workload::new(opts.seed, opts.keys, opts.mix, opts.distribution)
             .with_shape(opts.shape)
             .with_changes(opts.changes)
+            .with_encoding(opts.encoding)
             .load_chunk(from, to);
         n += 1;
-        apply(&mut runner, &format!("load-{n:05}"), text.as_bytes(), paths).await?;
+        apply(&mut runner, &format!("load-{n:05}"), text.as_bytes(), paths, opts.encoding).await?;
         from = to;
     }
     let load_s = t_load.elapsed().as_secs_f64();
@@ -380,7 +390,7 @@ async fn timed_runs(
         let bytes_before = storage_bytes(&tname);
         let t0 = Instant::now();
         let name = f.strip_prefix(&opts.dir).unwrap_or(f).to_string_lossy().to_string();
-        let (r, decode) = apply(runner, &name, &bytes, paths).await?;
+        let (r, decode) = apply(runner, &name, &bytes, paths, opts.encoding).await?;
         let secs = t0.elapsed().as_secs_f64();
         stats.push(RunStat {
             run: i + 1,
@@ -414,10 +424,15 @@ async fn apply(
     name: &str,
     bytes: &[u8],
     paths: &[String],
+    encoding: Encoding,
 ) -> Result<(RunReport, f64)> {
     let t0 = Instant::now();
-    let keep = changelake::decode::env_paths(&runner.cfg, Format::Debezium);
-    let raw = read_debezium_jsonl(name, bytes, paths, Some(&keep));
+    let raw = if encoding == Encoding::Json {
+        read_jsonl(std::path::Path::new(name), bytes).map_err(|e| Error::Input(e.to_string()))?
+    } else {
+        let keep = changelake::decode::env_paths(&runner.cfg, Format::Debezium);
+        read_debezium_jsonl(name, bytes, paths, Some(&keep))
+    };
     let decode = t0.elapsed().as_secs_f64();
     let mark = Mark::file(&runner.cfg.name, name, content_version(bytes));
     let r = runner.run_batch(raw, vec![mark]).await?;

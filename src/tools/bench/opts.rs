@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use crate::tools::workload::{Changes, Distribution, Mix, Shape};
+use crate::tools::workload::{Changes, Distribution, Encoding, Mix, Shape};
 
 #[derive(Debug, Clone)]
 pub struct BenchOpts {
@@ -16,6 +16,8 @@ pub struct BenchOpts {
     pub distribution: Distribution,
     pub shape: Shape,
     pub changes: Changes,
+    /// `--format`: Debezium envelopes or flat JSON rows.
+    pub encoding: Encoding,
     pub mix: Mix,
     pub seed: u64,
     pub deltars: bool,
