@@ -10,7 +10,9 @@
 use deltalake::arrow::array::RecordBatch;
 use deltalake::parquet::arrow::ArrowWriter;
 use deltalake::parquet::basic::{Compression, ZstdLevel};
-use deltalake::parquet::file::properties::{EnabledStatistics, WriterProperties};
+use deltalake::parquet::file::properties::{
+    EnabledStatistics, WriterProperties, DEFAULT_MAX_ROW_GROUP_ROW_COUNT,
+};
 
 use super::file_stats::{file_stats, StatsColumns};
 use crate::merge::Spec;
@@ -180,14 +182,23 @@ pub(crate) fn encode_parquet(
         Codec::Snappy => Compression::SNAPPY,
         Codec::Zstd => Compression::ZSTD(level),
     };
-    // Parquet statistics per column chunk, per page only on the business
-    // key: readers prune files with the Delta statistics (`file_stats.rs`)
-    // and a key lookup within a file with the key's page index; min/max of
-    // every page of every other column cost the writer time no reader used.
+    // Parquet statistics only on the business key (per page, so a key
+    // lookup within a file reads one page). Readers prune files with the
+    // Delta statistics of each `add` (`file_stats.rs`), which hold the same
+    // bounds as a column chunk's statistics while the file is one row group
+    // (up to parquet's default of 1M rows; `file_rows` is 65,536 unless set
+    // higher). The writer's own min/max of every other column was a second
+    // pass over every value (4% of a copy-on-write run's CPU,
+    // docs/performance.md); files of several row groups keep them.
+    let one_group = batch.num_rows() <= DEFAULT_MAX_ROW_GROUP_ROW_COUNT;
     let mut props = WriterProperties::builder()
         .set_compression(compression)
         .set_dictionary_enabled(false)
-        .set_statistics_enabled(EnabledStatistics::Chunk);
+        .set_statistics_enabled(if one_group {
+            EnabledStatistics::None
+        } else {
+            EnabledStatistics::Chunk
+        });
     // Bloom filters on the business key (see `KeyFilter`), sized for the
     // file's rows at 1% false positives (the writer folds them down to fit).
     for k in key_columns.iter().filter(|k| batch.schema().index_of(k).is_ok()) {
@@ -241,6 +252,36 @@ mod tests {
         })
         .await
         .unwrap()
+    }
+
+    #[test]
+    fn parquet_statistics_are_written_for_the_key_only_delta_statistics_cover_the_rest() {
+        use deltalake::parquet::file::reader::{FileReader, SerializedFileReader};
+        let schema = std::sync::Arc::new(ArrowSchema::new(vec![
+            Field::new("id", ArrowType::Utf8, true),
+            Field::new("city", ArrowType::Utf8, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                std::sync::Arc::new(StringArray::from_iter_values(
+                    (0..100).map(|i| format!("k{i:03}")),
+                )),
+                std::sync::Arc::new(StringArray::from_iter_values(
+                    (0..100).map(|i| format!("c{i}")),
+                )),
+            ],
+        )
+        .unwrap();
+        let bytes = encode_parquet(&batch, &["id".to_string()], Codec::Snappy).unwrap();
+        let r = SerializedFileReader::new(bytes::Bytes::from(bytes)).unwrap();
+        let meta = r.metadata();
+        assert_eq!(meta.num_row_groups(), 1);
+        let rg = meta.row_group(0);
+        let key = rg.column(0).statistics().expect("key statistics");
+        assert_eq!(key.min_bytes_opt(), Some(&b"k000"[..]));
+        assert_eq!(key.max_bytes_opt(), Some(&b"k099"[..]));
+        assert!(rg.column(1).statistics().is_none(), "other columns: Delta statistics only");
     }
 
     #[tokio::test]
