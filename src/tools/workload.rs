@@ -536,6 +536,32 @@ mod tests {
     }
 
     #[test]
+    fn flat_rows_carry_op_and_lsn_beside_the_columns_and_decode_as_json() {
+        let mix = Mix::parse("insert=10,delete=10").unwrap();
+        let text = Workload::new(4, 500, mix, Distribution::Uniform)
+            .with_shape(Shape::Narrow)
+            .with_encoding(Encoding::Json)
+            .batch(400);
+        let rows: Vec<serde_json::Value> =
+            text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        for r in &rows {
+            let o = r.as_object().unwrap();
+            // The 6 narrow columns plus op and lsn, no envelope.
+            assert_eq!(o.len(), 8, "{r}");
+            assert!(["c", "u", "d"].contains(&o["op"].as_str().unwrap()), "{r}");
+            assert!(o["lsn"].is_u64() && o["accountid"].is_u64(), "{r}");
+        }
+        let deletes = rows.iter().filter(|r| r["op"] == "d").count();
+        assert!((20..70).contains(&deletes), "deletes {deletes}");
+        let b = changelake::source::file::read_jsonl(std::path::Path::new("x"), text.as_bytes())
+            .unwrap();
+        assert_eq!((b.rows.len(), b.unparsable.len()), (400, 0));
+        assert!(b.columns.iter().any(|c| c == "op") && b.columns.iter().any(|c| c == "lsn"));
+        assert_eq!(Encoding::parse("json").unwrap(), Encoding::Json);
+        assert!(Encoding::parse("avro").is_err());
+    }
+
+    #[test]
     fn column_shapes_have_their_column_counts_and_decode() {
         for (shape, n) in [(Shape::Crm, 20), (Shape::Narrow, 6), (Shape::Wide, 44)] {
             let text = Workload::new(5, 100, Mix::parse("").unwrap(), Distribution::Uniform)
