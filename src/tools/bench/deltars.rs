@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use changelake::error::{Error, Result};
 
+use crate::tools::workload::Encoding;
+
 fn script() -> PathBuf {
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/deltars_merge.py");
     if here.exists() {
@@ -17,8 +19,21 @@ fn script() -> PathBuf {
     }
 }
 
+/// The script's `--format` for the batch files' encoding.
+fn format_args(encoding: Encoding) -> &'static [&'static str] {
+    match encoding {
+        Encoding::Debezium => &[],
+        Encoding::Json => &["--format", "json"],
+    }
+}
+
 /// Runs the delta-rs side (copy of the loaded table, then every batch) and reads its timings.
-pub fn run(dir: &Path, ours: &str, files: &[PathBuf], flat: bool) -> Result<serde_json::Value> {
+pub fn run(
+    dir: &Path,
+    ours: &str,
+    files: &[PathBuf],
+    encoding: Encoding,
+) -> Result<serde_json::Value> {
     let mut c = std::process::Command::new("python3");
     c.arg(script())
         .arg("merge")
@@ -27,9 +42,7 @@ pub fn run(dir: &Path, ours: &str, files: &[PathBuf], flat: bool) -> Result<serd
         .arg("--table")
         .arg(dir.join("deltars"));
     c.arg("--out").arg(dir.join("deltars.json"));
-    if flat {
-        c.arg("--format").arg("json");
-    }
+    c.args(format_args(encoding));
     for f in files {
         c.arg(f);
     }
@@ -49,12 +62,12 @@ pub fn compare(
     mut d: serde_json::Value,
     dir: &Path,
     ours: &str,
-    flat: bool,
+    encoding: Encoding,
 ) -> Result<serde_json::Value> {
     let out = std::process::Command::new("python3")
         .arg(script())
         .arg("compare")
-        .args(if flat { &["--format", "json"][..] } else { &[][..] })
+        .args(format_args(encoding))
         .arg("--ours")
         .arg(ours.trim_start_matches("file://"))
         .arg("--table")

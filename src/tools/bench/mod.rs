@@ -262,7 +262,7 @@ async fn bench_table(
     // Delta-rs gets the loaded table before our update runs change it (once:
     // beside the `scd1` table).
     let deltars_out = if opts.deltars && strategy == "scd1" {
-        Some(deltars::run(dir, &runner.store.uri, files, opts.encoding == Encoding::Json)?)
+        Some(deltars::run(dir, &runner.store.uri, files, opts.encoding)?)
     } else {
         None
     };
@@ -272,9 +272,7 @@ async fn bench_table(
     let stats = timed_runs(&mut runner, files, opts, &paths).await?;
     let (_, peak) = rss();
     let deltars_out = match deltars_out {
-        Some(d) => {
-            Some(deltars::compare(d, dir, &runner.store.uri, opts.encoding == Encoding::Json)?)
-        }
+        Some(d) => Some(deltars::compare(d, dir, &runner.store.uri, opts.encoding)?),
         None => None,
     };
     let result = TableResult { stats, load_seconds, per_key, restart, peak, load_peak };
