@@ -14,7 +14,7 @@ use self::args::{Cli, Cmd, LogFormat};
 use crate::commands::{offsets, probe, replay, run, show, tables};
 use crate::tools::bench::{self, BenchOpts};
 use crate::tools::demo;
-use crate::tools::workload::{Changes, Distribution, Encoding, Mix, Shape};
+use crate::tools::workload::{Changes, Distribution, Mix, Shape};
 
 /// Threads of the runtime's blocking pool (see `main`).
 const BLOCKING_THREADS: usize = 8;
@@ -195,7 +195,8 @@ fn bench_opts(cmd: Cmd) -> Result<BenchOpts> {
         distribution,
         shape: Shape::parse(&columns)?,
         changes: Changes::parse(&changed_columns)?,
-        encoding: Encoding::parse(&format)?,
+        format: changelake::config::Format::parse(&format)
+            .ok_or_else(|| Error::Usage(format!("--format: `{format}` (debezium, json)")))?,
         mix: Mix::parse(&mix)?,
         seed,
         deltars: !no_deltars,

@@ -73,6 +73,25 @@ pub enum Format {
     Debezium,
 }
 
+impl Format {
+    /// The format a config's `format:` names (`json`, `debezium`).
+    pub fn parse(name: &str) -> Option<Format> {
+        match name {
+            "json" => Some(Format::Json),
+            "debezium" => Some(Format::Debezium),
+            _ => None,
+        }
+    }
+
+    /// The name a config gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Json => "json",
+            Format::Debezium => "debezium",
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub enum SystemKind {
     Kafka {

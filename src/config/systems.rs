@@ -193,18 +193,14 @@ impl Cx {
     }
 
     fn format(&mut self, m: &Mapping, path: &str, default: Format) -> Format {
-        match self.opt_string(m, "format", path).as_deref() {
-            None => default,
-            Some("debezium") => Format::Debezium,
-            Some("json") => Format::Json,
-            Some(other) => {
-                self.err(
-                    &format!("{path}.format"),
-                    format!("unknown format `{other}` (expected debezium or json)"),
-                );
-                default
-            }
-        }
+        let Some(name) = self.opt_string(m, "format", path) else { return default };
+        Format::parse(&name).unwrap_or_else(|| {
+            self.err(
+                &format!("{path}.format"),
+                format!("unknown format `{name}` (expected debezium or json)"),
+            );
+            default
+        })
     }
 
     fn file_path(&mut self, m: &Mapping, path: &str) -> String {

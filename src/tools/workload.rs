@@ -7,6 +7,7 @@
 
 use std::fmt::Write as _;
 
+use changelake::config::Format;
 use changelake::error::{Error, Result};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -53,36 +54,6 @@ impl Shape {
             "wide" => Shape::Wide,
             other => return Err(Error::Usage(format!("--columns: `{other}` (crm, narrow, wide)"))),
         })
-    }
-}
-
-/// How each event is written: a Debezium envelope, or the flat row itself
-/// with its `op` and `lsn` beside the columns (`format: json`, the upsert
-/// streams many CRM objects produce).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Encoding {
-    Debezium,
-    /// `{"accountid":..,...,"op":"u","lsn":..}`; a delete carries the row as
-    /// it was, with `op` `d`.
-    Json,
-}
-
-impl Encoding {
-    /// `--format`: `debezium` or `json`.
-    pub fn parse(s: &str) -> Result<Encoding> {
-        match s {
-            "debezium" => Ok(Encoding::Debezium),
-            "json" => Ok(Encoding::Json),
-            other => Err(Error::Usage(format!("--format: `{other}` (debezium, json)"))),
-        }
-    }
-
-    /// The source `format` that reads it.
-    pub fn format(self) -> changelake::config::Format {
-        match self {
-            Encoding::Debezium => changelake::config::Format::Debezium,
-            Encoding::Json => changelake::config::Format::Json,
-        }
     }
 }
 
@@ -204,7 +175,10 @@ pub struct Workload {
     dist: Distribution,
     shape: Shape,
     changes: Changes,
-    encoding: Encoding,
+    /// How each event is written: a Debezium envelope, or (`Json`) the flat
+    /// row itself with its `op` and `lsn` beside the columns, as a
+    /// `format: json` source reads it; a delete carries the row as it was.
+    format: Format,
 }
 
 impl Workload {
@@ -219,12 +193,12 @@ impl Workload {
             dist,
             shape: Shape::Crm,
             changes: Changes::All,
-            encoding: Encoding::Debezium,
+            format: Format::Debezium,
         }
     }
 
-    pub fn with_encoding(mut self, encoding: Encoding) -> Workload {
-        self.encoding = encoding;
+    pub fn with_format(mut self, format: Format) -> Workload {
+        self.format = format;
         self
     }
 
@@ -350,7 +324,7 @@ impl Workload {
 
     fn envelope(&self, out: &mut String, op: char, key: u64, lsn: u64, version: u64) {
         let (shape, changes) = (self.shape, self.changes);
-        if self.encoding == Encoding::Json {
+        if self.format == Format::Json {
             Self::row(out, shape, key, version, changes);
             out.pop(); // the closing brace
             let _ = writeln!(out, ",\"op\":\"{op}\",\"lsn\":{lsn}}}");
@@ -540,7 +514,7 @@ mod tests {
         let mix = Mix::parse("insert=10,delete=10").unwrap();
         let text = Workload::new(4, 500, mix, Distribution::Uniform)
             .with_shape(Shape::Narrow)
-            .with_encoding(Encoding::Json)
+            .with_format(Format::Json)
             .batch(400);
         let rows: Vec<serde_json::Value> =
             text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -557,8 +531,8 @@ mod tests {
             .unwrap();
         assert_eq!((b.rows.len(), b.unparsable.len()), (400, 0));
         assert!(b.columns.iter().any(|c| c == "op") && b.columns.iter().any(|c| c == "lsn"));
-        assert_eq!(Encoding::parse("json").unwrap(), Encoding::Json);
-        assert!(Encoding::parse("avro").is_err());
+        assert_eq!(Format::parse("json"), Some(Format::Json));
+        assert!(Format::parse("avro").is_none());
     }
 
     #[test]

@@ -6,9 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
+use changelake::config::Format;
 use changelake::error::{Error, Result};
-
-use crate::tools::workload::Encoding;
 
 fn script() -> PathBuf {
     let here = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/deltars_merge.py");
@@ -19,21 +18,13 @@ fn script() -> PathBuf {
     }
 }
 
-/// The script's `--format` for the batch files' encoding.
-fn format_args(encoding: Encoding) -> &'static [&'static str] {
-    match encoding {
-        Encoding::Debezium => &[],
-        Encoding::Json => &["--format", "json"],
-    }
+/// The script's `--format` for the batch files' format.
+fn format_args(format: Format) -> [&'static str; 2] {
+    ["--format", format.name()]
 }
 
 /// Runs the delta-rs side (copy of the loaded table, then every batch) and reads its timings.
-pub fn run(
-    dir: &Path,
-    ours: &str,
-    files: &[PathBuf],
-    encoding: Encoding,
-) -> Result<serde_json::Value> {
+pub fn run(dir: &Path, ours: &str, files: &[PathBuf], format: Format) -> Result<serde_json::Value> {
     let mut c = std::process::Command::new("python3");
     c.arg(script())
         .arg("merge")
@@ -42,7 +33,7 @@ pub fn run(
         .arg("--table")
         .arg(dir.join("deltars"));
     c.arg("--out").arg(dir.join("deltars.json"));
-    c.args(format_args(encoding));
+    c.args(format_args(format));
     for f in files {
         c.arg(f);
     }
@@ -62,12 +53,12 @@ pub fn compare(
     mut d: serde_json::Value,
     dir: &Path,
     ours: &str,
-    encoding: Encoding,
+    format: Format,
 ) -> Result<serde_json::Value> {
     let out = std::process::Command::new("python3")
         .arg(script())
         .arg("compare")
-        .args(format_args(encoding))
+        .args(format_args(format))
         .arg("--ours")
         .arg(ours.trim_start_matches("file://"))
         .arg("--table")

@@ -46,7 +46,7 @@ pub use self::opts::{BenchOpts, Remote};
 use self::results::{Output, PerKey, Restart, RunStat, TableResult};
 use crate::tools::bench_broker::{self, BrokerOpts};
 use crate::tools::soak::{self, SoakOpts};
-use crate::tools::workload::{Encoding, Workload};
+use crate::tools::workload::Workload;
 
 pub async fn run(opts: BenchOpts) -> Result<()> {
     if let (Some(duration), Some(rate)) = (opts.soak, opts.broker_rate) {
@@ -146,7 +146,7 @@ async fn bench_remote(
 ) -> Result<()> {
     let tname = table_name(strategy);
     let Some(t) = config.table(&tname).cloned() else { return Ok(()) };
-    let paths = changelake::decode::store_paths(&t, opts.encoding.format());
+    let paths = changelake::decode::store_paths(&t, opts.format);
     let Loaded { mut runner, load_seconds, per_key, restart } =
         load(config, &t, opts, &paths).await?;
     let stats = timed_runs(&mut runner, files, opts, &paths).await?;
@@ -183,10 +183,11 @@ fn config_text(opts: &BenchOpts) -> String {
     };
     // Debezium envelopes sequence by the source's LSN and delete on `op`
     // `d` by default; flat rows carry both as columns.
-    let (format, seq, deletes) = match opts.encoding {
-        Encoding::Debezium => ("debezium", "source.lsn", ""),
-        Encoding::Json => ("json", "lsn", ", delete_when: \"op = 'd'\""),
+    let (seq, deletes) = match opts.format {
+        Format::Debezium => ("source.lsn", ""),
+        Format::Json => ("lsn", ", delete_when: \"op = 'd'\""),
     };
+    let format = opts.format.name();
     let mut text = format!(
         "# Written by `changelake bench`; `changelake run --once --config` on it replays the runs.\n\
          storage: {{root: ./lake}}\n\
@@ -217,7 +218,7 @@ fn write_batches(opts: &BenchOpts) -> Result<Vec<PathBuf>> {
     let mut wl = Workload::new(opts.seed, opts.keys, opts.mix, opts.distribution)
         .with_shape(opts.shape)
         .with_changes(opts.changes)
-        .with_encoding(opts.encoding);
+        .with_format(opts.format);
     let mut files = vec![];
     let t_gen = Instant::now();
     for i in 0..opts.runs {
@@ -256,13 +257,13 @@ async fn bench_table(
             ))
         })?
         .clone();
-    let paths = changelake::decode::store_paths(&t, opts.encoding.format());
+    let paths = changelake::decode::store_paths(&t, opts.format);
     let Loaded { mut runner, load_seconds, per_key, restart } =
         load(config, &t, opts, &paths).await?;
     // Delta-rs gets the loaded table before our update runs change it (once:
     // beside the `scd1` table).
     let deltars_out = if opts.deltars && strategy == "scd1" {
-        Some(deltars::run(dir, &runner.store.uri, files, opts.encoding)?)
+        Some(deltars::run(dir, &runner.store.uri, files, opts.format)?)
     } else {
         None
     };
@@ -272,7 +273,7 @@ async fn bench_table(
     let stats = timed_runs(&mut runner, files, opts, &paths).await?;
     let (_, peak) = rss();
     let deltars_out = match deltars_out {
-        Some(d) => Some(deltars::compare(d, dir, &runner.store.uri, opts.encoding)?),
+        Some(d) => Some(deltars::compare(d, dir, &runner.store.uri, opts.format)?),
         None => None,
     };
     let result = TableResult { stats, load_seconds, per_key, restart, peak, load_peak };
@@ -331,10 +332,10 @@ async fn load(
         let text = Workload::new(opts.seed, opts.keys, opts.mix, opts.distribution)
             .with_shape(opts.shape)
             .with_changes(opts.changes)
-            .with_encoding(opts.encoding)
+            .with_format(opts.format)
             .load_chunk(from, to);
         n += 1;
-        apply(&mut runner, &format!("load-{n:05}"), text.as_bytes(), paths, opts.encoding).await?;
+        apply(&mut runner, &format!("load-{n:05}"), text.as_bytes(), paths, opts.format).await?;
         from = to;
     }
     let load_s = t_load.elapsed().as_secs_f64();
@@ -388,7 +389,7 @@ async fn timed_runs(
         let bytes_before = storage_bytes(&tname);
         let t0 = Instant::now();
         let name = f.strip_prefix(&opts.dir).unwrap_or(f).to_string_lossy().to_string();
-        let (r, decode) = apply(runner, &name, &bytes, paths, opts.encoding).await?;
+        let (r, decode) = apply(runner, &name, &bytes, paths, opts.format).await?;
         let secs = t0.elapsed().as_secs_f64();
         stats.push(RunStat {
             run: i + 1,
@@ -422,10 +423,10 @@ async fn apply(
     name: &str,
     bytes: &[u8],
     paths: &[String],
-    encoding: Encoding,
+    format: Format,
 ) -> Result<(RunReport, f64)> {
     let t0 = Instant::now();
-    let raw = if encoding == Encoding::Json {
+    let raw = if format == Format::Json {
         read_jsonl(std::path::Path::new(name), bytes).map_err(|e| Error::Input(e.to_string()))?
     } else {
         let keep = changelake::decode::env_paths(&runner.cfg, Format::Debezium);

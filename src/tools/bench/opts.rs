@@ -4,7 +4,9 @@
 
 use std::path::PathBuf;
 
-use crate::tools::workload::{Changes, Distribution, Encoding, Mix, Shape};
+use changelake::config::Format;
+
+use crate::tools::workload::{Changes, Distribution, Mix, Shape};
 
 #[derive(Debug, Clone)]
 pub struct BenchOpts {
@@ -17,7 +19,7 @@ pub struct BenchOpts {
     pub shape: Shape,
     pub changes: Changes,
     /// `--format`: Debezium envelopes or flat JSON rows.
-    pub encoding: Encoding,
+    pub format: Format,
     pub mix: Mix,
     pub seed: u64,
     pub deltars: bool,

@@ -108,7 +108,7 @@ impl Output {
             opts.batch,
             opts.distribution,
             opts.shape,
-            opts.encoding,
+            opts.format,
             opts.changes,
             opts.mix.insert,
             opts.mix.delete,
