@@ -103,6 +103,25 @@ fn glob_runs_files_in_lexical_order_and_skips_unchanged_files() {
     assert_eq!(commits, after, "re-running unchanged files commits nothing");
 }
 
+/// Each file's batch is logged when it commits, not when the pass ends: a
+/// pass that stops at a bad file has already reported the files before it.
+#[test]
+fn each_file_batch_is_logged_as_it_commits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = write(tmp.path(), "c.yaml", SCD2_CFG);
+    write(tmp.path(), "data/1.csv", "id,op,city,seq\n1,U,Berlin,2\n2,U,Bonn,2\n");
+    // No business-key column: the pass stops here with an error.
+    write(tmp.path(), "data/2.csv", "op,city,seq\nU,Hamburg,3\n");
+    let out = run(&cfg, &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("business key column `id` is missing"), "{err}");
+    let committed: Vec<&str> = err.lines().filter(|l| l.contains("batch committed")).collect();
+    assert_eq!(committed.len(), 1, "the first file's batch is reported:\n{err}");
+    assert!(committed[0].contains("rows=2") && committed[0].contains("data/1.csv"), "{err}");
+    let rows = stable(&show(&cfg, "customer"));
+    assert_eq!(rows.len(), 2, "the first file's batch stays committed");
+}
 #[test]
 fn crash_between_parquet_write_and_commit_loses_and_repeats_nothing() {
     let files = [

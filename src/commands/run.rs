@@ -61,9 +61,7 @@ async fn run_files(c: &Config, once: bool) -> Result<()> {
     };
     loop {
         for r in runners.iter_mut() {
-            for report in run_table_files(c, r, once).await? {
-                changelake::telemetry::run_committed(&report);
-            }
+            run_table_files(c, r, once).await?;
         }
         let stopped = match shutdown.as_mut() {
             None => true,
@@ -81,7 +79,9 @@ async fn run_files(c: &Config, once: bool) -> Result<()> {
     }
 }
 
-async fn run_table_files(c: &Config, r: &mut TableRunner, once: bool) -> Result<Vec<RunReport>> {
+/// Runs a table's files in order; each file's batch is logged and counted
+/// as it commits, so a long `run --once` shows its progress batch by batch.
+async fn run_table_files(c: &Config, r: &mut TableRunner, once: bool) -> Result<()> {
     let system = &c.systems[&r.cfg.system];
     let (pattern, csv_delim, format) = match &system.kind {
         SystemKind::Csv { path, delimiter } => (path.clone(), Some(*delimiter), Format::Json),
@@ -89,7 +89,6 @@ async fn run_table_files(c: &Config, r: &mut TableRunner, once: bool) -> Result<
         SystemKind::Kafka { .. } => unreachable!("checked by run_files"),
     };
     let pattern = c.resolve(&pattern.replace("{object}", &r.cfg.object));
-    let mut reports = vec![];
     let files = expand(&pattern)?;
     let table = r.cfg.name.clone();
     let store_paths = changelake::decode::store_paths(&r.cfg, format);
@@ -120,12 +119,12 @@ async fn run_table_files(c: &Config, r: &mut TableRunner, once: bool) -> Result<
         let raw = decode()?;
         let events = raw.rows.len() as u64;
         if let Some(report) = run_with_retries(c, r, raw, &decode, &marks).await? {
-            reports.push(report);
+            changelake::telemetry::run_committed(&report);
         }
         progress::advance(&table, 1, events);
     }
     progress::finish(&table);
-    Ok(reports)
+    Ok(())
 }
 
 /// Runs one file's batch; a retryable failure (a lost commit race, storage

@@ -224,20 +224,44 @@ struct Envelope {
     env: Vec<(String, Value)>,
     /// `schema`/`payload` wrapper present: the general path handles it.
     wrapped: bool,
+    /// A `before` image was skipped unread because `op` had not been seen
+    /// yet ([`Before::IfDelete`]).
+    before_skipped: bool,
+}
+
+impl Envelope {
+    fn op(&self) -> Option<&str> {
+        self.env.iter().find_map(|(n, v)| match v {
+            Value::Str(op) if n == "op" => Some(op.as_str()),
+            _ => None,
+        })
+    }
+}
+
+/// Whether to build the `before` image's cells. Only a delete stores it; an
+/// update from a table with full replica identity carries a `before` as
+/// large as its `after`, and building cells nobody reads doubled its decode.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Before {
+    /// Build it when `op` (seen earlier in the message) says delete; skip
+    /// it when `op` comes after it (Debezium's order: before, after,
+    /// source, op), so a delete is parsed a second time with [`Before::Keep`].
+    IfDelete,
+    Keep,
 }
 
 /// An envelope; with `Some(paths)` only those envelope fields (and `op`)
 /// are kept, the others are skipped without building values.
-struct EnvelopeSeed<'k>(Option<&'k [String]>);
+struct EnvelopeSeed<'k>(Option<&'k [String]>, Before);
 
 impl<'de> DeserializeSeed<'de> for EnvelopeSeed<'_> {
     type Value = Envelope;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Envelope, D::Error> {
-        d.deserialize_map(EnvelopeVisitor(self.0))
+        d.deserialize_map(EnvelopeVisitor(self.0, self.1))
     }
 }
 
-struct EnvelopeVisitor<'k>(Option<&'k [String]>);
+struct EnvelopeVisitor<'k>(Option<&'k [String]>, Before);
 
 impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
     type Value = Envelope;
@@ -248,7 +272,13 @@ impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
         let mut e = Envelope::default();
         while let Some(k) = m.next_key_seed(KeySeed)? {
             match k.as_ref() {
-                "before" => e.before = m.next_value_seed(Fields("", None))?,
+                "before" if self.1 == Before::Keep || e.op() == Some("d") => {
+                    e.before = m.next_value_seed(Fields("", None))?
+                }
+                "before" => {
+                    // Parsed (so invalid JSON is still refused), not built.
+                    e.before_skipped = m.next_value::<Option<IgnoredAny>>()?.is_some();
+                }
                 "after" => e.after = m.next_value_seed(Fields("", None))?,
                 "schema" | "payload" => {
                     e.wrapped = true;
@@ -281,8 +311,8 @@ impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
 /// input is copied into a per-thread buffer (simd-json parses in place)
 /// and the parser's buffers are reused across messages. Anything it
 /// refuses takes the general path, which decides and reports.
-fn simd_envelope(value: &[u8], keep: Option<&[String]>) -> Option<Envelope> {
-    with_simd(value, |de| EnvelopeSeed(keep).deserialize(de).ok())
+fn simd_envelope(value: &[u8], keep: Option<&[String]>, before: Before) -> Option<Envelope> {
+    with_simd(value, |de| EnvelopeSeed(keep, before).deserialize(de).ok())
 }
 
 /// Runs `parse` on a simd-json deserializer over a per-thread copy of `value`.
@@ -369,14 +399,14 @@ pub fn decode(
             Some(Ok(Decoded::Row { data, env: vec![], declared: vec![] }))
         }
         Format::Debezium => {
-            let e = simd_envelope(value, keep)?;
+            let mut e = simd_envelope(value, keep, Before::IfDelete)?;
             if e.wrapped {
                 return None;
             }
-            let op = match e.env.iter().find(|(n, _)| n == "op") {
-                Some((_, Value::Str(op))) => op.clone(),
-                _ => return None,
-            };
+            if e.before_skipped && e.op() == Some("d") {
+                e = simd_envelope(value, keep, Before::Keep)?;
+            }
+            let op = e.op()?.to_string();
             let (section, is_delete) = match Op::parse(&op)? {
                 Op::Upsert => (e.after, false),
                 Op::Delete => (e.before, true),

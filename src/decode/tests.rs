@@ -143,7 +143,12 @@ fn envelopes(seed: u64, shape: Shape, n: u64) -> String {
             }
         }
         let op = ["c", "u", "u", "d", "r"][((h >> 56) % 5) as usize];
-        let (before, after) = if op == "d" { (row, J::Null) } else { (J::Null, row) };
+        // Updates from a table with full replica identity carry a `before`.
+        let (before, after) = match op {
+            "d" => (row, J::Null),
+            "u" if h & 1 == 1 => (row.clone(), row),
+            _ => (J::Null, row),
+        };
         let lsn = 1_000 + i;
         let envelope = serde_json::json!({
             "before": before, "after": after,
