@@ -41,7 +41,7 @@ impl PartitionKey {
 /// A table's open batch.
 #[derive(Default)]
 pub(super) struct Buffer {
-    pub(super) rows: Vec<(Vec<(String, Value)>, RawRow)>,
+    pub(super) rows: Vec<(Vec<(crate::decode::Name, Value)>, RawRow)>,
     pub(super) dead: Vec<Unparsable>,
     /// Next offset per partition covered by this buffer.
     pub(super) next: BTreeMap<i32, i64>,

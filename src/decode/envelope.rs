@@ -7,7 +7,7 @@ use serde_json::{Map, Value as J};
 
 use super::json::json_cell;
 use super::schema::{declaration, field_schema, section_fields, typed, unwrap_schema};
-use super::{store_envelope, Declared, Decoded, Op};
+use super::{store_envelope, Declared, Decoded, Name, Op};
 use crate::value::Value;
 
 /// An envelope: `after` (or `before` for deletes) as the row, the other
@@ -42,10 +42,12 @@ pub(super) fn debezium(
             }
         }
     }
-    let mut data: Vec<(String, Value)> = match p.get(section) {
+    let mut data: Vec<(Name, Value)> = match p.get(section) {
         Some(J::Object(row)) => row
             .iter()
-            .map(|(k, v)| (k.clone(), typed(v, field_schemas.and_then(|f| field_schema(f, k)))))
+            .map(|(k, v)| {
+                (k.as_str().into(), typed(v, field_schemas.and_then(|f| field_schema(f, k))))
+            })
             .collect(),
         Some(J::Null) | None if is_delete => vec![],
         _ => return Err(format!("Debezium `{op}` event without `{section}`")),
@@ -62,7 +64,7 @@ pub(super) fn debezium(
 /// Deletes may carry only the key (REPLICA IDENTITY DEFAULT): the message
 /// key supplies it (and, with a key schema, its declared types).
 pub(super) fn key_fallback(
-    data: &mut Vec<(String, Value)>,
+    data: &mut Vec<(Name, Value)>,
     declared: &mut Vec<(String, Declared)>,
     key: Option<&[u8]>,
 ) {
@@ -71,11 +73,11 @@ pub(super) fn key_fallback(
         if let J::Object(km) = kp {
             let kf = kschema.and_then(|s| s.get("fields")).and_then(J::as_array);
             for (name, kv) in km {
-                let have = data.iter().any(|(n, v)| n == name && !v.is_null());
+                let have = data.iter().any(|(n, v)| **n == **name && !v.is_null());
                 if !have {
-                    data.retain(|(n, _)| n != name);
+                    data.retain(|(n, _)| **n != **name);
                     let schema = kf.and_then(|f| field_schema(f, name));
-                    data.push((name.clone(), typed(kv, schema)));
+                    data.push((name.as_str().into(), typed(kv, schema)));
                     if let Some(s) = schema.filter(|_| !declared.iter().any(|(n, _)| n == name)) {
                         declared.push((name.clone(), declaration(s)));
                     }

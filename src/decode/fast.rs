@@ -13,7 +13,7 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
 use serde::Deserialize;
 
 use super::envelope::key_fallback;
-use super::{store_envelope, Decoded, Op};
+use super::{store_envelope, Decoded, Name, Op};
 use crate::config::Format;
 use crate::value::Value;
 
@@ -116,14 +116,21 @@ fn listed(paths: &[String], prefix: &str, k: &str) -> bool {
 }
 
 impl<'de> DeserializeSeed<'de> for Fields<'_> {
-    type Value = Option<Vec<(String, Value)>>;
+    type Value = Option<Vec<(Name, Value)>>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_any(self)
     }
 }
 
+thread_local! {
+    /// The field names of the last row this thread decoded, in order: the
+    /// next row of the same schema shares them (one reference count each)
+    /// instead of allocating a string per field.
+    static ROW_NAMES: std::cell::RefCell<Vec<Name>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl<'de> Visitor<'de> for Fields<'_> {
-    type Value = Option<Vec<(String, Value)>>;
+    type Value = Option<Vec<(Name, Value)>>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a JSON object or null")
     }
@@ -136,15 +143,35 @@ impl<'de> Visitor<'de> for Fields<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
         // Room for the envelope columns a table stores beside the fields
         // (`route` adds them): no reallocation per row.
-        let mut out = Vec::with_capacity(m.size_hint().unwrap_or(24) + 4);
+        let mut out: Vec<(Name, Value)> = Vec::with_capacity(m.size_hint().unwrap_or(24) + 4);
+        // Rows (no prefix) share names through the cache; the envelope's
+        // few prefixed fields are named as they come. Taken out while the
+        // fields are read, so nothing can hold it twice.
+        let row = self.0.is_empty();
+        let mut cached = if row { ROW_NAMES.take() } else { vec![] };
+        let mut same = true;
         while let Some(k) = m.next_key_seed(KeySeed)? {
             if self.1.is_some_and(|p| !listed(p, self.0, &k)) {
                 m.next_value::<IgnoredAny>()?;
                 continue;
             }
             let v: Cell = m.next_value()?;
-            let name = if self.0.is_empty() { k.into_owned() } else { format!("{}.{k}", self.0) };
+            let name = match cached.get(out.len()) {
+                Some(n) if row && **n == *k => n.clone(),
+                _ if row => {
+                    same = false;
+                    Name::from(k.as_ref())
+                }
+                _ => Name::from(format!("{}.{k}", self.0)),
+            };
             out.push((name, v.0));
+        }
+        if row {
+            if !same || cached.len() != out.len() {
+                cached.clear();
+                cached.extend(out.iter().map(|(n, _)| n.clone()));
+            }
+            ROW_NAMES.set(cached);
         }
         Ok(Some(out))
     }
@@ -185,7 +212,8 @@ impl<'de> Visitor<'de> for EnvField<'_> {
         f.write_str("a JSON value")
     }
     fn visit_map<A: MapAccess<'de>>(self, m: A) -> Result<Self::Value, A::Error> {
-        Ok(Fields(&self.0, self.1).visit_map(m)?.unwrap_or_default())
+        let fields = Fields(&self.0, self.1).visit_map(m)?.unwrap_or_default();
+        Ok(fields.into_iter().map(|(n, v)| (n.to_string(), v)).collect())
     }
     fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
         Ok(vec![(self.0, Value::Bool(v))])
@@ -219,8 +247,8 @@ impl<'de> Visitor<'de> for EnvField<'_> {
 
 #[derive(Default)]
 struct Envelope {
-    before: Option<Vec<(String, Value)>>,
-    after: Option<Vec<(String, Value)>>,
+    before: Option<Vec<(Name, Value)>>,
+    after: Option<Vec<(Name, Value)>>,
     env: Vec<(String, Value)>,
     /// `schema`/`payload` wrapper present: the general path handles it.
     wrapped: bool,
@@ -379,7 +407,7 @@ fn bare_negative_zero(v: &[u8]) -> bool {
 /// A flat JSON object's fields as cells, in document order, parsed with
 /// simd-json; None for anything else (not an object, invalid JSON), which
 /// the caller's general path reports.
-pub(super) fn object_fields(value: &[u8]) -> Option<Vec<(String, Value)>> {
+pub(super) fn object_fields(value: &[u8]) -> Option<Vec<(Name, Value)>> {
     with_simd(value, |de| Fields("", None).deserialize(de).ok().flatten())
 }
 
@@ -393,7 +421,7 @@ pub fn decode(
     match format {
         Format::Json => {
             let data = object_fields(value)?;
-            if data.len() == 2 && data.iter().all(|(n, _)| n == "schema" || n == "payload") {
+            if data.len() == 2 && data.iter().all(|(n, _)| &**n == "schema" || &**n == "payload") {
                 return None; // the schema wrapper: the general path types it
             }
             Some(Ok(Decoded::Row { data, env: vec![], declared: vec![] }))

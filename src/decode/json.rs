@@ -45,7 +45,7 @@ pub(super) fn flat_row(v: J) -> Result<Decoded, String> {
                     .iter()
                     .map(|(k, v)| {
                         let s = fields.and_then(|f| super::schema::field_schema(f, k));
-                        (k.clone(), super::schema::typed(v, s))
+                        (k.as_str().into(), super::schema::typed(v, s))
                     })
                     .collect();
                 Ok(Decoded::Row { data, env: vec![], declared })
@@ -55,7 +55,7 @@ pub(super) fn flat_row(v: J) -> Result<Decoded, String> {
     }
     match v {
         J::Object(m) => Ok(Decoded::Row {
-            data: m.iter().map(|(k, v)| (k.clone(), json_cell(v))).collect(),
+            data: m.iter().map(|(k, v)| (k.as_str().into(), json_cell(v))).collect(),
             env: vec![],
             declared: vec![],
         }),

@@ -29,10 +29,15 @@ pub use self::schema::variable_scale_decimal;
 use crate::config::Format;
 use crate::value::{DType, Value};
 
+/// A column name in a decoded row. Shared: rows of one schema reuse the
+/// names of the row before them instead of allocating each (`fast`), and
+/// comparing two of them compares pointers first.
+pub type Name = std::sync::Arc<str>;
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decoded {
     Row {
-        data: Vec<(String, Value)>,
+        data: Vec<(Name, Value)>,
         env: Vec<(String, Value)>,
         /// Column types the message's schema declares (empty without one).
         declared: Vec<(String, Declared)>,
@@ -63,12 +68,12 @@ pub fn stored_name(path: &str) -> String {
 /// Adds a table's stored envelope fields to a decoded row as columns
 /// (`source.lsn` -> `source_lsn`, see [`store_paths`]), unless the row
 /// already has such a column.
-pub fn store_envelope(data: &mut Vec<(String, Value)>, env: &[(String, Value)], paths: &[String]) {
+pub fn store_envelope(data: &mut Vec<(Name, Value)>, env: &[(String, Value)], paths: &[String]) {
     for path in paths {
         let col = stored_name(path);
-        if !data.iter().any(|(n, _)| *n == col) {
+        if !data.iter().any(|(n, _)| **n == *col) {
             if let Some((_, v)) = env.iter().find(|(n, _)| n == path) {
-                data.push((col, v.clone()));
+                data.push((col.into(), v.clone()));
             }
         }
     }
@@ -208,7 +213,7 @@ pub fn env_paths(t: &crate::config::TableConfig, format: Format) -> Vec<String> 
 /// the SIMD parser; None when it is anything else or anything the SIMD
 /// parser reads differently (see `fast::with_simd`), for the caller's
 /// general parser to decide and report.
-pub fn flat_object(value: &[u8]) -> Option<Vec<(String, Value)>> {
+pub fn flat_object(value: &[u8]) -> Option<Vec<(Name, Value)>> {
     check_depth(value).ok()?;
     fast::object_fields(value)
 }
@@ -282,15 +287,32 @@ fn has_nul(v: &[u8]) -> bool {
 }
 
 /// A column named twice: the row would be ambiguous (which value wins?).
-fn has_duplicate(data: &[(String, Value)]) -> bool {
+fn has_duplicate(data: &[(Name, Value)]) -> bool {
+    // The names of the last row found free of duplicates on this thread:
+    // rows of one schema repeat them (the same shared names, compared by
+    // pointer), and need no check of their own.
+    thread_local!(static UNIQUE: std::cell::RefCell<Vec<Name>> = const { std::cell::RefCell::new(Vec::new()) });
+    let known = UNIQUE
+        .with_borrow(|u| u.len() == data.len() && u.iter().zip(data).all(|(a, (b, _))| a == b));
+    if known {
+        return false;
+    }
     // Every pair for a few columns; a set beyond (CRM rows have 20 to 50:
     // pairs were 200 to 1,200 comparisons per message).
-    if data.len() <= 12 {
-        return data.iter().enumerate().any(|(i, (n, _))| data[..i].iter().any(|(m, _)| m == n));
+    let duplicate = if data.len() <= 12 {
+        data.iter().enumerate().any(|(i, (n, _))| data[..i].iter().any(|(m, _)| m == n))
+    } else {
+        let mut seen: rustc_hash::FxHashSet<&str> =
+            rustc_hash::FxHashSet::with_capacity_and_hasher(data.len(), Default::default());
+        !data.iter().all(|(n, _)| seen.insert(n))
+    };
+    if !duplicate {
+        UNIQUE.with_borrow_mut(|u| {
+            u.clear();
+            u.extend(data.iter().map(|(n, _)| n.clone()));
+        });
     }
-    let mut seen: rustc_hash::FxHashSet<&str> =
-        rustc_hash::FxHashSet::with_capacity_and_hasher(data.len(), Default::default());
-    !data.iter().all(|(n, _)| seen.insert(n.as_str()))
+    duplicate
 }
 
 /// The message of a caught panic.

@@ -3,8 +3,8 @@
 
 use super::*;
 
-fn get<'a>(pairs: &'a [(String, Value)], k: &str) -> &'a Value {
-    &pairs.iter().find(|(n, _)| n == k).unwrap_or_else(|| panic!("no {k} in {pairs:?}")).1
+fn get<'a, N: AsRef<str> + std::fmt::Debug>(pairs: &'a [(N, Value)], k: &str) -> &'a Value {
+    &pairs.iter().find(|(n, _)| n.as_ref() == k).unwrap_or_else(|| panic!("no {k} in {pairs:?}")).1
 }
 
 // Shapes from the Debezium PostgreSQL connector documentation (customers table).
@@ -216,7 +216,7 @@ fn fast_decode_equals_the_general_path() {
             Format::Debezium => debezium(j, key, paths).unwrap(),
             Format::Json => match j {
                 J::Object(m) => Decoded::Row {
-                    data: m.iter().map(|(k, v)| (k.clone(), json_cell(v))).collect(),
+                    data: m.iter().map(|(k, v)| (k.as_str().into(), json_cell(v))).collect(),
                     env: vec![],
                     declared: vec![],
                 },
@@ -410,7 +410,7 @@ fn bad_input_the_simd_path_decodes_as_the_general_parser_does() {
             assert!(decode(format, None, Some(wrap(bad).as_bytes()), &[]).is_err(), "{bad}");
         }
         let cell = |msg: String, col: &str| match decode(format, None, Some(msg.as_bytes()), &[]) {
-            Ok(Decoded::Row { data, .. }) => data.into_iter().find(|(n, _)| n == col).unwrap().1,
+            Ok(Decoded::Row { data, .. }) => data.into_iter().find(|(n, _)| **n == *col).unwrap().1,
             other => panic!("{msg}: {other:?}"),
         };
         let pair = cell(wrap(r#"{"id":1,"v":"\ud83d\ude00"}"#), "v");

@@ -246,7 +246,7 @@ fn decode_json_lines(source: &str, first: usize, lines: &[&[u8]]) -> RawBatch {
             // Not the common shape: the general parser decides and says why.
             None => match serde_json::from_str::<serde_json::Value>(line) {
                 Ok(serde_json::Value::Object(m)) => {
-                    m.iter().map(|(k, v)| (k.clone(), json_cell(v))).collect()
+                    m.iter().map(|(k, v)| (k.as_str().into(), json_cell(v))).collect()
                 }
                 Ok(_) => {
                     unparsable.push(bad("not a JSON object".into()));

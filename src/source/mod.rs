@@ -5,6 +5,7 @@
 pub mod file;
 pub mod kafka;
 
+use crate::decode::Name;
 use crate::value::Value;
 
 #[derive(Debug, Clone)]
@@ -100,16 +101,17 @@ impl RawBatch {
         }
     }
 
-    pub fn from_maps(source: String, rows: Vec<(Vec<(String, Value)>, RawRow)>) -> RawBatch {
+    pub fn from_maps(source: String, rows: Vec<(Vec<(Name, Value)>, RawRow)>) -> RawBatch {
         let mut columns: Vec<String> = vec![];
-        let mut at: std::collections::HashMap<String, usize, rustc_hash::FxBuildHasher> =
+        let mut at: std::collections::HashMap<Name, usize, rustc_hash::FxBuildHasher> =
             Default::default();
         // Messages of one schema list the same fields in the same order: a
         // row whose field names equal the previous row's reuses its layout
         // (the column of each field) instead of looking every name up.
         let mut layouts: Vec<Vec<usize>> = vec![];
         let mut layout_of: Vec<usize> = Vec::with_capacity(rows.len());
-        let mut previous: Option<&[(String, Value)]> = None;
+        // Shared names compare by pointer first (see `decode::Name`).
+        let mut previous: Option<&[(Name, Value)]> = None;
         for (data, _) in &rows {
             let same = previous.is_some_and(|p| {
                 p.len() == data.len() && p.iter().zip(data).all(|((a, _), (b, _))| a == b)
@@ -119,7 +121,7 @@ impl RawBatch {
                     .iter()
                     .map(|(k, _)| {
                         *at.entry(k.clone()).or_insert_with(|| {
-                            columns.push(k.clone());
+                            columns.push(k.to_string());
                             columns.len() - 1
                         })
                     })
