@@ -10,6 +10,7 @@
 //! | --- | --- | --- |
 //! | Kafka partition | `changelake/<table>/<topic>/<partition>` | next offset to read |
 //! | file | `changelake/<table>/file/<path>` | hash of the file's content |
+//! | part of a file (a chunk of a large one) | `changelake/<table>/file-part/<hash>/<path>` | byte offset after the chunk |
 //! | execution | `changelake/<table>/_execution` | last `_execution_id` |
 //! | dead letters of a position (in `_dead_letters`) | `<marker's app id>/dead_letters` | the marker's version |
 //!
@@ -29,6 +30,7 @@ use object_store::{ObjectMeta, ObjectStoreExt};
 const PREFIX: &str = "changelake";
 const EXECUTION: &str = "_execution";
 const FILE: &str = "file";
+const FILE_PART: &str = "file-part";
 const DEAD_LETTERS: &str = "dead_letters";
 
 /// A progress marker committed with a run: `txn` app id and version.
@@ -56,6 +58,18 @@ impl Mark {
         Mark { app: file_app_id(table, path), version: content_version, partition: None }
     }
 
+    /// The chunk of a large file (content version `content_version`) that
+    /// ends at byte `end`: its run records how far into the file the table
+    /// has read, so a crash resumes after the last committed chunk. The
+    /// last chunk commits [`Mark::file`] instead.
+    pub fn file_part(table: &str, path: &str, content_version: i64, end: u64) -> Mark {
+        Mark {
+            app: file_part_app_id(table, path, content_version),
+            version: end as i64,
+            partition: None,
+        }
+    }
+
     /// The app id recording, in the dead-letter table, that this position's
     /// dead letters were written (so a replay never writes them twice).
     pub fn dead_letter_app_id(&self) -> String {
@@ -77,6 +91,14 @@ pub fn partition_app_id(table: &str, topic: &str, partition: i32) -> String {
 /// relative to the source's directory).
 pub fn file_app_id(table: &str, path: &str) -> String {
     format!("{PREFIX}/{table}/{FILE}/{path}")
+}
+
+/// The app id recording how far a table has read into one content version
+/// of a large file, chunk by chunk ([`Mark::file_part`]). Not a
+/// [`Marker::File`]: a file is done only when its [`file_app_id`] holds
+/// its content version.
+pub fn file_part_app_id(table: &str, path: &str, content_version: i64) -> String {
+    format!("{PREFIX}/{table}/{FILE_PART}/{content_version:016x}/{path}")
 }
 
 /// The app id recording a table's last `_execution_id`.
@@ -215,6 +237,11 @@ mod tests {
             parse("account", SourceKind::Files, &f.app),
             Some(Marker::File { path: "2024/01/a.csv" })
         );
+        // A chunk of a large file is progress inside it, not the file done.
+        let part = Mark::file_part("account", "2024/01/a.csv", 7, 1 << 20);
+        assert_eq!(part.app, "changelake/account/file-part/0000000000000007/2024/01/a.csv");
+        assert_eq!(part.version, 1 << 20);
+        assert_eq!(parse("account", SourceKind::Files, &part.app), None);
         assert_eq!(execution_app_id("account"), "changelake/account/_execution");
         assert_eq!(
             parse("account", SourceKind::Kafka, &execution_app_id("account")),

@@ -159,6 +159,62 @@ fn crash_between_parquet_write_and_commit_loses_and_repeats_nothing() {
     }
 }
 
+/// A file larger than the batch limits runs chunk by chunk, each chunk a
+/// run: the table equals the one the same rows give as one file per chunk,
+/// and a crash at any chunk resumes after the last committed one.
+#[test]
+fn large_files_run_in_chunks_and_resume_after_the_last_committed_chunk() {
+    let chunks = [
+        "id,op,city,seq\n1,U,Berlin,2\n2,U,Bonn,1\n",
+        "id,op,city,seq\n1,U,Hamburg,3\n2,D,,2\n",
+        "id,op,city,seq\n1,U,Paris,1\n3,U,\"Köln\nam Rhein\",1\n",
+    ];
+    let per_file = tempfile::tempdir().unwrap();
+    let cfg = write(per_file.path(), "c.yaml", SCD2_CFG);
+    for (i, t) in chunks.iter().enumerate() {
+        write(per_file.path(), &format!("data/{i}.csv"), t);
+    }
+    assert!(run(&cfg, &[]).status.success());
+    let want = stable(&show(&cfg, "customer"));
+    assert_eq!(want.len(), 5, "{want:?}");
+
+    // The same rows as one file, two records per batch.
+    let one_file = format!("{}{}{}", chunks[0], &chunks[1][15..], &chunks[2][15..]);
+    let chunked = format!("{SCD2_CFG}batching: {{max_rows: 2}}\n");
+    let log_versions = |dir: &Path| {
+        std::fs::read_dir(dir.join("lake/bronze/customer/_delta_log"))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "json"))
+            .count()
+    };
+    // (fault, whether a chunk had committed before it: the restart resumes)
+    for (fault, resumes) in [
+        (None, false),
+        (Some("after_parquet_write:1"), false),
+        (Some("after_parquet_write:3"), true),
+        (Some("after_delta_commit:1"), true),
+        (Some("after_delta_commit:2"), true),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = write(tmp.path(), "c.yaml", &chunked);
+        write(tmp.path(), "data/all.csv", &one_file);
+        if let Some(f) = fault {
+            let crashed = run(&cfg, &[("CHANGELAKE_FAULT", f)]);
+            assert!(!crashed.status.success(), "{f}: the fault point must abort");
+        }
+        let out = run(&cfg, &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{fault:?}: {err}");
+        let resumed = err.contains("resuming a partly read file");
+        assert_eq!(resumed, resumes, "{fault:?}: {err}");
+        assert_eq!(stable(&show(&cfg, "customer")), want, "{fault:?}: equals one file per chunk");
+        // Done: a second pass skips the file.
+        let versions = log_versions(tmp.path());
+        assert!(run(&cfg, &[]).status.success());
+        assert_eq!(log_versions(tmp.path()), versions, "{fault:?}: the file is done");
+    }
+}
+
 #[test]
 fn refuses_a_table_with_another_strategy_or_not_created_by_changelake() {
     let tmp = tempfile::tempdir().unwrap();

@@ -7,6 +7,7 @@ use changelake::config::{Config, Format, SystemKind};
 use changelake::daemon::{self, RunOpts};
 use changelake::engine::{Mark, RunReport, TableRunner};
 use changelake::error::{Error, Result};
+use changelake::source::chunks::{scan, ChunkLimits, ChunkReader};
 use changelake::source::file::{
     content_version, expand, read_csv, read_debezium_jsonl, read_jsonl,
 };
@@ -96,26 +97,40 @@ async fn run_table_files(c: &Config, r: &mut TableRunner, once: bool) -> Result<
     if once {
         progress::start(&table, progress::Unit::Files, files.len() as u64);
     }
+    let input = |file: &Path, e: std::io::Error| Error::Input(format!("{}: {e}", file.display()));
+    let limits = ChunkLimits { max_rows: c.batching.max_rows, max_bytes: c.batching.max_bytes };
+    let reader = FileReader { csv_delim, format, store_paths: &store_paths, env_paths: &env_paths };
     for file in files {
-        let bytes =
-            std::fs::read(&file).map_err(|e| Error::Input(format!("{}: {e}", file.display())))?;
         let rel = file.strip_prefix(&c.base_dir).unwrap_or(&file).to_string_lossy().to_string();
-        let marks = vec![Mark::file(&r.cfg.name, &rel, content_version(&bytes))];
+        let size = std::fs::metadata(&file).map_err(|e| input(&file, e))?.len();
+        // A file within the batch limits is read whole, one run; a larger
+        // one chunk by chunk (snapshot tables excepted: a key missing from
+        // one chunk is not missing from the file).
+        let whole = if r.cfg.snapshot || size <= limits.max_bytes as u64 {
+            let bytes = std::fs::read(&file).map_err(|e| input(&file, e))?;
+            let lines = memchr::memchr_iter(b'\n', &bytes).count();
+            let header = usize::from(csv_delim.is_some());
+            (r.cfg.snapshot || lines <= limits.max_rows + header).then_some(bytes)
+        } else {
+            None
+        };
+        let version = match &whole {
+            Some(bytes) => content_version(bytes),
+            None => scan(&file).map_err(|e| input(&file, e))?.0,
+        };
+        let marks = vec![Mark::file(&r.cfg.name, &rel, version)];
         if r.already_applied(&marks).await? {
             // The target it had before the command moved out of `cli` (log filters name it).
             tracing::debug!(target: "changelake::cli", table = %r.cfg.name, file = %rel, "unchanged since its last run, skipped");
             progress::advance(&table, 1, 0);
             continue;
         }
-        let decode = || -> Result<changelake::source::RawBatch> {
-            Ok(match (csv_delim, format) {
-                (Some(d), _) => read_csv(Path::new(&rel), &bytes, d)?,
-                (None, Format::Json) => read_jsonl(Path::new(&rel), &bytes)?,
-                (None, Format::Debezium) => {
-                    read_debezium_jsonl(&rel, &bytes, &store_paths, Some(&env_paths))
-                }
-            })
+        let Some(bytes) = whole else {
+            run_in_chunks(c, r, &file, &rel, version, limits, &reader).await?;
+            progress::advance(&table, 1, 0);
+            continue;
         };
+        let decode = || reader.decode(&rel, &bytes, 0);
         let raw = decode()?;
         let events = raw.rows.len() as u64;
         if let Some(report) = run_with_retries(c, r, raw, &decode, &marks).await? {
@@ -124,6 +139,71 @@ async fn run_table_files(c: &Config, r: &mut TableRunner, once: bool) -> Result<
         progress::advance(&table, 1, events);
     }
     progress::finish(&table);
+    Ok(())
+}
+
+/// How a table's files decode: CSV with its delimiter, or JSON lines.
+struct FileReader<'a> {
+    csv_delim: Option<u8>,
+    format: Format,
+    store_paths: &'a [String],
+    env_paths: &'a [String],
+}
+
+impl FileReader<'_> {
+    /// Decodes a file's bytes (or a chunk's, whose positions are `shift`
+    /// lines into the file).
+    fn decode(&self, rel: &str, bytes: &[u8], shift: u64) -> Result<changelake::source::RawBatch> {
+        let mut raw = match (self.csv_delim, self.format) {
+            (Some(d), _) => read_csv(Path::new(rel), bytes, d)?,
+            (None, Format::Json) => read_jsonl(Path::new(rel), bytes)?,
+            (None, Format::Debezium) => {
+                read_debezium_jsonl(rel, bytes, self.store_paths, Some(self.env_paths))
+            }
+        };
+        if shift > 0 {
+            raw.rows.iter_mut().for_each(|row| row.pos += shift);
+            raw.unparsable.iter_mut().for_each(|row| row.pos += shift);
+        }
+        Ok(raw)
+    }
+}
+
+/// Runs a file larger than the batch limits chunk by chunk
+/// (docs/batch.md, large files): each chunk is a run that records how far
+/// into this content version of the file it read, the last one records the
+/// file done. A crash resumes after the last committed chunk.
+async fn run_in_chunks(
+    c: &Config,
+    r: &mut TableRunner,
+    file: &Path,
+    rel: &str,
+    version: i64,
+    limits: ChunkLimits,
+    reader: &FileReader<'_>,
+) -> Result<()> {
+    let input = |e: std::io::Error| Error::Input(format!("{}: {e}", file.display()));
+    let part = changelake::progress::file_part_app_id(&r.cfg.name, rel, version);
+    let start = r.marker_version(&part).await?.unwrap_or(0).max(0) as u64;
+    if start > 0 {
+        tracing::info!(table = %r.cfg.name, file = %rel, offset = start, "resuming a partly read file after its last committed chunk");
+    }
+    let mut chunks =
+        ChunkReader::open(file, reader.csv_delim.is_some(), start, limits).map_err(input)?;
+    while let Some(chunk) = chunks.next_chunk().map_err(input)? {
+        let mark = if chunk.last {
+            Mark::file(&r.cfg.name, rel, version)
+        } else {
+            Mark::file_part(&r.cfg.name, rel, version, chunk.end)
+        };
+        let decode = || reader.decode(rel, &chunk.bytes, chunk.shift);
+        let raw = decode()?;
+        let events = raw.rows.len() as u64;
+        if let Some(report) = run_with_retries(c, r, raw, &decode, &[mark]).await? {
+            changelake::telemetry::run_committed(&report);
+        }
+        progress::advance(&r.cfg.name, 0, events);
+    }
     Ok(())
 }
 

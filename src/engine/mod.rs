@@ -152,6 +152,11 @@ impl TableRunner {
         Ok(())
     }
 
+    /// The version a progress marker's app id holds in the table, if any.
+    pub async fn marker_version(&self, app: &str) -> Result<Option<i64>> {
+        Ok(self.store.txn_version(app).await?)
+    }
+
     /// Has this exact progress marker already been committed?
     pub async fn already_applied(&self, progress: &[Mark]) -> Result<bool> {
         if progress.is_empty() {

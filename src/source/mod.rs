@@ -2,6 +2,7 @@
 //! JSON-typed cells, each row with its input position and raw text so a bad
 //! row can be dead-lettered verbatim.
 
+pub mod chunks;
 pub mod file;
 pub mod kafka;
 

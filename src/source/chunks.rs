@@ -1,0 +1,283 @@
+//! A large source file read in bounded chunks of whole records
+//! (docs/batch.md, large files), so memory follows the batch limits
+//! (`batching.max_rows`, `max_bytes`) and not the file: a multi-gigabyte
+//! initial extract loads chunk by chunk, each one a run of its own.
+//!
+//! A record ends at a newline — for CSV only at a newline outside quotes
+//! (a quoted field may hold line breaks; a doubled quote inside one flips
+//! the state twice, so counting quotes is enough). Every chunk of a CSV
+//! file starts with the file's header line, so each decodes on its own.
+//! Positions stay the file's line numbers: a chunk knows how many lines
+//! precede it.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+
+/// How much one chunk may hold.
+#[derive(Debug, Clone, Copy)]
+pub struct ChunkLimits {
+    pub max_rows: usize,
+    pub max_bytes: usize,
+}
+
+/// One chunk of a file: whole records only.
+#[derive(Debug)]
+pub struct Chunk {
+    /// The records (a CSV chunk after the first: the header line, then them).
+    pub bytes: Vec<u8>,
+    /// Lines of the file before the chunk's first record, header included.
+    pub lines_before: u64,
+    /// Added to a position read in `bytes` (a line number there), it is
+    /// the file's line number.
+    pub shift: u64,
+    /// Byte offset in the file just after the chunk's last record.
+    pub end: u64,
+    /// The chunk ends the file.
+    pub last: bool,
+}
+
+/// The content version and the size of a file, read in one streaming pass.
+pub fn scan(path: &Path) -> std::io::Result<(i64, u64)> {
+    let mut f = File::open(path)?;
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut buf = vec![0u8; 4 << 20];
+    let mut len = 0u64;
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        len += n as u64;
+    }
+    Ok(((hasher.digest() >> 1) as i64, len))
+}
+
+/// Reads a file chunk by chunk from a record boundary.
+pub struct ChunkReader {
+    file: File,
+    limits: ChunkLimits,
+    csv: bool,
+    /// The CSV header line (with its line break), repeated in every chunk.
+    header: Vec<u8>,
+    /// Lines the header spans (0 for JSONL).
+    header_lines: u64,
+    /// Bytes read past the last chunk: the start of the next one.
+    pending: Vec<u8>,
+    /// File offset of `pending`'s first byte.
+    offset: u64,
+    lines: u64,
+    eof: bool,
+}
+
+impl ChunkReader {
+    /// A reader from byte `start`, a record boundary a previous run
+    /// committed (0: the beginning). For CSV the header is read first.
+    pub fn open(path: &Path, csv: bool, start: u64, limits: ChunkLimits) -> std::io::Result<Self> {
+        let file = File::open(path)?;
+        let mut r = ChunkReader {
+            file,
+            limits,
+            csv,
+            header: vec![],
+            header_lines: 0,
+            pending: vec![],
+            offset: 0,
+            lines: 0,
+            eof: false,
+        };
+        if csv {
+            // The header: the first record of the file.
+            while r.boundaries(1, usize::MAX).1 == 0 && !r.eof {
+                r.fill(1 << 16)?;
+            }
+            let end = match r.boundaries(1, usize::MAX) {
+                (end, 1) => end,
+                _ => r.pending.len(),
+            };
+            r.header = r.pending.drain(..end).collect();
+            if !r.header.ends_with(b"\n") {
+                r.header.push(b'\n');
+            }
+            r.offset = end as u64;
+            r.header_lines = memchr::memchr_iter(b'\n', &r.header).count() as u64;
+            r.lines = r.header_lines;
+        }
+        if start > r.offset {
+            // Lines before `start` keep positions the file's line numbers.
+            let mut rest = (start - r.offset) as usize;
+            let skip = rest.min(r.pending.len());
+            r.lines += memchr::memchr_iter(b'\n', &r.pending[..skip]).count() as u64;
+            r.pending.drain(..skip);
+            rest -= skip;
+            let mut buf = vec![0u8; 4 << 20];
+            while rest > 0 {
+                let n = r.file.read(&mut buf[..rest.min(4 << 20)])?;
+                if n == 0 {
+                    break;
+                }
+                r.lines += memchr::memchr_iter(b'\n', &buf[..n]).count() as u64;
+                rest -= n;
+            }
+            r.offset = start;
+        }
+        Ok(r)
+    }
+
+    /// Reads up to `more` bytes into `pending`.
+    fn fill(&mut self, more: usize) -> std::io::Result<()> {
+        let at = self.pending.len();
+        self.pending.resize(at + more, 0);
+        let mut got = 0;
+        while got < more {
+            let n = self.file.read(&mut self.pending[at + got..])?;
+            if n == 0 {
+                self.eof = true;
+                break;
+            }
+            got += n;
+        }
+        self.pending.truncate(at + got);
+        Ok(())
+    }
+
+    /// The end of the `max_records`-th record in `pending` (or of the last
+    /// whole one within `max_bytes`; the first one however long), and how
+    /// many records that is.
+    fn boundaries(&self, max_records: usize, max_bytes: usize) -> (usize, usize) {
+        let (mut end, mut records, mut quoted) = (0, 0, false);
+        let buf = &self.pending;
+        let mut from = 0;
+        while records < max_records {
+            let next = if self.csv {
+                memchr::memchr2(b'\n', b'"', &buf[from..])
+            } else {
+                memchr::memchr(b'\n', &buf[from..])
+            };
+            let Some(i) = next else { break };
+            let at = from + i;
+            if buf[at] == b'"' {
+                quoted = !quoted;
+            } else if !quoted {
+                if at + 1 > max_bytes && records > 0 {
+                    break;
+                }
+                end = at + 1;
+                records += 1;
+            }
+            from = at + 1;
+        }
+        (end, records)
+    }
+
+    /// The next chunk, None at the end of the file.
+    pub fn next_chunk(&mut self) -> std::io::Result<Option<Chunk>> {
+        let ChunkLimits { max_rows, max_bytes } = self.limits;
+        let end = loop {
+            let (end, records) = self.boundaries(max_rows, max_bytes);
+            if records >= max_rows || (self.pending.len() >= max_bytes && records > 0) {
+                break end;
+            }
+            if self.eof {
+                break self.pending.len();
+            }
+            // Not full yet (or one record longer than `max_bytes`): read on.
+            let want = max_bytes.saturating_sub(self.pending.len()).max(1 << 20);
+            self.fill(want)?;
+        };
+        if end == 0 {
+            return Ok(None);
+        }
+        let records: Vec<u8> = self.pending.drain(..end).collect();
+        let lines_before = self.lines;
+        self.lines += memchr::memchr_iter(b'\n', &records).count() as u64;
+        self.offset += end as u64;
+        let bytes = if self.csv {
+            let mut b = Vec::with_capacity(self.header.len() + records.len());
+            b.extend_from_slice(&self.header);
+            b.extend_from_slice(&records);
+            b
+        } else {
+            records
+        };
+        // The last chunk: nothing buffered and nothing left to read.
+        if self.pending.is_empty() && !self.eof {
+            self.fill(1)?;
+        }
+        let last = self.eof && self.pending.is_empty();
+        let shift = lines_before - self.header_lines;
+        Ok(Some(Chunk { bytes, lines_before, shift, end: self.offset, last }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunks(text: &str, csv: bool, start: u64, max_rows: usize, max_bytes: usize) -> Vec<Chunk> {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, text).unwrap();
+        let mut r = ChunkReader::open(&p, csv, start, ChunkLimits { max_rows, max_bytes }).unwrap();
+        let mut out = vec![];
+        while let Some(c) = r.next_chunk().unwrap() {
+            out.push(c);
+        }
+        out
+    }
+
+    fn text(c: &Chunk) -> &str {
+        std::str::from_utf8(&c.bytes).unwrap()
+    }
+
+    #[test]
+    fn large_files_jsonl_chunks_are_whole_lines_within_the_limits() {
+        let file = "{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n{\"a\":4}\n{\"a\":5}";
+        let c = chunks(file, false, 0, 2, 1 << 20);
+        let texts: Vec<&str> = c.iter().map(text).collect();
+        assert_eq!(texts, ["{\"a\":1}\n{\"a\":2}\n", "{\"a\":3}\n{\"a\":4}\n", "{\"a\":5}"]);
+        assert_eq!(c.iter().map(|c| c.lines_before).collect::<Vec<_>>(), [0, 2, 4]);
+        assert_eq!(c.iter().map(|c| c.last).collect::<Vec<_>>(), [false, false, true]);
+        assert_eq!(c[2].end, file.len() as u64);
+        // By bytes: as many whole lines as fit (at least one).
+        let c = chunks(file, false, 0, 100, 10);
+        assert!(c.iter().all(|c| text(c).matches('{').count() == 1), "{:?}", c);
+        // Resumed after the second line.
+        let c = chunks(file, false, 16, 100, 1 << 20);
+        assert_eq!((text(&c[0]), c[0].lines_before), ("{\"a\":3}\n{\"a\":4}\n{\"a\":5}", 2));
+    }
+
+    #[test]
+    fn large_files_csv_chunks_repeat_the_header_and_keep_quoted_line_breaks() {
+        let file = "id,note\n1,\"two\nlines\"\n2,\"say \"\"hi\"\"\"\n3,plain\n";
+        let c = chunks(file, true, 0, 1, 1 << 20);
+        let texts: Vec<&str> = c.iter().map(text).collect();
+        assert_eq!(
+            texts,
+            [
+                "id,note\n1,\"two\nlines\"\n",
+                "id,note\n2,\"say \"\"hi\"\"\"\n",
+                "id,note\n3,plain\n"
+            ]
+        );
+        assert_eq!(c.iter().map(|c| c.lines_before).collect::<Vec<_>>(), [1, 3, 4]);
+        assert!(c[2].last && !c[1].last);
+        // Resumed at the third record: the header still comes first.
+        let at = file.find("3,plain").unwrap() as u64;
+        let c = chunks(file, true, at, 10, 1 << 20);
+        assert_eq!((text(&c[0]), c[0].lines_before), ("id,note\n3,plain\n", 4));
+    }
+
+    #[test]
+    fn large_files_content_version_matches_the_whole_file_hash() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let body: Vec<u8> = (0..10_000_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&p, &body).unwrap();
+        assert_eq!(
+            scan(&p).unwrap(),
+            (super::super::file::content_version(&body), body.len() as u64)
+        );
+    }
+}
