@@ -62,6 +62,8 @@ fn bench_runs_both_engines_on_every_shape_and_they_agree() {
             // Every run writes files and reports their bytes against this machine's rates.
             for r in t["runs"].as_array().unwrap() {
                 assert!(r["bytes_written"].as_u64().unwrap() > 0, "{strategy}: {r}");
+                // The decode's rate per core (events per CPU second) is reported.
+                assert!(r["decode_events_per_cpu_second"].as_f64().unwrap() > 0.0, "{r}");
             }
             assert!(t["io_rates"]["write_bytes_per_second"].as_f64().unwrap() > 0.0, "{t}");
         }

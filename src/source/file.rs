@@ -229,7 +229,12 @@ fn decode_json_lines(source: &str, first: usize, lines: &[&[u8]]) -> RawBatch {
     let mut unparsable = vec![];
     for (i, line) in lines.iter().enumerate() {
         let pos = (first + i) as u64 + 1;
-        let line = String::from_utf8_lossy(line);
+        // `from_utf8` checks a word at a time; the lossy path (which keeps
+        // such lines readable, as they always were) a character at a time.
+        let line = match std::str::from_utf8(line) {
+            Ok(text) => std::borrow::Cow::Borrowed(text),
+            Err(_) => String::from_utf8_lossy(line),
+        };
         let line = line.trim_end_matches('\r');
         if line.trim().is_empty() {
             continue;

@@ -136,11 +136,19 @@ impl RawBatch {
             .into_iter()
             .zip(layout_of)
             .map(|((data, mut r), l)| {
-                let mut cells = vec![Value::Null; columns.len()];
-                for ((_, v), &c) in data.into_iter().zip(&layouts[l]) {
-                    cells[c] = v;
-                }
-                r.cells = cells;
+                let layout = &layouts[l];
+                // The common case: the row has every column, in column order.
+                r.cells = if layout.len() == columns.len()
+                    && layout.iter().enumerate().all(|(i, &c)| i == c)
+                {
+                    data.into_iter().map(|(_, v)| v).collect()
+                } else {
+                    let mut cells = vec![Value::Null; columns.len()];
+                    for ((_, v), &c) in data.into_iter().zip(layout) {
+                        cells[c] = v;
+                    }
+                    cells
+                };
                 r
             })
             .collect();

@@ -390,12 +390,14 @@ async fn timed_runs(
         let t0 = Instant::now();
         let name = f.strip_prefix(&opts.dir).unwrap_or(f).to_string_lossy().to_string();
         let (r, decode) = apply(runner, &name, &bytes, paths, opts.format).await?;
+        let Decode { seconds: decode, cpu_seconds: decode_cpu } = decode;
         let secs = t0.elapsed().as_secs_f64();
         stats.push(RunStat {
             run: i + 1,
             events: opts.batch,
             seconds: secs,
             decode_seconds: decode,
+            decode_events_per_cpu_second: opts.batch as f64 / decode_cpu.max(1e-9),
             events_per_second: opts.batch as f64 / secs,
             files_removed: r.files_removed,
             files_added: r.files_added,
@@ -416,23 +418,46 @@ async fn timed_runs(
     Ok(stats)
 }
 
+/// How long decoding a batch file took: wall seconds, and CPU seconds of
+/// the process over all its threads (the decode runs on every core).
+#[derive(Debug, Clone, Copy)]
+struct Decode {
+    seconds: f64,
+    cpu_seconds: f64,
+}
+
+/// CPU seconds this process has used so far, over all threads: user and
+/// system time from `/proc/self/stat`, in the kernel's 10 ms ticks (a
+/// batch's decode takes tens of ticks).
+fn process_cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces): state is the
+    // first, utime the 12th, stime the 13th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 /// Decodes one batch file's bytes and runs it as `changelake run` would;
-/// returns the run's report and the decode seconds.
+/// returns the run's report and what the decode took.
 async fn apply(
     runner: &mut TableRunner,
     name: &str,
     bytes: &[u8],
     paths: &[String],
     format: Format,
-) -> Result<(RunReport, f64)> {
+) -> Result<(RunReport, Decode)> {
     let t0 = Instant::now();
+    let cpu0 = process_cpu_seconds();
     let raw = if format == Format::Json {
         read_jsonl(std::path::Path::new(name), bytes).map_err(|e| Error::Input(e.to_string()))?
     } else {
         let keep = changelake::decode::env_paths(&runner.cfg, Format::Debezium);
         read_debezium_jsonl(name, bytes, paths, Some(&keep))
     };
-    let decode = t0.elapsed().as_secs_f64();
+    let decode =
+        Decode { seconds: t0.elapsed().as_secs_f64(), cpu_seconds: process_cpu_seconds() - cpu0 };
     let mark = Mark::file(&runner.cfg.name, name, content_version(bytes));
     let r = runner.run_batch(raw, vec![mark]).await?;
     Ok((r, decode))

@@ -18,6 +18,8 @@ pub struct RunStat {
     pub events: usize,
     pub seconds: f64,
     pub decode_seconds: f64,
+    /// Events decoded per CPU second (all threads): the decode rate of one core.
+    pub decode_events_per_cpu_second: f64,
     pub events_per_second: f64,
     pub files_removed: usize,
     pub files_added: usize,
@@ -142,19 +144,28 @@ impl Output {
         let (mean, per_key, load_s) = (t.mean(), t.per_key, t.load_seconds);
         let eps = opts.batch as f64 / mean;
         let _ = writeln!(md, "### {name}\n");
+        if t.stats.is_empty() {
+            let _ = writeln!(
+                md,
+                "load {load_s:.1}s; resident after a restart {:.0} B/key for the table, {:.0} B/key for the whole process (no timed runs)\n",
+                per_key.table, per_key.process
+            );
+            return json!({"runs": [], "load_seconds": load_s, "resident_bytes_per_key": per_key.table, "process_resident_bytes_per_key": per_key.process});
+        }
         let _ = writeln!(
             md,
-            "| run | seconds | events/s | decode s | files rewritten | files masked (DV) | files added | MB read | MB written | storage floor s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+            "| run | seconds | events/s | decode s | decode events/s per core | files rewritten | files masked (DV) | files added | MB read | MB written | storage floor s |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
         );
         let floor = |s: &RunStat| rates.map(|io| io.floor_seconds(s.bytes_read, s.bytes_written));
         for s in &t.stats {
             let _ = writeln!(
                 md,
-                "| {} | {:.3} | {:.0} | {:.3} | {} | {} | {} | {:.1} | {:.1} | {} |",
+                "| {} | {:.3} | {:.0} | {:.3} | {:.0} | {} | {} | {} | {:.1} | {:.1} | {} |",
                 s.run,
                 s.seconds,
                 s.events_per_second,
                 s.decode_seconds,
+                s.decode_events_per_cpu_second,
                 s.files_removed,
                 s.files_masked,
                 s.files_added,
@@ -295,6 +306,9 @@ impl Output {
     /// Writes `bench.json`, `bench.md` and the chart `bench.svg` into `dir`.
     /// Notes a strategy's figures for the side-by-side table.
     pub fn layouts(&mut self, strategy: &str, t: &TableResult) {
+        if t.stats.is_empty() {
+            return;
+        }
         let figures = LayoutFigures { mean: t.mean(), restart: t.restart.snapshot_seconds };
         self.layouts.push((strategy.to_string(), figures));
     }
