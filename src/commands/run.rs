@@ -102,11 +102,11 @@ async fn run_table_files(c: &Config, r: &mut TableRunner, once: bool) -> Result<
     let reader = FileReader { csv_delim, format, store_paths: &store_paths, env_paths: &env_paths };
     for file in files {
         let rel = file.strip_prefix(&c.base_dir).unwrap_or(&file).to_string_lossy().to_string();
-        let size = std::fs::metadata(&file).map_err(|e| input(&file, e))?.len();
+        let on_disk = std::fs::metadata(&file).map_err(|e| input(&file, e))?.len();
         // A file within the batch limits is read whole, one run; a larger
         // one chunk by chunk (snapshot tables excepted: a key missing from
         // one chunk is not missing from the file).
-        let whole = if r.cfg.snapshot || size <= limits.max_bytes as u64 {
+        let whole = if r.cfg.snapshot || on_disk <= limits.max_bytes as u64 {
             let bytes = std::fs::read(&file).map_err(|e| input(&file, e))?;
             let lines = memchr::memchr_iter(b'\n', &bytes).count();
             let header = usize::from(csv_delim.is_some());
@@ -114,9 +114,9 @@ async fn run_table_files(c: &Config, r: &mut TableRunner, once: bool) -> Result<
         } else {
             None
         };
-        let version = match &whole {
-            Some(bytes) => content_version(bytes),
-            None => scan(&file).map_err(|e| input(&file, e))?.0,
+        let (version, size) = match &whole {
+            Some(bytes) => (content_version(bytes), bytes.len() as u64),
+            None => scan(&file).map_err(|e| input(&file, e))?,
         };
         let marks = vec![Mark::file(&r.cfg.name, &rel, version)];
         if r.already_applied(&marks).await? {
@@ -126,7 +126,8 @@ async fn run_table_files(c: &Config, r: &mut TableRunner, once: bool) -> Result<
             continue;
         }
         let Some(bytes) = whole else {
-            run_in_chunks(c, r, &file, &rel, version, limits, &reader).await?;
+            let content = Content { path: &file, rel: &rel, version, size };
+            run_in_chunks(c, r, content, limits, &reader).await?;
             progress::advance(&table, 1, 0);
             continue;
         };
@@ -169,6 +170,17 @@ impl FileReader<'_> {
     }
 }
 
+/// One content version of a source file: what its progress markers name.
+#[derive(Clone, Copy)]
+struct Content<'a> {
+    path: &'a Path,
+    /// The path relative to the config's directory (marker app ids use it).
+    rel: &'a str,
+    version: i64,
+    /// The bytes `version` was computed over.
+    size: u64,
+}
+
 /// Runs a file larger than the batch limits chunk by chunk
 /// (docs/batch.md, large files): each chunk is a run that records how far
 /// into this content version of the file it read, the last one records the
@@ -176,12 +188,11 @@ impl FileReader<'_> {
 async fn run_in_chunks(
     c: &Config,
     r: &mut TableRunner,
-    file: &Path,
-    rel: &str,
-    version: i64,
+    content: Content<'_>,
     limits: ChunkLimits,
     reader: &FileReader<'_>,
 ) -> Result<()> {
+    let Content { path: file, rel, version, size } = content;
     let input = |e: std::io::Error| Error::Input(format!("{}: {e}", file.display()));
     let part = changelake::progress::file_part_app_id(&r.cfg.name, rel, version);
     let start = r.marker_version(&part).await?.unwrap_or(0).max(0) as u64;
@@ -189,7 +200,7 @@ async fn run_in_chunks(
         tracing::info!(table = %r.cfg.name, file = %rel, offset = start, "resuming a partly read file after its last committed chunk");
     }
     let mut chunks =
-        ChunkReader::open(file, reader.csv_delim.is_some(), start, limits).map_err(input)?;
+        ChunkReader::open(file, reader.csv_delim.is_some(), start, size, limits).map_err(input)?;
     while let Some(chunk) = chunks.next_chunk().map_err(input)? {
         let mark = if chunk.last {
             Mark::file(&r.cfg.name, rel, version)

@@ -56,7 +56,9 @@ pub fn scan(path: &Path) -> std::io::Result<(i64, u64)> {
 
 /// Reads a file chunk by chunk from a record boundary.
 pub struct ChunkReader {
-    file: File,
+    /// The file, up to the length its content version was computed over:
+    /// bytes appended while it is read belong to another version.
+    file: std::io::Take<File>,
     limits: ChunkLimits,
     csv: bool,
     /// The CSV header line (with its line break), repeated in every chunk.
@@ -72,10 +74,17 @@ pub struct ChunkReader {
 }
 
 impl ChunkReader {
-    /// A reader from byte `start`, a record boundary a previous run
-    /// committed (0: the beginning). For CSV the header is read first.
-    pub fn open(path: &Path, csv: bool, start: u64, limits: ChunkLimits) -> std::io::Result<Self> {
-        let file = File::open(path)?;
+    /// A reader of the first `len` bytes of a file (those [`scan`] hashed)
+    /// from byte `start`, a record boundary a previous run committed (0:
+    /// the beginning). For CSV the header is read first.
+    pub fn open(
+        path: &Path,
+        csv: bool,
+        start: u64,
+        len: u64,
+        limits: ChunkLimits,
+    ) -> std::io::Result<Self> {
+        let file = File::open(path)?.take(len);
         let mut r = ChunkReader {
             file,
             limits,
@@ -219,7 +228,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         std::fs::write(&p, text).unwrap();
-        let mut r = ChunkReader::open(&p, csv, start, ChunkLimits { max_rows, max_bytes }).unwrap();
+        let limits = ChunkLimits { max_rows, max_bytes };
+        let mut r = ChunkReader::open(&p, csv, start, text.len() as u64, limits).unwrap();
         let mut out = vec![];
         while let Some(c) = r.next_chunk().unwrap() {
             out.push(c);
@@ -267,6 +277,21 @@ mod tests {
         let at = file.find("3,plain").unwrap() as u64;
         let c = chunks(file, true, at, 10, 1 << 20);
         assert_eq!((text(&c[0]), c[0].lines_before), ("id,note\n3,plain\n", 4));
+    }
+
+    #[test]
+    fn large_files_chunks_stop_at_the_hashed_length() {
+        // Lines appended after the file was hashed belong to its next version.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, "{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n").unwrap();
+        let limits = ChunkLimits { max_rows: 1, max_bytes: 1 << 20 };
+        let mut r = ChunkReader::open(&p, false, 0, 16, limits).unwrap();
+        let mut seen = vec![];
+        while let Some(c) = r.next_chunk().unwrap() {
+            seen.push((String::from_utf8(c.bytes).unwrap(), c.last));
+        }
+        assert_eq!(seen, [("{\"a\":1}\n".to_string(), false), ("{\"a\":2}\n".to_string(), true)]);
     }
 
     #[test]
