@@ -182,9 +182,9 @@ struct Content<'a> {
 }
 
 /// Runs a file larger than the batch limits chunk by chunk
-/// (docs/batch.md, large files): each chunk is a run that records how far
-/// into this content version of the file it read, the last one records the
-/// file done. A crash resumes after the last committed chunk.
+/// (docs/commit-protocol.md, large files): each chunk is a run that records
+/// how far into this content version of the file it read, the last one
+/// records the file done. A crash resumes after the last committed chunk.
 async fn run_in_chunks(
     c: &Config,
     r: &mut TableRunner,

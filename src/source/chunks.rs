@@ -1,7 +1,8 @@
 //! A large source file read in bounded chunks of whole records
-//! (docs/batch.md, large files), so memory follows the batch limits
-//! (`batching.max_rows`, `max_bytes`) and not the file: a multi-gigabyte
-//! initial extract loads chunk by chunk, each one a run of its own.
+//! (docs/commit-protocol.md, large files), so memory follows the batch
+//! limits (`batching.max_rows`, `max_bytes`) and not the file: a
+//! multi-gigabyte initial extract loads chunk by chunk, each one a run of
+//! its own.
 //!
 //! A record ends at a newline — for CSV only at a newline outside quotes
 //! (a quoted field may hold line breaks; a doubled quote inside one flips
