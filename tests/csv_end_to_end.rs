@@ -535,7 +535,6 @@ async fn layout_small_table_one_key_update_rewrites_one_file() {
 
 #[test]
 fn jsonl_debezium_dump_decodes_like_the_kafka_source() {
-    let tmp = tempfile::tempdir().unwrap();
     let ev = |op: &str, id: i64, city: &str, lsn: i64| {
         let row = format!("{{\"id\":{id},\"city\":\"{city}\"}}");
         let (before, after) =
@@ -549,32 +548,34 @@ fn jsonl_debezium_dump_decodes_like_the_kafka_source() {
     dump += &ev("u", 1, "Hamburg", 13);
     dump += &ev("u", 1, "stale", 12); // older sequence: loses
     dump += &ev("d", 2, "", 14);
-    write(tmp.path(), "dump/account.jsonl", &dump);
-    let cfg = write(
-        tmp.path(),
-        "c.yaml",
-        "systems: {dump: {type: jsonl, format: debezium, path: 'dump/{object}.jsonl'}}\nbronze:\n  tables:\n    account:\n      source: {system: dump, object: account}\n      business_key: [id]\n      strategy: scd1\n      merge: {sequence_by: [source.lsn], delete_mode: hard}\n",
-    );
-    let out = run(&cfg, &[]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let rows = show(&cfg, "account");
-    assert!(
-        rows.contains("Hamburg")
-            && !rows.contains("Berlin")
-            && !rows.contains("stale")
-            && !rows.contains("Bonn"),
-        "{rows}"
-    );
-    assert!(rows.contains("13"), "the sequence is stored as source_lsn: {rows}");
-    let dead = Command::new("python3")
-        .args(["-c", "import sys; from deltalake import DeltaTable; t = DeltaTable(sys.argv[1]).to_pyarrow_table(); print(t.num_rows, t.column('offset')[0])"])
-        .arg(tmp.path().join("lake/_dead_letters"))
-        .output()
-        .unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&dead.stdout).trim(),
-        "1 3",
-        "{}",
-        String::from_utf8_lossy(&dead.stderr)
-    );
+    let config = "systems: {dump: {type: jsonl, format: debezium, path: 'dump/{object}.jsonl'}}\nbronze:\n  tables:\n    account:\n      source: {system: dump, object: account}\n      business_key: [id]\n      strategy: scd1\n      merge: {sequence_by: [source.lsn], delete_mode: hard}\n";
+    // Read whole, and in chunks of two lines (docs/commit-protocol.md,
+    // large files): the same table, the bad line dead-lettered at its line.
+    for config in [config.to_string(), format!("{config}batching: {{max_rows: 2}}\n")] {
+        let tmp = tempfile::tempdir().unwrap();
+        write(tmp.path(), "dump/account.jsonl", &dump);
+        let cfg = write(tmp.path(), "c.yaml", &config);
+        let out = run(&cfg, &[]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let rows = show(&cfg, "account");
+        assert!(
+            rows.contains("Hamburg")
+                && !rows.contains("Berlin")
+                && !rows.contains("stale")
+                && !rows.contains("Bonn"),
+            "{config}: {rows}"
+        );
+        assert!(rows.contains("13"), "the sequence is stored as source_lsn: {rows}");
+        let dead = Command::new("python3")
+            .args(["-c", "import sys; from deltalake import DeltaTable; t = DeltaTable(sys.argv[1]).to_pyarrow_table(); print(t.num_rows, t.column('offset')[0])"])
+            .arg(tmp.path().join("lake/_dead_letters"))
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&dead.stdout).trim(),
+            "1 3",
+            "{config}: {}",
+            String::from_utf8_lossy(&dead.stderr)
+        );
+    }
 }
