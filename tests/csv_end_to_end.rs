@@ -63,6 +63,14 @@ fn show(cfg: &Path, table: &str) -> String {
 
 const SCD2_CFG: &str = "systems: {crm: {type: csv, path: 'data/*.csv'}}\nbronze:\n  tables:\n    customer:\n      source: {system: crm, object: account}\n      business_key: [id]\n      strategy: scd2\n      merge: {sequence_by: [seq], delete_when: \"op = 'D'\"}\n";
 
+/// Commits in the `customer` table's log under `dir`.
+fn customer_commits(dir: &Path) -> usize {
+    std::fs::read_dir(dir.join("lake/bronze/customer/_delta_log"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "json"))
+        .count()
+}
+
 /// Strips the processing-time columns, which differ between runs by design.
 fn stable(jsonl: &str) -> Vec<serde_json::Value> {
     jsonl
@@ -90,16 +98,9 @@ fn glob_runs_files_in_lexical_order_and_skips_unchanged_files() {
         .map(|r| (r["city"].as_str().unwrap().to_string(), r["_is_current"].as_bool().unwrap()))
         .collect();
     assert_eq!(cities, vec![("Berlin".into(), false), ("Hamburg".into(), true)]);
-    let log = tmp.path().join("lake/bronze/customer/_delta_log");
-    let commits = std::fs::read_dir(&log)
-        .unwrap()
-        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "json"))
-        .count();
+    let commits = customer_commits(tmp.path());
     assert!(run(&cfg, &[]).status.success());
-    let after = std::fs::read_dir(&log)
-        .unwrap()
-        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "json"))
-        .count();
+    let after = customer_commits(tmp.path());
     assert_eq!(commits, after, "re-running unchanged files commits nothing");
 }
 
@@ -181,12 +182,6 @@ fn large_files_run_in_chunks_and_resume_after_the_last_committed_chunk() {
     // The same rows as one file, two records per batch.
     let one_file = format!("{}{}{}", chunks[0], &chunks[1][15..], &chunks[2][15..]);
     let chunked = format!("{SCD2_CFG}batching: {{max_rows: 2}}\n");
-    let log_versions = |dir: &Path| {
-        std::fs::read_dir(dir.join("lake/bronze/customer/_delta_log"))
-            .unwrap()
-            .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "json"))
-            .count()
-    };
     // (fault, whether a chunk had committed before it: the restart resumes)
     for (fault, resumes) in [
         (None, false),
@@ -209,9 +204,9 @@ fn large_files_run_in_chunks_and_resume_after_the_last_committed_chunk() {
         assert_eq!(resumed, resumes, "{fault:?}: {err}");
         assert_eq!(stable(&show(&cfg, "customer")), want, "{fault:?}: equals one file per chunk");
         // Done: a second pass skips the file.
-        let versions = log_versions(tmp.path());
+        let versions = customer_commits(tmp.path());
         assert!(run(&cfg, &[]).status.success());
-        assert_eq!(log_versions(tmp.path()), versions, "{fault:?}: the file is done");
+        assert_eq!(customer_commits(tmp.path()), versions, "{fault:?}: the file is done");
     }
 }
 

@@ -97,7 +97,6 @@ async fn run_table_files(c: &Config, r: &mut TableRunner, once: bool) -> Result<
     if once {
         progress::start(&table, progress::Unit::Files, files.len() as u64);
     }
-    let input = |file: &Path, e: std::io::Error| Error::Input(format!("{}: {e}", file.display()));
     let limits = ChunkLimits { max_rows: c.batching.max_rows, max_bytes: c.batching.max_bytes };
     let reader = FileReader { csv_delim, format, store_paths: &store_paths, env_paths: &env_paths };
     for file in files {
@@ -131,12 +130,7 @@ async fn run_table_files(c: &Config, r: &mut TableRunner, once: bool) -> Result<
             progress::advance(&table, 1, 0);
             continue;
         };
-        let decode = || reader.decode(&rel, &bytes, 0);
-        let raw = decode()?;
-        let events = raw.rows.len() as u64;
-        if let Some(report) = run_with_retries(c, r, raw, &decode, &marks).await? {
-            changelake::telemetry::run_committed(&report);
-        }
+        let events = run_and_report(c, r, &|| reader.decode(&rel, &bytes, 0), &marks).await?;
         progress::advance(&table, 1, events);
     }
     progress::finish(&table);
@@ -193,29 +187,46 @@ async fn run_in_chunks(
     reader: &FileReader<'_>,
 ) -> Result<()> {
     let Content { path: file, rel, version, size } = content;
-    let input = |e: std::io::Error| Error::Input(format!("{}: {e}", file.display()));
+    let unreadable = |e| input(file, e);
     let part = changelake::progress::file_part_app_id(&r.cfg.name, rel, version);
     let start = r.marker_version(&part).await?.unwrap_or(0).max(0) as u64;
     if start > 0 {
         tracing::info!(table = %r.cfg.name, file = %rel, offset = start, "resuming a partly read file after its last committed chunk");
     }
-    let mut chunks =
-        ChunkReader::open(file, reader.csv_delim.is_some(), start, size, limits).map_err(input)?;
-    while let Some(chunk) = chunks.next_chunk().map_err(input)? {
+    let mut chunks = ChunkReader::open(file, reader.csv_delim.is_some(), start, size, limits)
+        .map_err(unreadable)?;
+    while let Some(chunk) = chunks.next_chunk().map_err(unreadable)? {
         let mark = if chunk.last {
             Mark::file(&r.cfg.name, rel, version)
         } else {
             Mark::file_part(&r.cfg.name, rel, version, chunk.end)
         };
         let decode = || reader.decode(rel, &chunk.bytes, chunk.shift);
-        let raw = decode()?;
-        let events = raw.rows.len() as u64;
-        if let Some(report) = run_with_retries(c, r, raw, &decode, &[mark]).await? {
-            changelake::telemetry::run_committed(&report);
-        }
+        let events = run_and_report(c, r, &decode, &[mark]).await?;
         progress::advance(&r.cfg.name, 0, events);
     }
     Ok(())
+}
+
+/// A source file that could not be read.
+fn input(file: &Path, e: std::io::Error) -> Error {
+    Error::Input(format!("{}: {e}", file.display()))
+}
+
+/// Runs one batch of a file (the whole file, or a chunk of it) with its
+/// progress `marks`; logs and counts it as it commits. Returns its events.
+async fn run_and_report(
+    c: &Config,
+    r: &mut TableRunner,
+    decode: &dyn Fn() -> Result<changelake::source::RawBatch>,
+    marks: &[Mark],
+) -> Result<u64> {
+    let raw = decode()?;
+    let events = raw.rows.len() as u64;
+    if let Some(report) = run_with_retries(c, r, raw, decode, marks).await? {
+        changelake::telemetry::run_committed(&report);
+    }
+    Ok(events)
 }
 
 /// Runs one file's batch; a retryable failure (a lost commit race, storage

@@ -40,19 +40,24 @@ pub struct Chunk {
 
 /// The content version and the size of a file, read in one streaming pass.
 pub fn scan(path: &Path) -> std::io::Result<(i64, u64)> {
-    let mut f = File::open(path)?;
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-    let mut buf = vec![0u8; 4 << 20];
     let mut len = 0u64;
+    each_block(File::open(path)?, |b| {
+        hasher.update(b);
+        len += b.len() as u64;
+    })?;
+    Ok((super::file::version_of_hash(hasher.digest()), len))
+}
+
+/// Reads `from` to its end in blocks of a few megabytes, handing each to `f`.
+fn each_block(mut from: impl Read, mut f: impl FnMut(&[u8])) -> std::io::Result<()> {
+    let mut buf = vec![0u8; 4 << 20];
     loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
+        match from.read(&mut buf)? {
+            0 => return Ok(()),
+            n => f(&buf[..n]),
         }
-        hasher.update(&buf[..n]);
-        len += n as u64;
     }
-    Ok(((hasher.digest() >> 1) as i64, len))
 }
 
 /// Reads a file chunk by chunk from a record boundary.
@@ -116,20 +121,14 @@ impl ChunkReader {
         }
         if start > r.offset {
             // Lines before `start` keep positions the file's line numbers.
-            let mut rest = (start - r.offset) as usize;
-            let skip = rest.min(r.pending.len());
-            r.lines += memchr::memchr_iter(b'\n', &r.pending[..skip]).count() as u64;
+            let rest = start - r.offset;
+            let skip = (rest as usize).min(r.pending.len());
+            let mut lines = memchr::memchr_iter(b'\n', &r.pending[..skip]).count() as u64;
             r.pending.drain(..skip);
-            rest -= skip;
-            let mut buf = vec![0u8; 4 << 20];
-            while rest > 0 {
-                let n = r.file.read(&mut buf[..rest.min(4 << 20)])?;
-                if n == 0 {
-                    break;
-                }
-                r.lines += memchr::memchr_iter(b'\n', &buf[..n]).count() as u64;
-                rest -= n;
-            }
+            each_block((&mut r.file).take(rest - skip as u64), |b| {
+                lines += memchr::memchr_iter(b'\n', b).count() as u64;
+            })?;
+            r.lines += lines;
             r.offset = start;
         }
         Ok(r)
@@ -199,18 +198,13 @@ impl ChunkReader {
         if end == 0 {
             return Ok(None);
         }
-        let records: Vec<u8> = self.pending.drain(..end).collect();
         let lines_before = self.lines;
-        self.lines += memchr::memchr_iter(b'\n', &records).count() as u64;
+        self.lines += memchr::memchr_iter(b'\n', &self.pending[..end]).count() as u64;
         self.offset += end as u64;
-        let bytes = if self.csv {
-            let mut b = Vec::with_capacity(self.header.len() + records.len());
-            b.extend_from_slice(&self.header);
-            b.extend_from_slice(&records);
-            b
-        } else {
-            records
-        };
+        // One copy of the records, after the header for CSV.
+        let mut bytes = Vec::with_capacity(self.header.len() + end);
+        bytes.extend_from_slice(&self.header);
+        bytes.extend(self.pending.drain(..end));
         // The last chunk: nothing buffered and nothing left to read.
         if self.pending.is_empty() && !self.eof {
             self.fill(1)?;

@@ -44,7 +44,12 @@ pub fn expand(pattern: &Path) -> Result<Vec<PathBuf>, FileError> {
 
 /// A file's content hash as a non-negative `txn` version.
 pub fn content_version(bytes: &[u8]) -> i64 {
-    (xxh3_64(bytes) >> 1) as i64
+    version_of_hash(xxh3_64(bytes))
+}
+
+/// A file's XXH3-64 content hash as a `txn` version (which must not be negative).
+pub fn version_of_hash(hash: u64) -> i64 {
+    (hash >> 1) as i64
 }
 
 pub fn read_csv(path: &Path, bytes: &[u8], delimiter: u8) -> Result<RawBatch, FileError> {
