@@ -19,7 +19,6 @@ use crate::progress::partition_app_id;
 use crate::source::kafka::{partitions, Ctx};
 use crate::source::{RawRow, Unparsable};
 use crate::telemetry;
-use crate::value::Value;
 
 /// The assigned partitions of every topic the loop reads.
 pub(super) type TopicPartitions = BTreeMap<String, Vec<i32>>;
@@ -41,7 +40,7 @@ impl PartitionKey {
 /// A table's open batch.
 #[derive(Default)]
 pub(super) struct Buffer {
-    pub(super) rows: Vec<(Vec<(crate::decode::Name, Value)>, RawRow)>,
+    pub(super) rows: Vec<(crate::decode::Fields, RawRow)>,
     pub(super) dead: Vec<Unparsable>,
     /// Next offset per partition covered by this buffer.
     pub(super) next: BTreeMap<i32, i64>,

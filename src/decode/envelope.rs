@@ -7,7 +7,7 @@ use serde_json::{Map, Value as J};
 
 use super::json::json_cell;
 use super::schema::{declaration, field_schema, section_fields, typed, unwrap_schema};
-use super::{store_envelope, Declared, Decoded, Name, Op};
+use super::{store_envelope, Declared, Decoded, Fields, Name, Op};
 use crate::value::Value;
 
 /// An envelope: `after` (or `before` for deletes) as the row, the other
@@ -42,14 +42,11 @@ pub(super) fn debezium(
             }
         }
     }
-    let mut data: Vec<(Name, Value)> = match p.get(section) {
-        Some(J::Object(row)) => row
-            .iter()
-            .map(|(k, v)| {
-                (k.as_str().into(), typed(v, field_schemas.and_then(|f| field_schema(f, k))))
-            })
-            .collect(),
-        Some(J::Null) | None if is_delete => vec![],
+    let mut data = match p.get(section) {
+        Some(J::Object(row)) => Fields::from_pairs(row.iter().map(|(k, v)| {
+            (Name::from(k.as_str()), typed(v, field_schemas.and_then(|f| field_schema(f, k))))
+        })),
+        Some(J::Null) | None if is_delete => Fields::default(),
         _ => return Err(format!("Debezium `{op}` event without `{section}`")),
     };
     if is_delete {
@@ -64,7 +61,7 @@ pub(super) fn debezium(
 /// Deletes may carry only the key (REPLICA IDENTITY DEFAULT): the message
 /// key supplies it (and, with a key schema, its declared types).
 pub(super) fn key_fallback(
-    data: &mut Vec<(Name, Value)>,
+    data: &mut Fields,
     declared: &mut Vec<(String, Declared)>,
     key: Option<&[u8]>,
 ) {
@@ -75,9 +72,9 @@ pub(super) fn key_fallback(
             for (name, kv) in km {
                 let have = data.iter().any(|(n, v)| **n == **name && !v.is_null());
                 if !have {
-                    data.retain(|(n, _)| **n != **name);
+                    data.remove(name);
                     let schema = kf.and_then(|f| field_schema(f, name));
-                    data.push((name.as_str().into(), typed(kv, schema)));
+                    data.push(name.as_str().into(), typed(kv, schema));
                     if let Some(s) = schema.filter(|_| !declared.iter().any(|(n, _)| n == name)) {
                         declared.push((name.clone(), declaration(s)));
                     }

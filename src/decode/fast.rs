@@ -13,7 +13,7 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
 use serde::Deserialize;
 
 use super::envelope::key_fallback;
-use super::{store_envelope, Decoded, Name, Op};
+use super::{store_envelope, Decoded, Fields, Layout, Name, Op};
 use crate::config::Format;
 use crate::value::Value;
 
@@ -97,40 +97,25 @@ impl<'de> Visitor<'de> for KeySeed {
     }
 }
 
-/// A JSON object's fields as cells, in document order (`prefix.` prepended).
-/// With `Some(paths)`, only fields whose dotted name is in `paths` are kept.
-struct Fields<'p>(&'p str, Option<&'p [String]>);
+/// A row: a JSON object's fields as cells, in document order; None for
+/// JSON null (a missing `before` image).
+struct RowObject;
 
-/// Is `prefix.k` (or `k` when there is no prefix) one of `paths`?
-fn listed(paths: &[String], prefix: &str, k: &str) -> bool {
-    paths.iter().any(|p| {
-        if prefix.is_empty() {
-            p == k
-        } else {
-            p.len() == prefix.len() + 1 + k.len()
-                && p.starts_with(prefix)
-                && p.as_bytes()[prefix.len()] == b'.'
-                && p.ends_with(k)
-        }
-    })
-}
-
-impl<'de> DeserializeSeed<'de> for Fields<'_> {
-    type Value = Option<Vec<(Name, Value)>>;
+impl<'de> DeserializeSeed<'de> for RowObject {
+    type Value = Option<Fields>;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_any(self)
     }
 }
 
 thread_local! {
-    /// The field names of the last row this thread decoded, in order: the
-    /// next row of the same schema shares them (one reference count each)
-    /// instead of allocating a string per field.
-    static ROW_NAMES: std::cell::RefCell<Vec<Name>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The layout of the last row this thread decoded: the next row of the
+    /// same schema shares it (see `decode::Fields`).
+    static ROW_LAYOUT: std::cell::RefCell<Option<Layout>> = const { std::cell::RefCell::new(None) };
 }
 
-impl<'de> Visitor<'de> for Fields<'_> {
-    type Value = Option<Vec<(Name, Value)>>;
+impl<'de> Visitor<'de> for RowObject {
+    type Value = Option<Fields>;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a JSON object or null")
     }
@@ -142,38 +127,36 @@ impl<'de> Visitor<'de> for Fields<'_> {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
         // Room for the envelope columns a table stores beside the fields
-        // (`route` adds them): no reallocation per row.
-        let mut out: Vec<(Name, Value)> = Vec::with_capacity(m.size_hint().unwrap_or(24) + 4);
-        // Rows (no prefix) share names through the cache; the envelope's
-        // few prefixed fields are named as they come. Taken out while the
-        // fields are read, so nothing can hold it twice.
-        let row = self.0.is_empty();
-        let mut cached = if row { ROW_NAMES.take() } else { vec![] };
-        let mut same = true;
+        // (`store_envelope` adds them): no reallocation per row.
+        let mut values: Vec<Value> = Vec::with_capacity(m.size_hint().unwrap_or(24) + 4);
+        // Taken out while the fields are read, so nothing can hold it twice.
+        let cached = ROW_LAYOUT.take();
+        let known: &[Name] = cached.as_deref().unwrap_or(&[]);
+        // The names, once they differ from the cached layout's.
+        let mut names: Option<Vec<Name>> = None;
         while let Some(k) = m.next_key_seed(KeySeed)? {
-            if self.1.is_some_and(|p| !listed(p, self.0, &k)) {
-                m.next_value::<IgnoredAny>()?;
-                continue;
-            }
             let v: Cell = m.next_value()?;
-            let name = match cached.get(out.len()) {
-                Some(n) if row && **n == *k => n.clone(),
-                _ if row => {
-                    same = false;
-                    Name::from(k.as_ref())
+            match &mut names {
+                None if known.get(values.len()).is_some_and(|n| **n == *k) => {}
+                None => {
+                    let mut n = known[..values.len()].to_vec();
+                    n.push(Name::from(k.as_ref()));
+                    names = Some(n);
                 }
-                _ => Name::from(format!("{}.{k}", self.0)),
-            };
-            out.push((name, v.0));
-        }
-        if row {
-            if !same || cached.len() != out.len() {
-                cached.clear();
-                cached.extend(out.iter().map(|(n, _)| n.clone()));
+                Some(n) => n.push(Name::from(k.as_ref())),
             }
-            ROW_NAMES.set(cached);
+            values.push(v.0);
         }
-        Ok(Some(out))
+        let layout: Layout = match names {
+            Some(n) => n.into(),
+            None if known.len() == values.len() => match cached {
+                Some(c) => c,
+                None => Layout::from([]),
+            },
+            None => known[..values.len()].into(),
+        };
+        ROW_LAYOUT.set(Some(layout.clone()));
+        Ok(Some(Fields::new(layout, values)))
     }
     // Any other JSON type: not an object (the general path reports it).
     fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<Self::Value, E> {
@@ -196,6 +179,16 @@ impl<'de> Visitor<'de> for Fields<'_> {
     }
 }
 
+/// Is `prefix.k` one of `paths`?
+fn listed(paths: &[String], prefix: &str, k: &str) -> bool {
+    paths.iter().any(|p| {
+        p.len() == prefix.len() + 1 + k.len()
+            && p.starts_with(prefix)
+            && p.as_bytes()[prefix.len()] == b'.'
+            && p.ends_with(k)
+    })
+}
+
 /// A top-level envelope field: an object is flattened one level (`source.lsn`).
 struct EnvField<'k>(String, Option<&'k [String]>);
 
@@ -211,9 +204,19 @@ impl<'de> Visitor<'de> for EnvField<'_> {
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a JSON value")
     }
-    fn visit_map<A: MapAccess<'de>>(self, m: A) -> Result<Self::Value, A::Error> {
-        let fields = Fields(&self.0, self.1).visit_map(m)?.unwrap_or_default();
-        Ok(fields.into_iter().map(|(n, v)| (n.to_string(), v)).collect())
+    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+        // An object is flattened one level (`source.lsn`); with `Some(paths)`
+        // only the fields listed there are kept.
+        let mut out = vec![];
+        while let Some(k) = m.next_key_seed(KeySeed)? {
+            if self.1.is_some_and(|p| !listed(p, &self.0, &k)) {
+                m.next_value::<IgnoredAny>()?;
+                continue;
+            }
+            let v: Cell = m.next_value()?;
+            out.push((format!("{}.{k}", self.0), v.0));
+        }
+        Ok(out)
     }
     fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
         Ok(vec![(self.0, Value::Bool(v))])
@@ -247,8 +250,8 @@ impl<'de> Visitor<'de> for EnvField<'_> {
 
 #[derive(Default)]
 struct Envelope {
-    before: Option<Vec<(Name, Value)>>,
-    after: Option<Vec<(Name, Value)>>,
+    before: Option<Fields>,
+    after: Option<Fields>,
     env: Vec<(String, Value)>,
     /// `schema`/`payload` wrapper present: the general path handles it.
     wrapped: bool,
@@ -301,13 +304,13 @@ impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
         while let Some(k) = m.next_key_seed(KeySeed)? {
             match k.as_ref() {
                 "before" if self.1 == Before::Keep || e.op() == Some("d") => {
-                    e.before = m.next_value_seed(Fields("", None))?
+                    e.before = m.next_value_seed(RowObject)?
                 }
                 "before" => {
                     // Parsed (so invalid JSON is still refused), not built.
                     e.before_skipped = m.next_value::<Option<IgnoredAny>>()?.is_some();
                 }
-                "after" => e.after = m.next_value_seed(Fields("", None))?,
+                "after" => e.after = m.next_value_seed(RowObject)?,
                 "schema" | "payload" => {
                     e.wrapped = true;
                     m.next_value::<IgnoredAny>()?;
@@ -407,8 +410,8 @@ fn bare_negative_zero(v: &[u8]) -> bool {
 /// A flat JSON object's fields as cells, in document order, parsed with
 /// simd-json; None for anything else (not an object, invalid JSON), which
 /// the caller's general path reports.
-pub(super) fn object_fields(value: &[u8]) -> Option<Vec<(Name, Value)>> {
-    with_simd(value, |de| Fields("", None).deserialize(de).ok().flatten())
+pub(super) fn object_fields(value: &[u8]) -> Option<Fields> {
+    with_simd(value, |de| RowObject.deserialize(de).ok().flatten())
 }
 
 pub fn decode(
@@ -421,7 +424,8 @@ pub fn decode(
     match format {
         Format::Json => {
             let data = object_fields(value)?;
-            if data.len() == 2 && data.iter().all(|(n, _)| &**n == "schema" || &**n == "payload") {
+            if data.len() == 2 && data.names().iter().all(|n| &**n == "schema" || &**n == "payload")
+            {
                 return None; // the schema wrapper: the general path types it
             }
             Some(Ok(Decoded::Row { data, env: vec![], declared: vec![] }))
@@ -443,7 +447,7 @@ pub fn decode(
             };
             let mut data = match section {
                 Some(d) => d,
-                None if is_delete => vec![],
+                None if is_delete => Fields::default(),
                 None => return None,
             };
             if is_delete {

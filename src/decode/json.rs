@@ -41,13 +41,10 @@ pub(super) fn flat_row(v: J) -> Result<Decoded, String> {
                         declared.push((name.to_string(), super::schema::declaration(f)));
                     }
                 }
-                let data = m
-                    .iter()
-                    .map(|(k, v)| {
-                        let s = fields.and_then(|f| super::schema::field_schema(f, k));
-                        (k.as_str().into(), super::schema::typed(v, s))
-                    })
-                    .collect();
+                let data = super::Fields::from_pairs(m.iter().map(|(k, v)| {
+                    let s = fields.and_then(|f| super::schema::field_schema(f, k));
+                    (k.as_str().into(), super::schema::typed(v, s))
+                }));
                 Ok(Decoded::Row { data, env: vec![], declared })
             }
             _ => Err("not a JSON object: the payload is not an object".into()),
@@ -55,7 +52,9 @@ pub(super) fn flat_row(v: J) -> Result<Decoded, String> {
     }
     match v {
         J::Object(m) => Ok(Decoded::Row {
-            data: m.iter().map(|(k, v)| (k.as_str().into(), json_cell(v))).collect(),
+            data: super::Fields::from_pairs(
+                m.iter().map(|(k, v)| (k.as_str().into(), json_cell(v))),
+            ),
             env: vec![],
             declared: vec![],
         }),

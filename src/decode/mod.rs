@@ -16,6 +16,7 @@
 
 mod envelope;
 mod fast;
+mod fields;
 mod json;
 mod schema;
 #[cfg(test)]
@@ -24,6 +25,7 @@ mod tests;
 use serde_json::Value as J;
 
 use self::envelope::debezium;
+pub use self::fields::{Fields, Layout};
 pub use self::json::json_cell;
 pub use self::schema::variable_scale_decimal;
 use crate::config::Format;
@@ -37,7 +39,7 @@ pub type Name = std::sync::Arc<str>;
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decoded {
     Row {
-        data: Vec<(Name, Value)>,
+        data: Fields,
         env: Vec<(String, Value)>,
         /// Column types the message's schema declares (empty without one).
         declared: Vec<(String, Declared)>,
@@ -68,12 +70,12 @@ pub fn stored_name(path: &str) -> String {
 /// Adds a table's stored envelope fields to a decoded row as columns
 /// (`source.lsn` -> `source_lsn`, see [`store_paths`]), unless the row
 /// already has such a column.
-pub fn store_envelope(data: &mut Vec<(Name, Value)>, env: &[(String, Value)], paths: &[String]) {
+pub fn store_envelope(data: &mut Fields, env: &[(String, Value)], paths: &[String]) {
     for path in paths {
         let col = stored_name(path);
-        if !data.iter().any(|(n, _)| **n == *col) {
+        if data.get(&col).is_none() {
             if let Some((_, v)) = env.iter().find(|(n, _)| n == path) {
-                data.push((col.into(), v.clone()));
+                data.push(col.into(), v.clone());
             }
         }
     }
@@ -213,7 +215,7 @@ pub fn env_paths(t: &crate::config::TableConfig, format: Format) -> Vec<String> 
 /// the SIMD parser; None when it is anything else or anything the SIMD
 /// parser reads differently (see `fast::with_simd`), for the caller's
 /// general parser to decide and report.
-pub fn flat_object(value: &[u8]) -> Option<Vec<(Name, Value)>> {
+pub fn flat_object(value: &[u8]) -> Option<Fields> {
     check_depth(value).ok()?;
     fast::object_fields(value)
 }
@@ -270,7 +272,7 @@ fn decode_guarded(
         }
     });
     match attempt {
-        Ok(Ok(Decoded::Row { data, .. })) if has_duplicate(&data) => {
+        Ok(Ok(Decoded::Row { data, .. })) if data.has_duplicate() => {
             Err(Rejected::malformed("a field appears twice in the row"))
         }
         Ok(d) => d.map_err(Rejected::malformed),
@@ -284,35 +286,6 @@ fn decode_guarded(
 /// A raw NUL byte or the JSON escape for one.
 fn has_nul(v: &[u8]) -> bool {
     memchr::memchr(0, v).is_some() || memchr::memmem::find(v, b"\\u0000").is_some()
-}
-
-/// A column named twice: the row would be ambiguous (which value wins?).
-fn has_duplicate(data: &[(Name, Value)]) -> bool {
-    // The names of the last row found free of duplicates on this thread:
-    // rows of one schema repeat them (the same shared names, compared by
-    // pointer), and need no check of their own.
-    thread_local!(static UNIQUE: std::cell::RefCell<Vec<Name>> = const { std::cell::RefCell::new(Vec::new()) });
-    let known = UNIQUE
-        .with_borrow(|u| u.len() == data.len() && u.iter().zip(data).all(|(a, (b, _))| a == b));
-    if known {
-        return false;
-    }
-    // Every pair for a few columns; a set beyond (CRM rows have 20 to 50:
-    // pairs were 200 to 1,200 comparisons per message).
-    let duplicate = if data.len() <= 12 {
-        data.iter().enumerate().any(|(i, (n, _))| data[..i].iter().any(|(m, _)| m == n))
-    } else {
-        let mut seen: rustc_hash::FxHashSet<&str> =
-            rustc_hash::FxHashSet::with_capacity_and_hasher(data.len(), Default::default());
-        !data.iter().all(|(n, _)| seen.insert(n))
-    };
-    if !duplicate {
-        UNIQUE.with_borrow_mut(|u| {
-            u.clear();
-            u.extend(data.iter().map(|(n, _)| n.clone()));
-        });
-    }
-    duplicate
 }
 
 /// The message of a caught panic.

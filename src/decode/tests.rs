@@ -3,8 +3,24 @@
 
 use super::*;
 
-fn get<'a, N: AsRef<str> + std::fmt::Debug>(pairs: &'a [(N, Value)], k: &str) -> &'a Value {
-    &pairs.iter().find(|(n, _)| n.as_ref() == k).unwrap_or_else(|| panic!("no {k} in {pairs:?}")).1
+/// A field's value: of a row (`Fields`) or of the envelope (name-value pairs).
+fn get<'a>(fields: impl Into<Pairs<'a>>, k: &str) -> &'a Value {
+    let pairs = fields.into().0;
+    pairs.iter().find(|(n, _)| *n == k).unwrap_or_else(|| panic!("no {k} in {pairs:?}")).1
+}
+
+struct Pairs<'a>(Vec<(&'a str, &'a Value)>);
+
+impl<'a> From<&'a Fields> for Pairs<'a> {
+    fn from(f: &'a Fields) -> Self {
+        Pairs(f.iter().map(|(n, v)| (&**n, v)).collect())
+    }
+}
+
+impl<'a> From<&'a Vec<(String, Value)>> for Pairs<'a> {
+    fn from(p: &'a Vec<(String, Value)>) -> Self {
+        Pairs(p.iter().map(|(n, v)| (n.as_str(), v)).collect())
+    }
 }
 
 // Shapes from the Debezium PostgreSQL connector documentation (customers table).
@@ -216,7 +232,9 @@ fn fast_decode_equals_the_general_path() {
             Format::Debezium => debezium(j, key, paths).unwrap(),
             Format::Json => match j {
                 J::Object(m) => Decoded::Row {
-                    data: m.iter().map(|(k, v)| (k.as_str().into(), json_cell(v))).collect(),
+                    data: Fields::from_pairs(
+                        m.iter().map(|(k, v)| (k.as_str().into(), json_cell(v))),
+                    ),
                     env: vec![],
                     declared: vec![],
                 },
@@ -410,7 +428,7 @@ fn bad_input_the_simd_path_decodes_as_the_general_parser_does() {
             assert!(decode(format, None, Some(wrap(bad).as_bytes()), &[]).is_err(), "{bad}");
         }
         let cell = |msg: String, col: &str| match decode(format, None, Some(msg.as_bytes()), &[]) {
-            Ok(Decoded::Row { data, .. }) => data.into_iter().find(|(n, _)| **n == *col).unwrap().1,
+            Ok(Decoded::Row { data, .. }) => data.get(col).unwrap().clone(),
             other => panic!("{msg}: {other:?}"),
         };
         let pair = cell(wrap(r#"{"id":1,"v":"\ud83d\ude00"}"#), "v");

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::{RawBatch, RawRow, Unparsable};
-use crate::decode::json_cell;
+use crate::decode::{json_cell, Fields};
 use crate::value::Value;
 
 #[derive(Debug, thiserror::Error)]
@@ -121,7 +121,15 @@ pub fn read_csv(path: &Path, bytes: &[u8], delimiter: u8) -> Result<RawBatch, Fi
 /// each call gets its chunk's first line index and its lines.
 fn in_line_chunks<R: Send>(bytes: &[u8], decode: impl Fn(usize, &[&[u8]]) -> R + Sync) -> Vec<R> {
     const CHUNK_LINES: usize = 8192;
-    let lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
+    // Line ends found by a vectorised scan (splitting a byte at a time was
+    // a sixteenth of a Debezium batch's decode).
+    let mut lines: Vec<&[u8]> = Vec::with_capacity(bytes.len() / 64 + 1);
+    let mut start = 0;
+    for end in memchr::memchr_iter(b'\n', bytes) {
+        lines.push(&bytes[start..end]);
+        start = end + 1;
+    }
+    lines.push(&bytes[start..]);
     let chunks: Vec<(usize, &[&[u8]])> =
         lines.chunks(CHUNK_LINES).enumerate().map(|(i, c)| (i * CHUNK_LINES, c)).collect();
     crate::par::par_map(chunks, |(first, chunk)| decode(first, chunk))
@@ -256,7 +264,7 @@ fn decode_json_lines(source: &str, first: usize, lines: &[&[u8]]) -> RawBatch {
             // Not the common shape: the general parser decides and says why.
             None => match serde_json::from_str::<serde_json::Value>(line) {
                 Ok(serde_json::Value::Object(m)) => {
-                    m.iter().map(|(k, v)| (k.as_str().into(), json_cell(v))).collect()
+                    Fields::from_pairs(m.iter().map(|(k, v)| (k.as_str().into(), json_cell(v))))
                 }
                 Ok(_) => {
                     unparsable.push(bad("not a JSON object".into()));

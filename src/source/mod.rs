@@ -6,7 +6,7 @@ pub mod chunks;
 pub mod file;
 pub mod kafka;
 
-use crate::decode::Name;
+use crate::decode::{Fields, Layout, Name};
 use crate::value::Value;
 
 #[derive(Debug, Clone)]
@@ -102,49 +102,52 @@ impl RawBatch {
         }
     }
 
-    pub fn from_maps(source: String, rows: Vec<(Vec<(Name, Value)>, RawRow)>) -> RawBatch {
+    pub fn from_maps(source: String, rows: Vec<(Fields, RawRow)>) -> RawBatch {
         let mut columns: Vec<String> = vec![];
         let mut at: std::collections::HashMap<Name, usize, rustc_hash::FxBuildHasher> =
             Default::default();
-        // Messages of one schema list the same fields in the same order: a
-        // row whose field names equal the previous row's reuses its layout
-        // (the column of each field) instead of looking every name up.
-        let mut layouts: Vec<Vec<usize>> = vec![];
+        // Rows of one schema share a layout (`decode::Fields`): each layout
+        // is mapped to columns once, recognised by pointer.
+        // (Kept alive here, so an address names one layout.)
+        let mut layouts: Vec<(Option<Layout>, Vec<usize>)> = vec![];
+        let mut by_address: rustc_hash::FxHashMap<usize, usize> = Default::default();
         let mut layout_of: Vec<usize> = Vec::with_capacity(rows.len());
-        // Shared names compare by pointer first (see `decode::Name`).
-        let mut previous: Option<&[(Name, Value)]> = None;
         for (data, _) in &rows {
-            let same = previous.is_some_and(|p| {
-                p.len() == data.len() && p.iter().zip(data).all(|((a, _), (b, _))| a == b)
+            let address =
+                data.layout().map_or(0, |l| std::sync::Arc::as_ptr(l).cast::<u8>() as usize);
+            let previous = layout_of.last().copied().filter(|&i| {
+                layouts[i].0.as_ref().map_or(0, |l| std::sync::Arc::as_ptr(l).cast::<u8>() as usize)
+                    == address
             });
-            if !same {
-                let layout = data
+            let i = previous.or_else(|| by_address.get(&address).copied()).unwrap_or_else(|| {
+                let map = data
+                    .names()
                     .iter()
-                    .map(|(k, _)| {
+                    .map(|k| {
                         *at.entry(k.clone()).or_insert_with(|| {
                             columns.push(k.to_string());
                             columns.len() - 1
                         })
                     })
                     .collect();
-                layouts.push(layout);
-            }
-            layout_of.push(layouts.len() - 1);
-            previous = Some(data);
+                layouts.push((data.layout().cloned(), map));
+                by_address.insert(address, layouts.len() - 1);
+                layouts.len() - 1
+            });
+            layout_of.push(i);
         }
+        let width = columns.len();
         let rows = rows
             .into_iter()
             .zip(layout_of)
             .map(|((data, mut r), l)| {
-                let layout = &layouts[l];
+                let map = &layouts[l].1;
                 // The common case: the row has every column, in column order.
-                r.cells = if layout.len() == columns.len()
-                    && layout.iter().enumerate().all(|(i, &c)| i == c)
-                {
-                    data.into_iter().map(|(_, v)| v).collect()
+                r.cells = if map.len() == width && map.iter().enumerate().all(|(i, &c)| i == c) {
+                    data.into_values()
                 } else {
-                    let mut cells = vec![Value::Null; columns.len()];
-                    for ((_, v), &c) in data.into_iter().zip(layout) {
+                    let mut cells = vec![Value::Null; width];
+                    for (v, &c) in data.into_values().into_iter().zip(map) {
                         cells[c] = v;
                     }
                     cells
