@@ -98,6 +98,7 @@ proptest! {
             text.extend(l.iter().filter(|&&b| b != b'\n'));
             text.push(b'\n');
         }
+        let text = bytes::Bytes::from(text);
         let raw = read_debezium_jsonl("f.jsonl", &text, &["source.lsn".into()], None);
         let (rows, unparsable) = (raw.rows.len(), raw.unparsable.len());
         prop_assert!(rows + unparsable <= lines.len());

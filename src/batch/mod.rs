@@ -22,7 +22,7 @@ pub struct TypedRow {
     pub data: Vec<Value>,
     pub pos: u64,
     pub partition: i32,
-    pub raw: std::sync::Arc<str>,
+    pub raw: crate::source::RawText,
     /// Raw cells of columns not stored in the table (still visible to predicates).
     pub extra: Vec<(String, Value)>,
     pub replayed: bool,

@@ -130,6 +130,7 @@ async fn run_table_files(c: &Config, r: &mut TableRunner, once: bool) -> Result<
             progress::advance(&table, 1, 0);
             continue;
         };
+        let bytes = bytes::Bytes::from(bytes);
         let events = run_and_report(c, r, &|| reader.decode(&rel, &bytes, 0), &marks).await?;
         progress::advance(&table, 1, events);
     }
@@ -148,7 +149,12 @@ struct FileReader<'a> {
 impl FileReader<'_> {
     /// Decodes a file's bytes (or a chunk's, whose positions are `shift`
     /// lines into the file).
-    fn decode(&self, rel: &str, bytes: &[u8], shift: u64) -> Result<changelake::source::RawBatch> {
+    fn decode(
+        &self,
+        rel: &str,
+        bytes: &bytes::Bytes,
+        shift: u64,
+    ) -> Result<changelake::source::RawBatch> {
         let mut raw = match (self.csv_delim, self.format) {
             (Some(d), _) => read_csv(Path::new(rel), bytes, d)?,
             (None, Format::Json) => read_jsonl(Path::new(rel), bytes)?,
@@ -201,7 +207,8 @@ async fn run_in_chunks(
         } else {
             Mark::file_part(&r.cfg.name, rel, version, chunk.end)
         };
-        let decode = || reader.decode(rel, &chunk.bytes, chunk.shift);
+        let (bytes, shift) = (bytes::Bytes::from(chunk.bytes), chunk.shift);
+        let decode = || reader.decode(rel, &bytes, shift);
         let events = run_and_report(c, r, &decode, &[mark]).await?;
         progress::advance(&r.cfg.name, 0, events);
     }

@@ -57,7 +57,7 @@ pub(super) struct Received {
 pub(super) enum Payload {
     /// As text, kept with a decoded row for the dead letter a later step
     /// may make of it (shared by every table reading the topic).
-    Text(Arc<str>),
+    Text(crate::source::RawText),
     /// The bytes exactly as received: the dead letter of a message that did
     /// not decode.
     Bytes(Vec<u8>),
@@ -73,7 +73,7 @@ fn receive(m: BorrowedMessage<'_>, topic: Arc<str>, format: Format) -> Ev {
     let decoded = decode(format, m.key(), bytes, &[]);
     let payload = match (&decoded, bytes) {
         // A message that decoded is UTF-8 (both JSON parsers check); lossy only as a guard.
-        (Ok(_), Some(b)) => Payload::Text(String::from_utf8_lossy(b).into()),
+        (Ok(_), Some(b)) => Payload::Text(String::from_utf8_lossy(b).into_owned().into()),
         (Ok(_), None) => Payload::Text("".into()),
         (Err(_), b) => Payload::Bytes(b.unwrap_or_default().to_vec()),
     };

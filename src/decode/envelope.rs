@@ -74,7 +74,7 @@ pub(super) fn key_fallback(
                 if !have {
                     data.remove(name);
                     let schema = kf.and_then(|f| field_schema(f, name));
-                    data.push(name.as_str().into(), typed(kv, schema));
+                    data.push(name, typed(kv, schema));
                     if let Some(s) = schema.filter(|_| !declared.iter().any(|(n, _)| n == name)) {
                         declared.push((name.clone(), declaration(s)));
                     }

@@ -214,7 +214,11 @@ impl<'de> Visitor<'de> for EnvField<'_> {
                 continue;
             }
             let v: Cell = m.next_value()?;
-            out.push((format!("{}.{k}", self.0), v.0));
+            let mut name = String::with_capacity(self.0.len() + 1 + k.len());
+            name.push_str(&self.0);
+            name.push('.');
+            name.push_str(&k);
+            out.push((name, v.0));
         }
         Ok(out)
     }

@@ -91,14 +91,15 @@ impl Fields {
 
     /// Adds a field at the end. Rows that add the same name to the same
     /// layout share the extended layout (see `EXTENDED`).
-    pub fn push(&mut self, name: Name, value: Value) {
+    pub fn push(&mut self, name: &str, value: Value) {
         let base = self.names.take();
         let extended = EXTENDED.with_borrow_mut(|last| {
             if let (Some((b, n, e)), Some(base)) = (last.as_ref(), base.as_ref()) {
-                if Arc::ptr_eq(b, base) && *n == name {
+                if Arc::ptr_eq(b, base) && **n == *name {
                     return e.clone();
                 }
             }
+            let name = Name::from(name);
             let mut names: Vec<Name> = base.as_deref().unwrap_or(&[]).to_vec();
             names.push(name.clone());
             let e: Layout = names.into();
@@ -158,8 +159,8 @@ mod tests {
         let layout: Layout = vec![Name::from("id"), Name::from("city")].into();
         let mut a = Fields::new(layout.clone(), vec![Value::Int(1), Value::Null]);
         let mut b = Fields::new(layout, vec![Value::Int(2), Value::Null]);
-        a.push("source_lsn".into(), Value::Int(10));
-        b.push("source_lsn".into(), Value::Int(11));
+        a.push("source_lsn", Value::Int(10));
+        b.push("source_lsn", Value::Int(11));
         assert!(Arc::ptr_eq(a.layout().unwrap(), b.layout().unwrap()));
         assert_eq!(a.get("source_lsn"), Some(&Value::Int(10)));
         assert_eq!(b.names().len(), 3);

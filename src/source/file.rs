@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::{RawBatch, RawRow, Unparsable};
+use super::{RawBatch, RawRow, RawText, Unparsable};
 use crate::decode::{json_cell, Fields};
 use crate::value::Value;
 
@@ -146,12 +146,12 @@ fn in_line_chunks<R: Send>(bytes: &[u8], decode: impl Fn(usize, &[&[u8]]) -> R +
 /// None keeps them all.
 pub fn read_debezium_jsonl(
     source: &str,
-    bytes: &[u8],
+    bytes: &bytes::Bytes,
     store_paths: &[String],
     keep: Option<&[String]>,
 ) -> RawBatch {
     let parts = in_line_chunks(bytes, |first, chunk| {
-        decode_debezium_lines(source, first, chunk, store_paths, keep)
+        decode_debezium_lines(Lines { source, file: bytes, first, lines: chunk }, store_paths, keep)
     });
     let mut truncates = 0;
     let mut batch = RawBatch { source: source.to_string(), ..Default::default() };
@@ -165,11 +165,19 @@ pub fn read_debezium_jsonl(
     batch
 }
 
-/// Decodes lines `first..` of a Debezium JSONL file; returns the batch and the truncate count.
-fn decode_debezium_lines(
-    source: &str,
+/// Some lines of a JSONL file, for one decoding job.
+struct Lines<'a> {
+    source: &'a str,
+    /// The whole file: rows keep their line as a part of it ([`RawText`]).
+    file: &'a bytes::Bytes,
+    /// The file's line index of `lines[0]` (0-based).
     first: usize,
-    lines: &[&[u8]],
+    lines: &'a [&'a [u8]],
+}
+
+/// Decodes some lines of a Debezium JSONL file; returns the batch and the truncate count.
+fn decode_debezium_lines(
+    Lines { source, file, first, lines }: Lines<'_>,
     store_paths: &[String],
     keep: Option<&[String]>,
 ) -> (RawBatch, usize) {
@@ -185,13 +193,8 @@ fn decode_debezium_lines(
         match decode_keeping(crate::config::Format::Debezium, None, Some(line), store_paths, keep) {
             // Decoding already stored the table's envelope columns.
             Ok(Decoded::Row { data, env, declared }) => {
-                // A line that decoded is UTF-8 (both JSON parsers check); lossy only as
-                // a guard (`from_utf8` checks ASCII a word at a time, the lossy path
-                // a character at a time).
-                let raw = match std::str::from_utf8(line) {
-                    Ok(text) => text.into(),
-                    Err(_) => String::from_utf8_lossy(line).into(),
-                };
+                // A line that decoded is UTF-8 (both JSON parsers check).
+                let raw = RawText::within(file, line);
                 rows.push((
                     data,
                     RawRow {
@@ -225,9 +228,11 @@ fn decode_debezium_lines(
 /// are decoded in chunks on all cores (the SIMD parser straight into cells,
 /// see `decode::flat_object`), joined in line order; lines that are not a
 /// JSON object are dead letters.
-pub fn read_jsonl(path: &Path, bytes: &[u8]) -> Result<RawBatch, FileError> {
+pub fn read_jsonl(path: &Path, bytes: &bytes::Bytes) -> Result<RawBatch, FileError> {
     let source = path.display().to_string();
-    let parts = in_line_chunks(bytes, |first, chunk| decode_json_lines(&source, first, chunk));
+    let parts = in_line_chunks(bytes, |first, lines| {
+        decode_json_lines(Lines { source: &source, file: bytes, first, lines })
+    });
     let mut batch = RawBatch { source: source.clone(), ..Default::default() };
     for part in parts {
         batch.append(part);
@@ -237,16 +242,16 @@ pub fn read_jsonl(path: &Path, bytes: &[u8]) -> Result<RawBatch, FileError> {
 
 /// Decodes lines `first..` of a flat JSONL file. Text that is not UTF-8 is
 /// read with replacement characters, as it always was.
-fn decode_json_lines(source: &str, first: usize, lines: &[&[u8]]) -> RawBatch {
+fn decode_json_lines(Lines { source, file, first, lines }: Lines<'_>) -> RawBatch {
     let mut objects = vec![];
     let mut unparsable = vec![];
     for (i, line) in lines.iter().enumerate() {
         let pos = (first + i) as u64 + 1;
         // `from_utf8` checks a word at a time; the lossy path (which keeps
         // such lines readable, as they always were) a character at a time.
-        let line = match std::str::from_utf8(line) {
-            Ok(text) => std::borrow::Cow::Borrowed(text),
-            Err(_) => String::from_utf8_lossy(line),
+        let (line, utf8) = match std::str::from_utf8(line) {
+            Ok(text) => (std::borrow::Cow::Borrowed(text), true),
+            Err(_) => (String::from_utf8_lossy(line), false),
         };
         let line = line.trim_end_matches('\r');
         if line.trim().is_empty() {
@@ -282,7 +287,8 @@ fn decode_json_lines(source: &str, first: usize, lines: &[&[u8]]) -> RawBatch {
                 cells: vec![],
                 pos,
                 partition: 0,
-                raw: line.into(),
+                // The line as it is in the file, unless it had to be made UTF-8.
+                raw: if utf8 { RawText::within(file, line.as_bytes()) } else { line.into() },
                 extra: vec![],
                 replayed: false,
                 declared: vec![],
@@ -326,7 +332,7 @@ mod tests {
                 _ => text.push_str(&format!("{{\"op\":\"u\",\"after\":{{\"id\":{i}}}}}\n")),
             }
         }
-        let b = read_debezium_jsonl("t", text.as_bytes(), &[], None);
+        let b = read_debezium_jsonl("t", &text.into(), &[], None);
         assert_eq!(b.rows.len(), 19_998);
         assert_eq!(b.unparsable.len(), 1);
         assert_eq!(b.unparsable[0].pos, 7);
@@ -353,7 +359,7 @@ mod tests {
                 )),
             }
         }
-        let b = read_jsonl(Path::new("x.jsonl"), text.as_bytes()).unwrap();
+        let b = read_jsonl(Path::new("x.jsonl"), &text.into()).unwrap();
         assert_eq!(b.rows.len(), 19_996);
         // A lone surrogate escape (line 13) is refused, as serde_json refuses it.
         assert_eq!(b.unparsable.iter().map(|u| u.pos).collect::<Vec<_>>(), vec![5, 11, 13]);
@@ -362,7 +368,7 @@ mod tests {
         assert_eq!(b.columns, vec!["id", "x", "big", "s", "n", "none"]);
         assert!(b.rows.windows(2).all(|w| w[0].pos < w[1].pos));
         for r in &b.rows {
-            let line = &*r.raw;
+            let line = &*r.raw.text();
             let v: serde_json::Value = serde_json::from_str(line).unwrap();
             let general: Vec<Value> = v.as_object().unwrap().values().map(json_cell).collect();
             assert_eq!(general.len(), r.cells.len(), "{line}");
@@ -377,7 +383,9 @@ mod tests {
     fn jsonl_keeps_json_types_and_reports_bad_lines() {
         let b = read_jsonl(
             Path::new("x.jsonl"),
-            b"{\"id\":1,\"amount\":2.5,\"ok\":true}\nnot json\n{\"id\":2,\"extra\":\"x\"}\n",
+            &bytes::Bytes::from_static(
+                b"{\"id\":1,\"amount\":2.5,\"ok\":true}\nnot json\n{\"id\":2,\"extra\":\"x\"}\n",
+            ),
         )
         .unwrap();
         assert_eq!(b.columns, vec!["id", "amount", "ok", "extra"]);

@@ -16,9 +16,8 @@ pub struct RawRow {
     /// Position: line number (files) or offset (Kafka). Later wins ties.
     pub pos: u64,
     pub partition: i32,
-    /// The source text (line or message), kept for dead letters; shared,
-    /// so copies of a row (a retried commit) do not copy it.
-    pub raw: std::sync::Arc<str>,
+    /// The source text (line or message), kept for dead letters.
+    pub raw: RawText,
     /// Envelope fields readable by predicates but not stored (`source.lsn`).
     pub extra: Vec<(String, Value)>,
     /// Re-read at or below the table's stored offset (`replay --reapply`).
@@ -26,6 +25,51 @@ pub struct RawRow {
     /// Column types the message's schema declared (docs/types.md): its
     /// values must keep them. Empty for rows without a schema.
     pub declared: Vec<(String, crate::decode::Declared)>,
+}
+
+/// A row's source text (a file's line, a message), kept so a row that
+/// turns out bad can be dead-lettered verbatim. Shared, never copied per
+/// row: the rows of a file point into the file's bytes (a copy of each
+/// line was a twentieth of a Debezium batch's decode), and copies of a row
+/// (a retried commit) share it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RawText(bytes::Bytes);
+
+impl RawText {
+    /// `part` of `buf` (a line of a file), without copying it.
+    pub fn within(buf: &bytes::Bytes, part: &[u8]) -> RawText {
+        RawText(buf.slice_ref(part))
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The text (sources keep only UTF-8 text here; anything else would
+    /// show replacement characters).
+    pub fn text(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.0)
+    }
+}
+
+impl From<String> for RawText {
+    fn from(s: String) -> RawText {
+        RawText(s.into())
+    }
+}
+
+impl From<&str> for RawText {
+    fn from(s: &str) -> RawText {
+        RawText(bytes::Bytes::copy_from_slice(s.as_bytes()))
+    }
 }
 
 #[derive(Debug, Clone, Default)]

@@ -527,8 +527,8 @@ mod tests {
         }
         let deletes = rows.iter().filter(|r| r["op"] == "d").count();
         assert!((20..70).contains(&deletes), "deletes {deletes}");
-        let b = changelake::source::file::read_jsonl(std::path::Path::new("x"), text.as_bytes())
-            .unwrap();
+        let b =
+            changelake::source::file::read_jsonl(std::path::Path::new("x"), &text.into()).unwrap();
         assert_eq!((b.rows.len(), b.unparsable.len()), (400, 0));
         assert!(b.columns.iter().any(|c| c == "op") && b.columns.iter().any(|c| c == "lsn"));
         assert_eq!(Format::parse("json"), Some(Format::Json));
@@ -545,7 +545,8 @@ mod tests {
                 let v: serde_json::Value = serde_json::from_str(l).unwrap();
                 assert_eq!(v["after"].as_object().unwrap().len(), n, "{shape:?}: {l}");
             }
-            let b = read_debezium_jsonl("x", text.as_bytes(), &["source.lsn".to_string()], None);
+            let b =
+                read_debezium_jsonl("x", &text.clone().into(), &["source.lsn".to_string()], None);
             assert_eq!(b.rows.len(), 50);
             assert!(b.unparsable.is_empty());
         }

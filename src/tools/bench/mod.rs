@@ -335,7 +335,7 @@ async fn load(
             .with_format(opts.format)
             .load_chunk(from, to);
         n += 1;
-        apply(&mut runner, &format!("load-{n:05}"), text.as_bytes(), paths, opts.format).await?;
+        apply(&mut runner, &format!("load-{n:05}"), &text.into(), paths, opts.format).await?;
         from = to;
     }
     let load_s = t_load.elapsed().as_secs_f64();
@@ -383,7 +383,7 @@ async fn timed_runs(
     let tname = runner.cfg.name.clone();
     let mut stats = vec![];
     for (i, f) in files.iter().enumerate() {
-        let bytes = std::fs::read(f).map_err(|e| Error::Input(e.to_string()))?;
+        let bytes: bytes::Bytes = std::fs::read(f).map_err(|e| Error::Input(e.to_string()))?.into();
         let keys_before = runner.store.live_keys().count() as u64;
         let requests_before = storage_requests(&tname);
         let bytes_before = storage_bytes(&tname);
@@ -444,7 +444,7 @@ fn process_cpu_seconds() -> f64 {
 async fn apply(
     runner: &mut TableRunner,
     name: &str,
-    bytes: &[u8],
+    bytes: &bytes::Bytes,
     paths: &[String],
     format: Format,
 ) -> Result<(RunReport, Decode)> {
