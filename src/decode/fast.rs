@@ -374,6 +374,20 @@ fn with_simd<R>(
     })
 }
 
+/// The searchers of the scans that run on every message, built once
+/// (building one per message was 3% of a flat JSON decode).
+static UNICODE_ESCAPE: std::sync::OnceLock<memchr::memmem::Finder<'static>> =
+    std::sync::OnceLock::new();
+static MINUS_ZERO: std::sync::OnceLock<memchr::memmem::Finder<'static>> =
+    std::sync::OnceLock::new();
+
+fn finder(
+    cell: &'static std::sync::OnceLock<memchr::memmem::Finder<'static>>,
+    needle: &'static [u8],
+) -> &'static memchr::memmem::Finder<'static> {
+    cell.get_or_init(|| memchr::memmem::Finder::new(needle))
+}
+
 /// A `\u` escape of a UTF-16 surrogate that is not half of a pair: a high
 /// one (D800-DBFF) not directly followed by an escaped low one (DC00-DFFF),
 /// or a low one on its own. (An escaped backslash before `u` counts too: a
@@ -392,7 +406,7 @@ fn lone_surrogate_escape(v: &[u8]) -> bool {
         }
     };
     let mut paired_low = None;
-    for i in memchr::memmem::find_iter(v, b"\\u") {
+    for i in finder(&UNICODE_ESCAPE, b"\\u").find_iter(v) {
         match surrogate(i + 2) {
             Some(true) if surrogate(i + 8) == Some(false) => paired_low = Some(i + 6),
             Some(true) => return true,
@@ -407,7 +421,8 @@ fn lone_surrogate_escape(v: &[u8]) -> bool {
 /// `-0` not followed by a digit, a fraction or an exponent (dates such as
 /// `2026-03-01` always have a digit after it).
 fn bare_negative_zero(v: &[u8]) -> bool {
-    memchr::memmem::find_iter(v, b"-0")
+    finder(&MINUS_ZERO, b"-0")
+        .find_iter(v)
         .any(|i| !matches!(v.get(i + 2), Some(b'0'..=b'9' | b'.' | b'e' | b'E')))
 }
 

@@ -439,7 +439,12 @@ impl Spec {
 pub fn prepare(spec: &Spec, rows: Vec<InRow>) -> Prepared {
     let mut p = Prepared::default();
     p.stats.rows_in = rows.len() as u64;
-    let mut at: KeyMap<usize> = KeyMap::default();
+    // Each key's group, found by the key's hash: the table holds positions
+    // in `p.keys`, so a key is stored once (no copy for a map), and both
+    // are sized for the batch up front (no rehash while they grow).
+    p.keys.reserve(rows.len());
+    let mut at: hashbrown::HashTable<u32> = hashbrown::HashTable::with_capacity(rows.len());
+    let hasher = rustc_hash::FxBuildHasher;
     let mut dup_keys = 0u64;
     for row in rows {
         let Some(key) = spec.key_of(&row.data) else {
@@ -450,14 +455,16 @@ pub fn prepare(spec: &Spec, rows: Vec<InRow>) -> Prepared {
             p.stats.deletes_ignored += 1;
             continue;
         }
-        match at.get(&key) {
-            None => {
-                at.insert(key.clone(), p.keys.len());
-                p.keys.push((key, vec![row]));
+        let keys = &mut p.keys;
+        let hash = |k: &Key| std::hash::BuildHasher::hash_one(&hasher, k);
+        match at.entry(hash(&key), |&i| keys[i as usize].0 == key, |&i| hash(&keys[i as usize].0)) {
+            hashbrown::hash_table::Entry::Vacant(e) => {
+                e.insert(keys.len() as u32);
+                keys.push((key, vec![row]));
             }
-            Some(&i) => {
+            hashbrown::hash_table::Entry::Occupied(e) => {
                 dup_keys += 1;
-                p.keys[i].1.push(row);
+                keys[*e.get() as usize].1.push(row);
             }
         }
     }

@@ -182,7 +182,7 @@ fn decode_debezium_lines(
     keep: Option<&[String]>,
 ) -> (RawBatch, usize) {
     use crate::decode::{decode_keeping, Decoded};
-    let mut rows = vec![];
+    let mut rows = Vec::with_capacity(lines.len());
     let mut unparsable = vec![];
     let mut truncates = 0;
     for (i, line) in lines.iter().enumerate() {
@@ -243,7 +243,7 @@ pub fn read_jsonl(path: &Path, bytes: &bytes::Bytes) -> Result<RawBatch, FileErr
 /// Decodes lines `first..` of a flat JSONL file. Text that is not UTF-8 is
 /// read with replacement characters, as it always was.
 fn decode_json_lines(Lines { source, file, first, lines }: Lines<'_>) -> RawBatch {
-    let mut objects = vec![];
+    let mut objects = Vec::with_capacity(lines.len());
     let mut unparsable = vec![];
     for (i, line) in lines.iter().enumerate() {
         let pos = (first + i) as u64 + 1;

@@ -32,6 +32,29 @@ struct Located<'a> {
     removed: Vec<Location>,
 }
 
+/// Sorts rows by their business keys' bytes. Keys live behind a pointer
+/// each, and comparing them in place missed the cache at every step (a
+/// sixth of a merge-on-read run's main thread on the narrow shape, where
+/// every upsert goes to a new file). What is sorted instead is each key's
+/// first 16 bytes, inline, with the row's position, on all cores; whole keys
+/// are compared only where those tie.
+fn sort_by_key<'a, V: Copy + Send + Sync>(rows: &mut [(&'a Key, V)]) {
+    use rayon::slice::ParallelSliceMut;
+    let head = |k: &[u8]| {
+        let mut b = [0u8; 16];
+        let n = k.len().min(16);
+        b[..n].copy_from_slice(&k[..n]);
+        u128::from_be_bytes(b)
+    };
+    let mut order: Vec<(u128, u32)> =
+        rows.iter().enumerate().map(|(i, (k, _))| (head(k), i as u32)).collect();
+    order.par_sort_unstable_by(|a, b| {
+        a.0.cmp(&b.0).then_with(|| rows[a.1 as usize].0.cmp(rows[b.1 as usize].0))
+    });
+    let sorted: Vec<(&'a Key, V)> = order.iter().map(|&(_, i)| rows[i as usize]).collect();
+    rows.copy_from_slice(&sorted);
+}
+
 impl TableStore {
     /// Turns a merge output into files and actions (nothing is committed yet).
     /// Takes the output's key-index entries (they move into the pending
@@ -62,7 +85,7 @@ impl TableStore {
             plan_edits(&current.rewrite, located.replaced, &located.removed);
         let mut new_rows = located.new_rows;
         new_rows.extend(elsewhere);
-        new_rows.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        sort_by_key(&mut new_rows);
         let close_at = self.locate_closes(out)?;
         let mut pending_new: VecDeque<(&Key, &Version)> = new_rows.into();
         self.top_up(&mut edits, &mut pending_new);
@@ -187,5 +210,32 @@ impl TableStore {
         }
         phases.mark("put");
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_sort_by_the_whole_key_bytes_also_past_sixteen() {
+        let keys: Vec<Key> = [
+            &b"customer-0000000000000002"[..],
+            b"b",
+            b"customer-0000000000000001",
+            b"",
+            b"a\0",
+            b"a",
+            b"customer-00000000000000010",
+        ]
+        .iter()
+        .map(|k| Box::from(*k))
+        .collect();
+        let mut rows: Vec<(&Key, usize)> = keys.iter().zip(0..).collect();
+        sort_by_key(&mut rows);
+        let mut expected = rows.clone();
+        expected.sort_by(|a, b| a.0.cmp(b.0));
+        assert_eq!(rows, expected);
+        assert_eq!(rows.iter().map(|r| r.1).collect::<Vec<_>>(), [3, 5, 4, 1, 2, 6, 0]);
     }
 }
