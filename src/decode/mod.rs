@@ -13,6 +13,8 @@
 //! Connect schema when one is attached, and `fast` is the hot path that
 //! deserialises the common shapes straight into cells; the general path
 //! (`serde_json::Value` first) decides and reports everything else.
+//! `fields` is what every path produces: a row's values with its field
+//! names as one layout shared by the rows of a schema.
 
 mod envelope;
 mod fast;
