@@ -437,26 +437,32 @@ fn type_rows(
         let (mut typed, mut dead_rows) = (Vec::with_capacity(rows.len()), vec![]);
         // The declarations last found to fit: messages of one schema are checked once.
         let mut accepted: Vec<(String, crate::decode::Declared)> = vec![];
-        let mut one = |r: &RawRow, cells: Vec<Value>, extra| match typer.row(
-            r,
-            cells,
-            extra,
-            &mut accepted,
-        ) {
+        let mut one = |r: &RawRow, taken: Taken| match typer.row(r, taken, &mut accepted) {
             Ok(t) => typed.push(t),
             Err(d) => dead_rows.push(d),
         };
         match rows {
             Cow::Owned(rows) => {
                 for mut r in rows {
-                    let (cells, extra) =
-                        (std::mem::take(&mut r.cells), std::mem::take(&mut r.extra));
-                    one(&r, cells, extra);
+                    // Moved, not copied. The raw text too: rows of a file share one
+                    // buffer, whose reference count two cores would bump and drop
+                    // for every row.
+                    let taken = Taken {
+                        cells: std::mem::take(&mut r.cells),
+                        extra: std::mem::take(&mut r.extra),
+                        raw: std::mem::take(&mut r.raw),
+                    };
+                    one(&r, taken);
                 }
             }
             Cow::Borrowed(rows) => {
                 for r in rows {
-                    one(r, r.cells.clone(), r.extra.clone());
+                    let taken = Taken {
+                        cells: r.cells.clone(),
+                        extra: r.extra.clone(),
+                        raw: r.raw.clone(),
+                    };
+                    one(r, taken);
                 }
             }
         }
@@ -468,6 +474,14 @@ fn type_rows(
         dead.extend(d);
     }
     (rows, dead)
+}
+
+/// What typing a row consumes: its cells, envelope fields and raw text,
+/// moved out of an owned row or copied from a kept one.
+struct Taken {
+    cells: Vec<Value>,
+    extra: Vec<(String, Value)>,
+    raw: crate::source::RawText,
 }
 
 /// Types one row at a time against a batch's column plan.
@@ -487,8 +501,7 @@ impl Typer<'_> {
     fn row(
         &self,
         r: &RawRow,
-        cells: Vec<Value>,
-        mut extra: Vec<(String, Value)>,
+        Taken { cells, mut extra, raw }: Taken,
         accepted: &mut Vec<(String, crate::decode::Declared)>,
     ) -> Result<TypedRow, Unparsable> {
         let (plan, table, names, text) = (self.plan, self.table, self.names, self.text);
@@ -497,7 +510,7 @@ impl Typer<'_> {
         let dead = |reason: &'static str, error: String| Unparsable {
             partition: r.partition,
             pos: r.pos,
-            raw: r.raw.as_bytes().to_vec(),
+            raw: raw.as_bytes().to_vec(),
             error,
             reason,
         };
@@ -549,7 +562,7 @@ impl Typer<'_> {
             data,
             pos: r.pos,
             partition: r.partition,
-            raw: r.raw.clone(),
+            raw,
             extra,
             replayed: r.replayed,
             unavailable,
