@@ -28,6 +28,9 @@ use crate::error::{Error, Result};
 use crate::source::kafka::{client_config, Ctx, KafkaError};
 use crate::telemetry;
 
+/// How long a stopping daemon waits for its Kafka clients to close.
+const CLIENTS_CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Decoded messages waiting in the loop's channel above which the daemon is
 /// behind and closes batches by size only (see the age check).
 const BACKLOG_MESSAGES: usize = 1024;
@@ -460,10 +463,16 @@ impl SystemLoop<'_> {
                 tracing::info!(target: "changelake::daemon", table = %s.runner.cfg.name, tombstones = s.tombstones, truncates = s.truncates, "skipped tombstones and truncate events");
             }
         }
-        // Closing the Kafka clients may wait on a dead broker (requests in
-        // flight): on a blocking thread the process exit does not wait for.
+        // Closing the Kafka clients (leaving the group, so the fleet
+        // rebalances at once) is waited for, but only briefly: with a dead
+        // broker it can wait on requests in flight, and then it finishes
+        // on a blocking thread the process exit does not wait for. Not
+        // waiting at all left the clients closing while the caller went on
+        // (`changelake demo` stopped its broker under them: errors after
+        // its last line).
         let SystemLoop { consumer, probes, reports, .. } = self;
-        tokio::task::spawn_blocking(move || drop((consumer, probes)));
+        let closing = tokio::task::spawn_blocking(move || drop((consumer, probes)));
+        let _ = tokio::time::timeout(CLIENTS_CLOSE_WAIT, closing).await;
         Ok(reports.into_iter().filter(|r| !r.skipped).collect())
     }
 }
