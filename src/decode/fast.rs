@@ -376,17 +376,10 @@ fn with_simd<R>(
 
 /// The searchers of the scans that run on every message, built once
 /// (building one per message was 3% of a flat JSON decode).
-static UNICODE_ESCAPE: std::sync::OnceLock<memchr::memmem::Finder<'static>> =
-    std::sync::OnceLock::new();
-static MINUS_ZERO: std::sync::OnceLock<memchr::memmem::Finder<'static>> =
-    std::sync::OnceLock::new();
-
-fn finder(
-    cell: &'static std::sync::OnceLock<memchr::memmem::Finder<'static>>,
-    needle: &'static [u8],
-) -> &'static memchr::memmem::Finder<'static> {
-    cell.get_or_init(|| memchr::memmem::Finder::new(needle))
-}
+static UNICODE_ESCAPE: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\\u"));
+static MINUS_ZERO: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"-0"));
 
 /// A `\u` escape of a UTF-16 surrogate that is not half of a pair: a high
 /// one (D800-DBFF) not directly followed by an escaped low one (DC00-DFFF),
@@ -406,7 +399,7 @@ fn lone_surrogate_escape(v: &[u8]) -> bool {
         }
     };
     let mut paired_low = None;
-    for i in finder(&UNICODE_ESCAPE, b"\\u").find_iter(v) {
+    for i in UNICODE_ESCAPE.find_iter(v) {
         match surrogate(i + 2) {
             Some(true) if surrogate(i + 8) == Some(false) => paired_low = Some(i + 6),
             Some(true) => return true,
@@ -421,9 +414,7 @@ fn lone_surrogate_escape(v: &[u8]) -> bool {
 /// `-0` not followed by a digit, a fraction or an exponent (dates such as
 /// `2026-03-01` always have a digit after it).
 fn bare_negative_zero(v: &[u8]) -> bool {
-    finder(&MINUS_ZERO, b"-0")
-        .find_iter(v)
-        .any(|i| !matches!(v.get(i + 2), Some(b'0'..=b'9' | b'.' | b'e' | b'E')))
+    MINUS_ZERO.find_iter(v).any(|i| !matches!(v.get(i + 2), Some(b'0'..=b'9' | b'.' | b'e' | b'E')))
 }
 
 /// A flat JSON object's fields as cells, in document order, parsed with

@@ -72,6 +72,12 @@ impl Fields {
         self.names.as_ref()
     }
 
+    /// The same number for rows that share a layout, while they live (the
+    /// layout's address; 0 for a row without fields).
+    pub fn layout_id(&self) -> usize {
+        self.names.as_ref().map_or(0, |l| Arc::as_ptr(l).cast::<u8>() as usize)
+    }
+
     pub fn values(&self) -> &[Value] {
         &self.values
     }

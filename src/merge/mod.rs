@@ -444,7 +444,7 @@ pub fn prepare(spec: &Spec, rows: Vec<InRow>) -> Prepared {
     // are sized for the batch up front (no rehash while they grow).
     p.keys.reserve(rows.len());
     let mut at: hashbrown::HashTable<u32> = hashbrown::HashTable::with_capacity(rows.len());
-    let hasher = rustc_hash::FxBuildHasher;
+    let hash = |k: &Key| std::hash::BuildHasher::hash_one(&rustc_hash::FxBuildHasher, k);
     let mut dup_keys = 0u64;
     for row in rows {
         let Some(key) = spec.key_of(&row.data) else {
@@ -456,7 +456,6 @@ pub fn prepare(spec: &Spec, rows: Vec<InRow>) -> Prepared {
             continue;
         }
         let keys = &mut p.keys;
-        let hash = |k: &Key| std::hash::BuildHasher::hash_one(&hasher, k);
         match at.entry(hash(&key), |&i| keys[i as usize].0 == key, |&i| hash(&keys[i as usize].0)) {
             hashbrown::hash_table::Entry::Vacant(e) => {
                 e.insert(keys.len() as u32);

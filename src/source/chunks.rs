@@ -204,7 +204,8 @@ impl ChunkReader {
         // One copy of the records, after the header for CSV.
         let mut bytes = Vec::with_capacity(self.header.len() + end);
         bytes.extend_from_slice(&self.header);
-        bytes.extend(self.pending.drain(..end));
+        bytes.extend_from_slice(&self.pending[..end]);
+        self.pending.drain(..end);
         // The last chunk: nothing buffered and nothing left to read.
         if self.pending.is_empty() && !self.eof {
             self.fill(1)?;

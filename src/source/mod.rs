@@ -6,7 +6,7 @@ pub mod chunks;
 pub mod file;
 pub mod kafka;
 
-use crate::decode::{Fields, Layout, Name};
+use crate::decode::{Fields, Name};
 use crate::value::Value;
 
 #[derive(Debug, Clone)]
@@ -151,47 +151,45 @@ impl RawBatch {
         let mut at: std::collections::HashMap<Name, usize, rustc_hash::FxBuildHasher> =
             Default::default();
         // Rows of one schema share a layout (`decode::Fields`): each layout
-        // is mapped to columns once, recognised by pointer.
-        // (Kept alive here, so an address names one layout.)
-        let mut layouts: Vec<(Option<Layout>, Vec<usize>)> = vec![];
-        let mut by_address: rustc_hash::FxHashMap<usize, usize> = Default::default();
-        let mut layout_of: Vec<usize> = Vec::with_capacity(rows.len());
-        for (data, _) in &rows {
-            let address =
-                data.layout().map_or(0, |l| std::sync::Arc::as_ptr(l).cast::<u8>() as usize);
-            let previous = layout_of.last().copied().filter(|&i| {
-                layouts[i].0.as_ref().map_or(0, |l| std::sync::Arc::as_ptr(l).cast::<u8>() as usize)
-                    == address
-            });
-            let i = previous.or_else(|| by_address.get(&address).copied()).unwrap_or_else(|| {
-                let map = data
-                    .names()
-                    .iter()
-                    .map(|k| {
-                        *at.entry(k.clone()).or_insert_with(|| {
-                            columns.push(k.to_string());
-                            columns.len() - 1
-                        })
-                    })
-                    .collect();
-                layouts.push((data.layout().cloned(), map));
-                by_address.insert(address, layouts.len() - 1);
-                layouts.len() - 1
-            });
-            layout_of.push(i);
-        }
+        // is mapped to columns once, found by its id (the rows, alive
+        // through this loop, keep every id distinct).
+        let mut layouts: Vec<Vec<usize>> = vec![];
+        let mut by_id: rustc_hash::FxHashMap<usize, usize> = Default::default();
+        let layout_of: Vec<usize> = rows
+            .iter()
+            .map(|(data, _)| {
+                *by_id.entry(data.layout_id()).or_insert_with(|| {
+                    layouts.push(
+                        data.names()
+                            .iter()
+                            .map(|k| {
+                                *at.entry(k.clone()).or_insert_with(|| {
+                                    columns.push(k.to_string());
+                                    columns.len() - 1
+                                })
+                            })
+                            .collect(),
+                    );
+                    layouts.len() - 1
+                })
+            })
+            .collect();
         let width = columns.len();
+        // The common case: a layout of every column, in column order; its
+        // rows' values become their cells as they are.
+        let in_order: Vec<bool> = layouts
+            .iter()
+            .map(|m| m.len() == width && m.iter().enumerate().all(|(i, &c)| i == c))
+            .collect();
         let rows = rows
             .into_iter()
             .zip(layout_of)
             .map(|((data, mut r), l)| {
-                let map = &layouts[l].1;
-                // The common case: the row has every column, in column order.
-                r.cells = if map.len() == width && map.iter().enumerate().all(|(i, &c)| i == c) {
+                r.cells = if in_order[l] {
                     data.into_values()
                 } else {
                     let mut cells = vec![Value::Null; width];
-                    for (v, &c) in data.into_values().into_iter().zip(map) {
+                    for (v, &c) in data.into_values().into_iter().zip(&layouts[l]) {
                         cells[c] = v;
                     }
                     cells
