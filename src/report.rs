@@ -35,6 +35,8 @@ pub struct RunReport {
     /// Source bytes of the batch.
     pub bytes: u64,
     pub rejected: Option<String>,
+    /// Milliseconds per phase of the merge (conform ... commit, upkeep), in order.
+    pub phases: Vec<(&'static str, f64)>,
 }
 
 /// An empty report. Its `strategy` is scd1 until the run sets its table's:
@@ -58,6 +60,7 @@ impl Default for RunReport {
             dead_by_reason: BTreeMap::new(),
             filtered: 0,
             bytes: 0,
+            phases: vec![],
             rejected: None,
         }
     }

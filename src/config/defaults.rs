@@ -58,6 +58,7 @@ impl Default for Layout {
             vacuum_retention: Some(std::time::Duration::from_secs(7 * 24 * 3600)),
             log_retention: std::time::Duration::from_secs(30 * 24 * 3600),
             deletion_vectors: false,
+            row_companions: Default::default(),
         }
     }
 }

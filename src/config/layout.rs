@@ -5,7 +5,7 @@
 
 use super::cx::{child, Cx, Mapping};
 use super::units::parse_duration;
-use super::Layout;
+use super::{Layout, RowCompanions};
 
 const LAYOUT_KEYS: &[&str] = &[
     "file_rows",
@@ -15,6 +15,7 @@ const LAYOUT_KEYS: &[&str] = &[
     "vacuum_retention",
     "log_retention",
     "deletion_vectors",
+    "row_companions",
 ];
 
 impl Cx {
@@ -64,6 +65,20 @@ impl Cx {
                     ),
                 },
             }
+        }
+        if let Some(s) = self.opt_string(&lm, "row_companions", &lp) {
+            layout.row_companions = match s.as_str() {
+                "auto" => RowCompanions::Auto,
+                "off" => RowCompanions::Off,
+                dir if std::path::Path::new(dir).is_absolute() => RowCompanions::Dir(dir.into()),
+                _ => {
+                    self.err(
+                        &child(&lp, "row_companions"),
+                        format!("`{s}` is not auto, off or an absolute local directory"),
+                    );
+                    RowCompanions::Auto
+                }
+            };
         }
         if let Some(s) = self.opt_string(&lm, "log_retention", &lp) {
             match parse_duration(&s) {

@@ -43,7 +43,7 @@ use serde_yaml::Value as Y;
 pub use errors::ConfigErrors;
 pub use model::{
     Batching, Config, DeadLetters, DeleteMode, Format, Guardrails, Layout, OutOfRange,
-    SchemaPolicy, Strategy, System, SystemKind, TableConfig, ValidTime,
+    RowCompanions, SchemaPolicy, Strategy, System, SystemKind, TableConfig, ValidTime,
 };
 pub use paths::join_uri;
 pub use reserved::Reserved;

@@ -198,6 +198,20 @@ pub struct Layout {
     /// deletion vectors instead of rewriting their files (new tables only;
     /// readers need the `deletionVectors` feature).
     pub deletion_vectors: bool,
+    /// Where a merge-on-read scd2 table keeps the row companions that let a
+    /// close read only the rows it closes (docs/scd2.md).
+    pub row_companions: RowCompanions,
+}
+
+/// `layout.row_companions`: `auto` (in the table directory when the table
+/// is on a local disk, none otherwise), `off`, or a local directory (for
+/// tables on object stores).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum RowCompanions {
+    #[default]
+    Auto,
+    Off,
+    Dir(std::path::PathBuf),
 }
 
 #[derive(Debug, Clone)]

@@ -297,3 +297,29 @@ bronze:
     let e = errors(&format!("{}dead_letters: {{ table: ../dl }}\n", y("account", "crm")));
     assert!(e.iter().any(|m| m.starts_with("dead_letters.table:")), "{e:?}");
 }
+
+#[test]
+fn layout_row_companions_are_auto_off_or_an_absolute_local_directory() {
+    let with = |v: &str| {
+        SEED.replace(
+            "      strategy: scd2\n",
+            &format!("      strategy: scd2\n      layout: {{deletion_vectors: true, row_companions: {v}}}\n"),
+        )
+    };
+    let layout = |y: &str| parse(y).unwrap().table("customer").unwrap().layout.clone();
+    assert_eq!(
+        parse(SEED).unwrap().table("customer").unwrap().layout.row_companions,
+        RowCompanions::Auto
+    );
+    assert_eq!(layout(&with("auto")).row_companions, RowCompanions::Auto);
+    assert_eq!(layout(&with("off")).row_companions, RowCompanions::Off);
+    assert_eq!(
+        layout(&with("/var/cache/changelake")).row_companions,
+        RowCompanions::Dir("/var/cache/changelake".into())
+    );
+    let e = errors(&with("relative/dir"));
+    assert!(
+        e.iter().any(|m| m.starts_with("bronze.tables.customer.layout.row_companions:")),
+        "{e:?}"
+    );
+}

@@ -324,6 +324,8 @@ impl TableRunner {
             report.commit_secs = committing.elapsed().as_secs_f64();
             report.exec = execution;
             self.maintain(spec).await?;
+            phases.mark("upkeep");
+            report.phases = phases.done().to_vec();
         } else if !self.already_applied(&c.progress).await? {
             // Offsets moved but nothing changed: a txn-only commit, no data
             // files. The run still takes its `_execution_id` (docs/batch.md,

@@ -3,9 +3,10 @@
 //! A processing-time close (`Need::Close`) never becomes values: the stored
 //! open version is copied into history as it is, with `_valid_to` and
 //! `_is_deleted` replaced. Its physical row comes from the key index, and
-//! `load_states` has usually read it already in the same pass as the rows
-//! the merge needed ([`ClosingRows`]); only the rest is read here, with a
-//! parquet row selection. Every other column (data, `_valid_from`,
+//! `load_states` has read it already in the same pass as the rows the merge
+//! needed ([`ClosingRows`]: from the file's row companion when it has one,
+//! `rowstore.rs`); anything missing is read here with a parquet row
+//! selection. Every other column (data, `_valid_from`,
 //! `_execution_id`, surrogate key) is carried over untouched.
 
 use std::collections::BTreeMap;
@@ -17,6 +18,7 @@ use super::commit::OutFile;
 use super::files::SelectedRows;
 use super::index::Location;
 use super::plan;
+use super::rowstore;
 use super::state::ClosingRows;
 use super::Result;
 use super::TableStore;
@@ -42,6 +44,18 @@ impl<'a> CloseAt<'a> {
 }
 
 impl TableStore {
+    /// The row companion of a new data file: current files of a table that
+    /// keeps them (see `rowstore.rs`). Failing to build one only costs
+    /// speed later, so it is logged, not an error.
+    pub(super) fn companion(&self, current: bool, batch: &RecordBatch) -> Option<Vec<u8>> {
+        if !current || !self.rows.enabled() {
+            return None;
+        }
+        rowstore::encode(batch)
+            .inspect_err(|e| tracing::warn!(target: "changelake::table", table = %self.meta.name, error = %e, "row companion not built"))
+            .ok()
+    }
+
     /// The closed versions as history files (full files, not one small file
     /// per source file), with their keys.
     pub(super) async fn stage_closes(

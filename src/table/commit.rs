@@ -105,6 +105,8 @@ pub(super) struct EncodedFile {
     pub(super) bytes: Vec<u8>,
     /// Its Delta statistics (`file_stats.rs`).
     pub(super) stats: String,
+    /// Its row companion's bytes, when the table keeps them (`rowstore.rs`).
+    pub(super) companion: Option<Vec<u8>>,
 }
 
 /// What a commit records besides its files.
@@ -193,7 +195,7 @@ impl TableStore {
         exec: i64,
         pc: &mut PendingCommit,
     ) -> Result<()> {
-        let EncodedFile { current, codec, keys, rows, bytes, stats } = file;
+        let EncodedFile { current, codec, keys, rows, bytes, stats, companion } = file;
         if rows == 0 {
             return Ok(());
         }
@@ -214,6 +216,12 @@ impl TableStore {
             .await
             .map_err(|e| self.io_err(format!("writing {path}"), e))?;
         crate::faults::hit("after_parquet_write");
+        if let Some(c) = companion {
+            // A cache: a close without it reads parquet instead.
+            if let Err(e) = self.rows.put(&path, &c) {
+                tracing::warn!(target: "changelake::table", table = %self.meta.name, file = %path, error = %e, "row companion not written; closes of its rows will read parquet");
+            }
+        }
         let pv = actions::partition_values(self.meta.partition(), current);
         let file = FileAction {
             path: &path,
@@ -395,6 +403,7 @@ impl TableStore {
         for id in pc.removed {
             if let Some(f) = self.files[id as usize].take() {
                 self.filters.lock().unwrap_or_else(|e| e.into_inner()).remove(&f.path);
+                self.rows.remove(&f.path);
             }
         }
         for u in pc.dv_updates {
@@ -441,6 +450,7 @@ impl TableStore {
                 FileKeys::InPlace { slot, .. } => {
                     if let Some(old) = self.files[slot as usize].replace(f.meta) {
                         self.filters.lock().unwrap_or_else(|e| e.into_inner()).remove(&old.path);
+                        self.rows.remove(&old.path);
                     }
                 }
             }

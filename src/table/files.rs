@@ -192,19 +192,27 @@ impl TableStore {
                 }
             })
             .map_err(|e| data_err(format!("parquet {}: {e}", f.path)))?;
-        let schema = self.arrow_schema();
         let mut out = vec![];
         for batch in reader {
             let batch = batch.map_err(|e| data_err(format!("parquet {}: {e}", f.path)))?;
-            let n = batch.num_rows();
-            let mut cols = Vec::with_capacity(schema.fields().len());
-            for field in schema.fields().iter() {
-                let col = match batch
-                    .schema()
-                    .index_of(field.name())
-                    .ok()
-                    .map(|i| batch.column(i).clone())
-                {
+            out.push(self.in_table_schema(batch)?);
+        }
+        Ok(out)
+    }
+
+    /// A batch read from a data file (or its row companion) in the table's
+    /// current schema: columns added since it was written are NULL, a
+    /// changed type is converted as [`Value::convert`] does.
+    pub(super) fn in_table_schema(&self, batch: RecordBatch) -> Result<RecordBatch> {
+        let schema = self.arrow_schema();
+        if batch.schema() == schema {
+            return Ok(batch);
+        }
+        let n = batch.num_rows();
+        let mut cols = Vec::with_capacity(schema.fields().len());
+        for field in schema.fields().iter() {
+            let col =
+                match batch.schema().index_of(field.name()).ok().map(|i| batch.column(i).clone()) {
                     Some(c) if c.data_type() == field.data_type() => c,
                     Some(c) => {
                         let t = (self.columns.iter().find(|(n, _)| n == field.name()))
@@ -223,13 +231,9 @@ impl TableStore {
                     }
                     None => deltalake::arrow::array::new_null_array(field.data_type(), n),
                 };
-                cols.push(col);
-            }
-            out.push(
-                RecordBatch::try_new(schema.clone(), cols).map_err(|e| data_err(e.to_string()))?,
-            );
+            cols.push(col);
         }
-        Ok(out)
+        RecordBatch::try_new(schema, cols).map_err(|e| self.data_err(e.to_string()))
     }
 
     /// A batch's business-key columns (absent ones as `None`) with their

@@ -18,6 +18,8 @@
 //! | `stage.rs` | turning a merge output into files and actions |
 //! | `rewrite.rs` | copy-on-write: touched files rewritten with rows in place |
 //! | `closes.rs` | scd2 closes copied into history at the Arrow level |
+//! | `rowstore.rs` | merge-on-read scd2: current rows kept row-wise for closes |
+//! | `rowcodec.rs` | the row companions' record codec |
 //! | `masks.rs` | merge-on-read: staging grown deletion vectors |
 //! | `dv.rs` | the deletion-vector codec |
 //! | `actions.rs` | `add` / `remove` actions |
@@ -50,6 +52,8 @@ mod parquet;
 mod plan;
 mod restart;
 mod rewrite;
+mod rowcodec;
+mod rowstore;
 mod scan;
 mod stage;
 mod state;
@@ -219,6 +223,8 @@ pub struct TableStore {
     /// resolve cloud credentials, which the first run's every file would
     /// otherwise repeat.
     unborn_store: std::sync::OnceLock<Arc<dyn ObjectStore>>,
+    /// Row companions of current files, for scd2 closes (see `rowstore.rs`).
+    rows: rowstore::RowStore,
 }
 
 /// Opens a Delta table if one exists at `loc`.
@@ -255,12 +261,15 @@ impl TableStore {
             file_counter: 0,
             filters: Default::default(),
             unborn_store: Default::default(),
+            rows: Default::default(),
         };
+        store.rows = store.row_store();
         let Some(table) = open_existing(loc).await? else {
             return Ok(store);
         };
         let snap = table.snapshot().map_err(|e| store.delta(e))?;
         store.check_identity(snap.metadata().configuration())?;
+        store.rows = store.row_store();
         if let Some(u) = snap.metadata().configuration().get(PROP_UNTYPED) {
             store.untyped = serde_json::from_str(u).unwrap_or_default();
         }
@@ -270,6 +279,11 @@ impl TableStore {
             file_stats::StatsColumns::from_properties(snap.metadata().configuration());
         store.load_columns(snap.schema().fields())?;
         store.load_files(&table).await?;
+        let live = store.files.iter().flatten().filter(|f| f.current).map(|f| f.path.as_str());
+        let swept = store.rows.sweep(live);
+        if swept > 0 {
+            tracing::debug!(target: "changelake::table", table = %store.meta.name, swept, "row companions of files no longer live deleted");
+        }
         let exec_app = crate::progress::execution_app_id(&store.meta.name);
         store.last_exec = crate::progress::stored_version(&table, &exec_app)
             .await
@@ -278,6 +292,30 @@ impl TableStore {
         store.file_counter = store.files.len() as u64;
         store.table = Some(table);
         Ok(store)
+    }
+
+    /// Where this table keeps row companions for scd2 closes (merge-on-read
+    /// scd2 tables only, see `rowstore.rs`): with `row_companions: auto`,
+    /// under `_changelake/rows` in the table directory when the table is on
+    /// a local disk (a prefix Delta readers ignore) and nowhere otherwise;
+    /// with a directory, in its subdirectory named after the table.
+    fn row_store(&self) -> rowstore::RowStore {
+        use crate::config::RowCompanions;
+        if self.meta.strategy != Strategy::Scd2 || !self.meta.layout.deletion_vectors {
+            return rowstore::RowStore::none();
+        }
+        let uri = self.loc.uri();
+        let local = match uri.strip_prefix("file://") {
+            Some(path) => Some(path),
+            None => (!uri.contains("://")).then_some(uri),
+        };
+        match (&self.meta.layout.row_companions, local) {
+            (RowCompanions::Off, _) | (RowCompanions::Auto, None) => rowstore::RowStore::none(),
+            (RowCompanions::Auto, Some(root)) => {
+                rowstore::RowStore::at(std::path::Path::new(root).join("_changelake/rows"))
+            }
+            (RowCompanions::Dir(dir), _) => rowstore::RowStore::at(dir.join(&self.meta.name)),
+        }
     }
 
     /// Refuses a table changelake did not create, or created with another

@@ -270,6 +270,7 @@ impl TableStore {
                     rows: batch.num_rows(),
                     stats: file_stats(&batch, &self.stats_columns),
                     bytes,
+                    companion: self.companion(true, &batch),
                 })
             })
             .collect()

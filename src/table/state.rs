@@ -13,7 +13,8 @@ use std::collections::BTreeMap;
 use super::convert::cell;
 use super::files::{FileMeta, SelectedRows};
 use super::history::HistoryHead;
-use super::index::{Entry, NO_FILE};
+use super::index::{Entry, Location, NO_FILE};
+use super::rowstore;
 use super::Result;
 use super::{FxMap, TableError, TableStore};
 use crate::config::Strategy;
@@ -244,9 +245,19 @@ impl TableStore {
         closing: &[&Key],
     ) -> Result<LoadedStates> {
         let mut states: KeyMap<KeyState> = KeyMap::default();
-        let reads = self.plan_state_reads(needs, closing, &mut states);
+        let closing_at: Vec<Location> = (self.index.locate(closing, |k| k).into_iter())
+            .flatten()
+            .filter(|at| at.file != NO_FILE)
+            .collect();
+        if self.rows.enabled() {
+            let mut files: Vec<u32> = closing_at.iter().map(|at| at.file).collect();
+            files.sort_unstable();
+            files.dedup();
+            self.build_missing_companions(files).await;
+        }
+        let reads = self.plan_state_reads(needs, &closing_at, &mut states);
         let t0 = std::time::Instant::now();
-        let read = self.read_selected(reads.rows).await?;
+        let read = self.read_current_rows(reads.rows).await?;
         let t1 = std::time::Instant::now();
         self.take_current_versions(&read, &reads.keys_at, &mut states)?;
         tracing::debug!(
@@ -263,12 +274,12 @@ impl TableStore {
     }
 
     /// Which physical rows to read: the current rows of keys whose stored
-    /// version the merge needs (located by the key index) and of keys it
-    /// closes. Keys replaced without reading get their state here.
+    /// version the merge needs (located by the key index) and of the
+    /// versions it closes. Keys replaced without reading get their state here.
     fn plan_state_reads<'k>(
         &self,
         needs: &'k KeyMap<Need>,
-        closing: &[&Key],
+        closing_at: &[Location],
         states: &mut KeyMap<KeyState>,
     ) -> StateReads<'k> {
         let mut late_rows = false;
@@ -293,16 +304,116 @@ impl TableStore {
                 keys_at.insert((at.file, at.row), *k);
             }
         }
-        for at in self.index.locate(closing, |k| k).into_iter().flatten() {
-            if at.file != NO_FILE {
-                rows.entry(at.file).or_default().push(at.row);
-            }
+        for at in closing_at {
+            rows.entry(at.file).or_default().push(at.row);
         }
         for r in rows.values_mut() {
             r.sort_unstable();
             r.dedup();
         }
         StateReads { rows, keys_at, late_rows }
+    }
+
+    /// Chosen physical rows of current files: from their row companions
+    /// where they have one (a few small reads per row), else from parquet
+    /// with row selections (every page holding a chosen row is decoded).
+    /// A companion that cannot be read is rebuilt from its data file once;
+    /// rows it still cannot give are read from parquet.
+    async fn read_current_rows(&self, want: BTreeMap<u32, Vec<u32>>) -> Result<Vec<SelectedRows>> {
+        let (held, rest): (BTreeMap<u32, Vec<u32>>, BTreeMap<u32, Vec<u32>>) =
+            want.into_iter().partition(|(id, _)| self.has_companion(*id));
+        let (mut out, failed) = self.read_companions(held, true)?;
+        let rebuilt: Vec<u32> = failed.keys().copied().collect();
+        self.build_missing_companions(rebuilt).await;
+        let (again, mut rest_too) = self.read_companions(failed, false)?;
+        out.extend(again);
+        rest_too.extend(rest);
+        out.extend(self.read_selected(rest_too).await?);
+        Ok(out)
+    }
+
+    /// Rows of files from their companions, on all cores; the files whose
+    /// companion could not give them come back (the companion deleted).
+    #[allow(clippy::type_complexity)]
+    fn read_companions(
+        &self,
+        want: BTreeMap<u32, Vec<u32>>,
+        warn: bool,
+    ) -> Result<(Vec<SelectedRows>, BTreeMap<u32, Vec<u32>>)> {
+        let read = par_map(want.into_iter().collect(), |(id, rows)| {
+            let path = &self.files[id as usize].as_ref().expect("live file").path;
+            let batch = if self.rows.holds(path) {
+                self.rows.read(path, &rows).map_err(|e| e.to_string())
+            } else {
+                Err("no companion".to_string())
+            };
+            (id, rows, batch)
+        });
+        let (mut out, mut failed) = (vec![], BTreeMap::new());
+        for (id, rows, batch) in read {
+            let path = &self.files[id as usize].as_ref().expect("live file").path;
+            match batch {
+                Ok(batch) if batch.num_rows() == rows.len() => {
+                    out.push(SelectedRows { file: id, rows, batch: self.in_table_schema(batch)? })
+                }
+                r => {
+                    let error = r.map_or_else(|e| e, |b| format!("{} rows", b.num_rows()));
+                    if warn {
+                        tracing::warn!(target: "changelake::table", table = %self.meta.name, file = %path, %error, "row companion not usable; rebuilding it");
+                    }
+                    self.rows.remove(path);
+                    failed.insert(id, rows);
+                }
+            }
+        }
+        Ok((out, failed))
+    }
+
+    /// Does this live file have a row companion (`rowstore.rs`)?
+    pub(super) fn has_companion(&self, id: u32) -> bool {
+        self.files[id as usize].as_ref().is_some_and(|f| self.rows.holds(&f.path))
+    }
+
+    /// Builds the row companions of the files holding closed versions that
+    /// lack one (written before companions existed, rewritten without one,
+    /// or one found damaged): each such file is read whole once, which is
+    /// what reading its closed rows from parquet would cost anyway. Failures
+    /// are logged; those rows are then read from parquet.
+    async fn build_missing_companions(&self, mut lacking: Vec<u32>) {
+        lacking.retain(|&id| !self.has_companion(id));
+        if lacking.is_empty() {
+            return;
+        }
+        let started = std::time::Instant::now();
+        let mut built = 0usize;
+        for wave in lacking.chunks(4) {
+            let mut todo = vec![];
+            for &id in wave {
+                match self.fetch(id).await {
+                    Ok(bytes) => todo.push((id, bytes)),
+                    Err(e) => {
+                        tracing::warn!(target: "changelake::table", table = %self.meta.name, error = %e, "row companion not built")
+                    }
+                }
+            }
+            let done = par_map(todo, |(id, bytes)| {
+                let batches = self.decode_file(id, bytes, None)?;
+                let all = deltalake::arrow::compute::concat_batches(&self.arrow_schema(), &batches)
+                    .map_err(|e| self.data_err(e.to_string()))?;
+                let companion = rowstore::encode(&all).map_err(|e| self.data_err(e.to_string()))?;
+                let path = &self.files[id as usize].as_ref().expect("live file").path;
+                self.rows.put(path, &companion).map_err(|e| self.data_err(e.to_string()))
+            });
+            for d in done {
+                match d {
+                    Ok(()) => built += 1,
+                    Err(e) => {
+                        tracing::warn!(target: "changelake::table", table = %self.meta.name, error = %e, "row companion not built")
+                    }
+                }
+            }
+        }
+        tracing::info!(target: "changelake::table", table = %self.meta.name, files = built, duration_ms = started.elapsed().as_millis() as u64, "row companions built for files that had none");
     }
 
     /// The current versions of the keys in `keys_at`, out of the rows read.

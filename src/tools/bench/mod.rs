@@ -406,6 +406,7 @@ async fn timed_runs(
             requests: storage_requests(&tname) - requests_before,
             bytes_read: storage_bytes(&tname).0 - bytes_before.0,
             bytes_written: storage_bytes(&tname).1 - bytes_before.1,
+            phases_ms: r.phases.iter().map(|(n, ms)| (n.to_string(), *ms)).collect(),
         });
         eprintln!(
             "{tname} run {}: {secs:.3}s ({:.0} events/s), files -{} +{}",

@@ -30,6 +30,9 @@ pub struct RunStat {
     /// Bytes read from and written to the table's store during the run.
     pub bytes_read: u64,
     pub bytes_written: u64,
+    /// Milliseconds per phase of the run after decoding (the engine's
+    /// `batch phases`: conform ... commit, then upkeep).
+    pub phases_ms: Vec<(String, f64)>,
 }
 
 /// Seconds to reopen the loaded table (until the first batch could merge).
@@ -174,6 +177,7 @@ impl Output {
                 floor(s).map_or("-".into(), |f| format!("{f:.3}"))
             );
         }
+        phase_table(md, &t.stats);
         let floors: Vec<f64> = t.stats.iter().filter_map(floor).collect();
         if let (Some(io), false) = (rates, floors.is_empty()) {
             let f = floors.iter().sum::<f64>() / floors.len() as f64;
@@ -378,4 +382,29 @@ fn mean_of(d: &serde_json::Value, k: &str) -> f64 {
     let v: Vec<f64> =
         d["runs"].as_array().into_iter().flatten().filter_map(|r| r[k].as_f64()).collect();
     v.iter().sum::<f64>() / v.len().max(1) as f64
+}
+
+/// Where each run's time went: decoding, then the engine's phases (ms).
+fn phase_table(md: &mut String, stats: &[RunStat]) {
+    let Some(names) = stats.iter().map(|s| &s.phases_ms).find(|p| !p.is_empty()) else {
+        return;
+    };
+    let names: Vec<&str> = names.iter().map(|(n, _)| n.as_str()).collect();
+    let _ = writeln!(
+        md,
+        "\nphases (ms):\n\n| run | decode | {} |\n| --- | --- |{}",
+        names.join(" | "),
+        " --- |".repeat(names.len())
+    );
+    for s in stats {
+        let cells: Vec<String> = names
+            .iter()
+            .map(|n| {
+                let ms = s.phases_ms.iter().find(|(m, _)| m == n).map(|(_, ms)| *ms);
+                ms.map_or("-".into(), |ms| format!("{ms:.0}"))
+            })
+            .collect();
+        let _ =
+            writeln!(md, "| {} | {:.0} | {} |", s.run, s.decode_seconds * 1e3, cells.join(" | "));
+    }
 }

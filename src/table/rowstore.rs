@@ -1,0 +1,411 @@
+//! Current rows kept row-wise beside the table, so that an scd2 close reads
+//! only the rows it closes (docs/scd2.md, "Closing without reading column
+//! chunks").
+//!
+//! Closing a version copies the stored row into history, so the close needs
+//! every value of that row. In parquet a row's values sit in one page per
+//! column, and with updates spread over the keys every page of every current
+//! file holds some row being closed: reading a hundred thousand rows out of
+//! ten million decompressed and decoded all ten million (docs/performance.md).
+//! So each merge-on-read scd2 current file gets a companion written with it:
+//! the same rows as one contiguous record per row (`rowcodec.rs`), with a
+//! directory of where each row ends and a checksum of each row. A close then
+//! costs a few small reads per row, whatever the table's size.
+//!
+//! The companion is a cache, never the truth: the Delta table is unchanged
+//! and readers never see it. Data files never change once written, so a
+//! companion named after its data file is valid for as long as that file is
+//! live. One that is missing, damaged or unreadable is ignored (the rows are
+//! read from parquet, as before) and rebuilt from the data file; one whose
+//! data file has left the table is deleted after the commit that removed it
+//! and by the sweep at open.
+//!
+//! File layout (integers little-endian):
+//!
+//! | bytes | content |
+//! | --- | --- |
+//! | 8 | magic `CLROWS01` |
+//! | 4 | length S of the schema |
+//! | S | the Arrow schema, as an IPC stream without batches |
+//! | 8 | xxh3 of the schema bytes |
+//! | 4 | rows N |
+//! | 16 N | per row: end of its record in the data (u64), xxh3 of the record (u64) |
+//! | ... | the records, back to back |
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use deltalake::arrow::array::RecordBatch;
+use deltalake::arrow::datatypes::Schema;
+use std::os::unix::fs::FileExt;
+use xxhash_rust::xxh3::xxh3_64;
+
+use super::rowcodec::{self, CodecError};
+
+const MAGIC: &[u8; 8] = b"CLROWS01";
+/// A directory entry: the record's end and its checksum.
+const ENTRY: u64 = 16;
+/// Reads closer than this are merged into one (fewer system calls for
+/// rows near each other; little read for nothing when they are not).
+const DIRECTORY_GAP: u64 = 4096;
+const RECORD_GAP: u64 = 1024;
+
+/// Why a companion could not be used (the rows are then read from parquet).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum RowStoreError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("not a row companion of this format")]
+    Format,
+    #[error("damaged: {0}")]
+    Damaged(String),
+    #[error("arrow: {0}")]
+    Arrow(#[from] deltalake::arrow::error::ArrowError),
+    #[error("{0}")]
+    Codec(#[from] CodecError),
+}
+
+type Result<T> = std::result::Result<T, RowStoreError>;
+
+/// Where a table's row companions live; `None` when the table keeps none.
+#[derive(Debug, Clone, Default)]
+pub(super) struct RowStore {
+    dir: Option<PathBuf>,
+}
+
+impl RowStore {
+    /// Companions under `dir` (created on the first write).
+    pub(super) fn at(dir: PathBuf) -> RowStore {
+        RowStore { dir: Some(dir) }
+    }
+
+    /// A store that keeps nothing (every close reads parquet).
+    pub(super) fn none() -> RowStore {
+        RowStore { dir: None }
+    }
+
+    pub(super) fn enabled(&self) -> bool {
+        self.dir.is_some()
+    }
+
+    /// The companion of a data file (named after the file: its name carries a UUID).
+    fn path(&self, data_file: &str) -> Option<PathBuf> {
+        let name = data_file.rsplit('/').next().unwrap_or(data_file);
+        Some(self.dir.as_ref()?.join(format!("{name}.rows")))
+    }
+
+    /// Is there a companion for this data file?
+    pub(super) fn holds(&self, data_file: &str) -> bool {
+        self.path(data_file).is_some_and(|p| p.is_file())
+    }
+
+    #[cfg(test)]
+    fn write(&self, data_file: &str, batch: &RecordBatch) -> Result<()> {
+        self.put(data_file, &encode(batch)?)
+    }
+
+    /// Stores a data file's companion ([`encode`]d from all its physical
+    /// rows, in order). Written whole under a temporary name and renamed,
+    /// so a crash never leaves a partial companion under the real name.
+    pub(super) fn put(&self, data_file: &str, bytes: &[u8]) -> Result<()> {
+        let Some(path) = self.path(data_file) else { return Ok(()) };
+        let dir = path.parent().expect("a companion has a directory");
+        std::fs::create_dir_all(dir)?;
+        let tmp = dir.join(format!(".{}.tmp", uuid::Uuid::new_v4()));
+        let written = std::fs::File::create(&tmp).and_then(|mut f| f.write_all(bytes));
+        if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, &path)) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// Chosen physical rows (sorted, distinct) of a data file, in its
+    /// companion's schema (the table's when the file was written).
+    pub(super) fn read(&self, data_file: &str, rows: &[u32]) -> Result<RecordBatch> {
+        let path = self.path(data_file).ok_or(RowStoreError::Format)?;
+        let file = std::fs::File::open(path)?;
+        let len = file.metadata()?.len();
+        read_rows(&file, len, rows)
+    }
+
+    /// Deletes a data file's companion (its file left the table).
+    pub(super) fn remove(&self, data_file: &str) {
+        if let Some(p) = self.path(data_file) {
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    tracing::warn!(target: "changelake::table", path = %p.display(), error = %e, "could not delete a row companion")
+                }
+            }
+        }
+    }
+
+    /// Deletes every companion whose data file is not live (and temporary
+    /// files of interrupted writes). Returns how many were deleted.
+    pub(super) fn sweep<'a>(&self, live: impl IntoIterator<Item = &'a str>) -> usize {
+        let Some(dir) = &self.dir else { return 0 };
+        let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+        let keep: std::collections::HashSet<PathBuf> =
+            live.into_iter().filter_map(|f| self.path(f)).collect();
+        let mut deleted = 0;
+        for e in entries.flatten() {
+            let p = e.path();
+            if !keep.contains(&p) && std::fs::remove_file(&p).is_ok() {
+                deleted += 1;
+            }
+        }
+        deleted
+    }
+}
+
+/// A batch as a companion file's bytes.
+pub(super) fn encode(batch: &RecordBatch) -> Result<Vec<u8>> {
+    let schema = schema_bytes(&batch.schema())?;
+    let n = batch.num_rows();
+    let mut data = Vec::with_capacity(batch.get_array_memory_size());
+    let ends = rowcodec::encode(batch, &mut data)?;
+    let mut out = Vec::with_capacity(8 + 4 + schema.len() + 8 + 4 + 16 * n + data.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&(schema.len() as u32).to_le_bytes());
+    out.extend_from_slice(&schema);
+    out.extend_from_slice(&xxh3_64(&schema).to_le_bytes());
+    out.extend_from_slice(&(n as u32).to_le_bytes());
+    let mut start = 0usize;
+    for &end in &ends {
+        out.extend_from_slice(&end.to_le_bytes());
+        out.extend_from_slice(&xxh3_64(&data[start..end as usize]).to_le_bytes());
+        start = end as usize;
+    }
+    out.extend_from_slice(&data);
+    Ok(out)
+}
+
+fn schema_bytes(schema: &Arc<Schema>) -> Result<Vec<u8>> {
+    let mut buf = vec![];
+    let mut w = deltalake::arrow::ipc::writer::StreamWriter::try_new(&mut buf, schema)?;
+    w.finish()?;
+    drop(w);
+    Ok(buf)
+}
+
+fn read_exact(file: &std::fs::File, at: u64, len: u64, file_len: u64) -> Result<Vec<u8>> {
+    if at.checked_add(len).is_none_or(|end| end > file_len) {
+        return Err(RowStoreError::Damaged(format!("range {at}+{len} past the end ({file_len})")));
+    }
+    let mut buf = vec![0u8; len as usize];
+    file.read_exact_at(&mut buf, at)?;
+    Ok(buf)
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// Byte ranges, sorted, merged where the gap between them is below `gap`:
+/// each merged range with the ranges it covers.
+fn coalesce(ranges: &[(u64, u64)], gap: u64) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = vec![];
+    for &(start, end) in ranges {
+        match out.last_mut() {
+            Some(last) if start <= last.1.saturating_add(gap) => last.1 = last.1.max(end),
+            _ => out.push((start, end)),
+        }
+    }
+    out
+}
+
+/// Reads ranges (sorted by start) with one read per merged group; returns
+/// each range's bytes.
+fn read_ranges(
+    file: &std::fs::File,
+    file_len: u64,
+    ranges: &[(u64, u64)],
+    gap: u64,
+) -> Result<Vec<Vec<u8>>> {
+    let mut out = Vec::with_capacity(ranges.len());
+    let groups = coalesce(ranges, gap);
+    let mut next = 0;
+    for (start, end) in groups {
+        let buf = read_exact(file, start, end - start, file_len)?;
+        while next < ranges.len() && ranges[next].1 <= end {
+            let (s, e) = ranges[next];
+            out.push(buf[(s - start) as usize..(e - start) as usize].to_vec());
+            next += 1;
+        }
+    }
+    Ok(out)
+}
+
+fn read_rows(file: &std::fs::File, file_len: u64, rows: &[u32]) -> Result<RecordBatch> {
+    let head = read_exact(file, 0, 12, file_len)?;
+    if &head[..8] != MAGIC {
+        return Err(RowStoreError::Format);
+    }
+    let schema_len = u32_at(&head, 8) as u64;
+    let meta = read_exact(file, 12, schema_len + 12, file_len)?;
+    let (schema_buf, rest) = meta.split_at(schema_len as usize);
+    if u64_at(rest, 0) != xxh3_64(schema_buf) {
+        return Err(RowStoreError::Damaged("schema checksum".into()));
+    }
+    let n = u32_at(rest, 8) as u64;
+    let reader = deltalake::arrow::ipc::reader::StreamReader::try_new(
+        std::io::Cursor::new(schema_buf),
+        None,
+    )?;
+    let schema = reader.schema();
+    let directory = 12 + schema_len + 12;
+    let data = directory + ENTRY * n;
+    // Row r spans from the end of row r-1 (0 for the first) to its own end.
+    let mut entries = Vec::with_capacity(rows.len());
+    for &r in rows {
+        let r = r as u64;
+        if r >= n {
+            return Err(RowStoreError::Damaged(format!("row {r} of {n}")));
+        }
+        let first = if r == 0 { 0 } else { r - 1 };
+        entries.push((directory + ENTRY * first, directory + ENTRY * (r + 1)));
+    }
+    let dir_bytes = read_ranges(file, file_len, &entries, DIRECTORY_GAP)?;
+    let mut records = Vec::with_capacity(rows.len());
+    let mut sums = Vec::with_capacity(rows.len());
+    for (&r, d) in rows.iter().zip(&dir_bytes) {
+        let (start, own) = if r == 0 { (0, 0) } else { (u64_at(d, 0), 16) };
+        let end = u64_at(d, own);
+        if end < start {
+            return Err(RowStoreError::Damaged(format!("row {r}: directory out of order")));
+        }
+        records.push((data + start, data + end));
+        sums.push(u64_at(d, own + 8));
+    }
+    let bytes = read_ranges(file, file_len, &records, RECORD_GAP)?;
+    for ((b, sum), r) in bytes.iter().zip(&sums).zip(rows) {
+        if xxh3_64(b) != *sum {
+            return Err(RowStoreError::Damaged(format!("row {r}: checksum")));
+        }
+    }
+    let records: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
+    Ok(rowcodec::decode(schema, &records)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use deltalake::arrow::array::{
+        BooleanArray, Decimal128Array, Float64Array, Int64Array, StringArray,
+        TimestampMicrosecondArray,
+    };
+    use deltalake::arrow::datatypes::{DataType, Field, TimeUnit};
+
+    fn batch(n: usize) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Utf8, true),
+            Field::new("amount", DataType::Decimal128(18, 2), true),
+            Field::new("score", DataType::Float64, true),
+            Field::new("count", DataType::Int64, true),
+            Field::new("at", DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())), true),
+            Field::new("deleted", DataType::Boolean, true),
+        ]));
+        let text =
+            |i: usize| (i % 7 != 3).then(|| format!("customer-{i:06}-{}", "x".repeat(i % 50)));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(StringArray::from_iter((0..n).map(text))),
+                Arc::new(
+                    Decimal128Array::from_iter(
+                        (0..n).map(|i| (i % 5 != 0).then_some(i as i128 * 101)),
+                    )
+                    .with_precision_and_scale(18, 2)
+                    .unwrap(),
+                ),
+                Arc::new(Float64Array::from_iter((0..n).map(|i| Some(i as f64 / 3.0)))),
+                Arc::new(Int64Array::from_iter(
+                    (0..n).map(|i| (i % 4 != 0).then_some(-(i as i64))),
+                )),
+                Arc::new(
+                    TimestampMicrosecondArray::from_iter(
+                        (0..n).map(|i| Some(i as i64 * 1_000_003)),
+                    )
+                    .with_timezone("UTC"),
+                ),
+                Arc::new(BooleanArray::from_iter(
+                    (0..n).map(|i| (i % 3 != 0).then_some(i % 2 == 0)),
+                )),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn take(b: &RecordBatch, rows: &[u32]) -> RecordBatch {
+        let idx = deltalake::arrow::array::UInt32Array::from(rows.to_vec());
+        deltalake::arrow::compute::take_record_batch(b, &idx).unwrap()
+    }
+
+    #[test]
+    fn chosen_rows_read_back_equal_to_the_written_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RowStore::at(dir.path().join("rows"));
+        let b = batch(5000);
+        store.write("_is_current=true/part-1.parquet", &b).unwrap();
+        assert!(store.holds("_is_current=true/part-1.parquet"));
+        for rows in [vec![0u32], vec![4999], vec![0, 1, 2, 3], vec![7, 900, 901, 2500, 4998, 4999]]
+        {
+            let got = store.read("_is_current=true/part-1.parquet", &rows).unwrap();
+            assert_eq!(got, take(&b, &rows), "rows {rows:?}");
+        }
+        let every_third: Vec<u32> = (0..5000).step_by(3).collect();
+        assert_eq!(store.read("part-1.parquet", &every_third).unwrap(), take(&b, &every_third));
+    }
+
+    #[test]
+    fn a_damaged_or_foreign_companion_is_an_error_not_wrong_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RowStore::at(dir.path().to_path_buf());
+        let b = batch(300);
+        store.write("part-2.parquet", &b).unwrap();
+        let path = dir.path().join("part-2.parquet.rows");
+        let mut bytes = std::fs::read(&path).unwrap();
+        let last = bytes.len() - 5;
+        bytes[last] ^= 0x40;
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(matches!(store.read("part-2.parquet", &[299]), Err(RowStoreError::Damaged(_))));
+        assert_eq!(store.read("part-2.parquet", &[0, 1]).unwrap(), take(&b, &[0, 1]));
+        std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+        assert!(store.read("part-2.parquet", &[299]).is_err());
+        std::fs::write(&path, b"PAR1 not a companion").unwrap();
+        assert!(matches!(store.read("part-2.parquet", &[0]), Err(RowStoreError::Format)));
+        assert!(store.read("part-3.parquet", &[0]).is_err());
+    }
+
+    #[test]
+    fn the_sweep_keeps_only_companions_of_live_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RowStore::at(dir.path().to_path_buf());
+        let b = batch(10);
+        for f in ["a/part-1.parquet", "a/part-2.parquet", "a/part-3.parquet"] {
+            store.write(f, &b).unwrap();
+        }
+        std::fs::write(dir.path().join(".interrupted.tmp"), b"x").unwrap();
+        assert_eq!(store.sweep(["a/part-2.parquet"]), 3);
+        assert!(store.holds("a/part-2.parquet"));
+        assert!(!store.holds("a/part-1.parquet") && !store.holds("a/part-3.parquet"));
+        store.remove("a/part-2.parquet");
+        assert!(!store.holds("a/part-2.parquet"));
+        assert_eq!(RowStore::none().sweep(["x"]), 0);
+        assert!(!RowStore::none().holds("a/part-2.parquet"));
+    }
+
+    #[test]
+    fn nearby_ranges_merge_and_far_ones_do_not() {
+        assert_eq!(coalesce(&[(0, 10), (12, 20), (100, 110)], 5), vec![(0, 20), (100, 110)]);
+        assert_eq!(coalesce(&[(0, 10), (5, 8)], 0), vec![(0, 10)]);
+        assert_eq!(coalesce(&[], 5), vec![]);
+    }
+}

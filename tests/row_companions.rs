@@ -1,0 +1,139 @@
+//! Row companions of merge-on-read scd2 tables (docs/scd2.md, "Closing
+//! without reading column chunks"): closes read the stored rows from them
+//! instead of parquet, and the table an independent reader sees is the one
+//! a table without companions gets, also when a companion is damaged or
+//! missing, or was written before a column was added.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_changelake");
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn config(dir: &Path, companions: &str) -> PathBuf {
+    write(
+        dir,
+        "c.yaml",
+        &format!(
+            "systems: {{crm: {{type: csv, path: 'data/{{object}}/*.csv'}}}}\nbronze:\n  tables:\n    account:\n      source: {{system: crm, object: account}}\n      business_key: [id]\n      strategy: scd2\n      merge: {{sequence_by: [seq], delete_when: \"op = 'D'\"}}\n      schema_policy: additive\n      layout: {{file_rows: 64, deletion_vectors: true, compact_min_files: 0, row_companions: {companions}}}\n"
+        ),
+    )
+}
+
+/// Extract `run`: the first loads 300 accounts; later ones update keys
+/// spread over every file, delete some, revive some, send a late row, and
+/// from run 3 on carry a new column.
+fn extract(run: u32) -> String {
+    if run == 0 {
+        let mut csv = String::from("id,op,city,amount,seq\n");
+        for id in 0..300 {
+            csv.push_str(&format!("{id},U,c{},{}.25,{id}\n", id % 7, id * 3));
+        }
+        return csv;
+    }
+    let tier = run >= 3;
+    let mut csv =
+        String::from(if tier { "id,op,city,amount,tier,seq\n" } else { "id,op,city,amount,seq\n" });
+    for j in 0..45u32 {
+        let id = (j * 41 + run * 17) % 320;
+        let op = if j % 11 == 0 { "D" } else { "U" };
+        let t = if tier { format!("t{},", j % 3) } else { String::new() };
+        csv.push_str(&format!("{id},{op},r{run}-{j},{}.5,{t}{}\n", j * run, 10_000 * run + j));
+    }
+    // A late row: older than what is stored for key 5.
+    let t = if tier { "t0," } else { "" };
+    csv.push_str(&format!("5,U,late{run},1.0,{t}{}\n", 3));
+    csv
+}
+
+fn run_once(cfg: &Path) -> String {
+    let out = Command::new(BIN)
+        .args(["run", "--once", "--config"])
+        .arg(cfg)
+        .env("RUST_LOG", "changelake::table=info")
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{log}");
+    log
+}
+
+/// Every row as an independent reader sees it, without the processing-time
+/// columns (they differ between two tables written at different moments).
+fn rows(table: &Path) -> Vec<String> {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/read_delta.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(table)
+        .arg("{}")
+        .args(["_valid_from", "_valid_to", "_execution_id"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect()
+}
+
+/// Names of the live current-partition files, from the Delta log.
+fn live_current_files(table: &Path) -> BTreeSet<String> {
+    let script = "import sys, os\nfrom deltalake import DeltaTable\nfor u in DeltaTable(sys.argv[1]).file_uris():\n    if '_is_current=true' in u: print(u.rsplit('/', 1)[-1])\nsys.stdout.flush(); os._exit(0)\n";
+    let out = Command::new("python3").args(["-c", script]).arg(table).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect()
+}
+
+fn companions(table: &Path) -> BTreeSet<String> {
+    let dir = table.join("_changelake/rows");
+    let Ok(entries) = std::fs::read_dir(dir) else { return BTreeSet::new() };
+    entries
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .map(|n| n.strip_suffix(".rows").unwrap_or(&n).to_string())
+        .collect()
+}
+
+#[test]
+fn scd2_closes_from_row_companions_write_the_table_parquet_reads_write() {
+    let with = tempfile::tempdir().unwrap();
+    let without = tempfile::tempdir().unwrap();
+    let cfg_with = config(with.path(), "auto");
+    let cfg_without = config(without.path(), "off");
+    let table_with = with.path().join("lake/bronze/account");
+    let table_without = without.path().join("lake/bronze/account");
+    for run in 0..6u32 {
+        for dir in [with.path(), without.path()] {
+            write(dir, &format!("data/account/{run:03}.csv"), &extract(run));
+        }
+        if run == 2 {
+            // One companion damaged, one lost: both tables must still agree,
+            // and the next close rebuilds them.
+            let mut names: Vec<String> = companions(&table_with).into_iter().collect();
+            assert!(names.len() >= 2, "companions were written: {names:?}");
+            let dir = table_with.join("_changelake/rows");
+            let damaged = dir.join(format!("{}.rows", names.pop().unwrap()));
+            let mut bytes = std::fs::read(&damaged).unwrap();
+            bytes[20] ^= 0x55; // inside the schema: caught by its checksum
+            std::fs::write(&damaged, bytes).unwrap();
+            std::fs::remove_file(dir.join(format!("{}.rows", names.pop().unwrap()))).unwrap();
+        }
+        let log = run_once(&cfg_with);
+        if run == 2 {
+            assert!(log.contains("row companion not usable"), "damage noticed: {log}");
+            assert!(log.contains("row companions built"), "missing companions rebuilt: {log}");
+        }
+        run_once(&cfg_without);
+        assert_eq!(rows(&table_with), rows(&table_without), "after run {run}");
+    }
+    let all = rows(&table_with);
+    assert!(all.iter().any(|r| r.contains("\"tier\": \"t1\"")), "the added column is there");
+    assert!(all.iter().any(|r| r.contains("late")), "late rows went into history");
+    // Exactly the live current files have companions: those of removed
+    // files are gone, and the table without them has none.
+    assert_eq!(companions(&table_with), live_current_files(&table_with));
+    assert!(companions(&table_without).is_empty());
+}
