@@ -44,15 +44,17 @@ impl<'a> CloseAt<'a> {
 }
 
 impl TableStore {
-    /// The row companion of a new data file: current files of a table that
-    /// keeps them (see `rowstore.rs`). Failing to build one only costs
-    /// speed later, so it is logged, not an error.
-    pub(super) fn companion(&self, current: bool, batch: &RecordBatch) -> Option<Vec<u8>> {
+    /// The row companion of a new data file, written under a temporary
+    /// name by the thread that encodes the file: current files of a table
+    /// that keeps companions (see `rowstore.rs`). Failing to write one only
+    /// costs speed later, so it is logged, not an error.
+    pub(super) fn companion(&self, current: bool, batch: &RecordBatch) -> Option<rowstore::Staged> {
         if !current || !self.rows.enabled() {
             return None;
         }
         rowstore::encode(batch)
-            .inspect_err(|e| tracing::warn!(target: "changelake::table", table = %self.meta.name, error = %e, "row companion not built"))
+            .and_then(|bytes| self.rows.stage(&bytes))
+            .inspect_err(|e| tracing::warn!(target: "changelake::table", table = %self.meta.name, error = %e, "row companion not written; closes of its rows will read parquet"))
             .ok()
     }
 

@@ -105,8 +105,9 @@ pub(super) struct EncodedFile {
     pub(super) bytes: Vec<u8>,
     /// Its Delta statistics (`file_stats.rs`).
     pub(super) stats: String,
-    /// Its row companion's bytes, when the table keeps them (`rowstore.rs`).
-    pub(super) companion: Option<Vec<u8>>,
+    /// Its row companion, written under a temporary name, when the table
+    /// keeps them (`rowstore.rs`).
+    pub(super) companion: Option<super::rowstore::Staged>,
 }
 
 /// What a commit records besides its files.
@@ -218,7 +219,7 @@ impl TableStore {
         crate::faults::hit("after_parquet_write");
         if let Some(c) = companion {
             // A cache: a close without it reads parquet instead.
-            if let Err(e) = self.rows.put(&path, &c) {
+            if let Err(e) = self.rows.adopt(c, &path) {
                 tracing::warn!(target: "changelake::table", table = %self.meta.name, file = %path, error = %e, "row companion not written; closes of its rows will read parquet");
             }
         }

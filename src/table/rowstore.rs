@@ -68,6 +68,10 @@ pub(super) enum RowStoreError {
 
 type Result<T> = std::result::Result<T, RowStoreError>;
 
+/// A companion written under a temporary name (see [`RowStore::stage`]).
+#[derive(Debug)]
+pub(super) struct Staged(PathBuf);
+
 /// Where a table's row companions live; `None` when the table keeps none.
 #[derive(Debug, Clone, Default)]
 pub(super) struct RowStore {
@@ -102,22 +106,32 @@ impl RowStore {
 
     #[cfg(test)]
     fn write(&self, data_file: &str, batch: &RecordBatch) -> Result<()> {
-        self.put(data_file, &encode(batch)?)
+        let staged = self.stage(&encode(batch)?)?;
+        self.adopt(staged, data_file)
     }
 
-    /// Stores a data file's companion ([`encode`]d from all its physical
-    /// rows, in order). Written whole under a temporary name and renamed,
-    /// so a crash never leaves a partial companion under the real name.
-    pub(super) fn put(&self, data_file: &str, bytes: &[u8]) -> Result<()> {
-        let Some(path) = self.path(data_file) else { return Ok(()) };
-        let dir = path.parent().expect("a companion has a directory");
+    /// Writes a companion ([`encode`]d from all of a data file's physical
+    /// rows, in order) under a temporary name, before its data file has
+    /// one: encoding threads write their own, then [`RowStore::adopt`] names
+    /// it. Only whole companions ever carry a real name; a temporary one
+    /// left by a crash is deleted by the sweep at open.
+    pub(super) fn stage(&self, bytes: &[u8]) -> Result<Staged> {
+        let dir = self.dir.as_ref().ok_or(RowStoreError::Format)?;
         std::fs::create_dir_all(dir)?;
         let tmp = dir.join(format!(".{}.tmp", uuid::Uuid::new_v4()));
-        let written = std::fs::File::create(&tmp).and_then(|mut f| f.write_all(bytes));
-        if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, &path)) {
+        if let Err(e) = std::fs::File::create(&tmp).and_then(|mut f| f.write_all(bytes)) {
             let _ = std::fs::remove_file(&tmp);
             return Err(e.into());
         }
+        Ok(Staged(tmp))
+    }
+
+    /// Gives a staged companion its data file's name.
+    pub(super) fn adopt(&self, staged: Staged, data_file: &str) -> Result<()> {
+        let path = self.path(data_file).ok_or(RowStoreError::Format)?;
+        std::fs::rename(&staged.0, &path).inspect_err(|_| {
+            let _ = std::fs::remove_file(&staged.0);
+        })?;
         Ok(())
     }
 

@@ -402,7 +402,9 @@ impl TableStore {
                     .map_err(|e| self.data_err(e.to_string()))?;
                 let companion = rowstore::encode(&all).map_err(|e| self.data_err(e.to_string()))?;
                 let path = &self.files[id as usize].as_ref().expect("live file").path;
-                self.rows.put(path, &companion).map_err(|e| self.data_err(e.to_string()))
+                let staged =
+                    self.rows.stage(&companion).map_err(|e| self.data_err(e.to_string()))?;
+                self.rows.adopt(staged, path).map_err(|e| self.data_err(e.to_string()))
             });
             for d in done {
                 match d {
