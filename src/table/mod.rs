@@ -279,11 +279,6 @@ impl TableStore {
             file_stats::StatsColumns::from_properties(snap.metadata().configuration());
         store.load_columns(snap.schema().fields())?;
         store.load_files(&table).await?;
-        let live = store.files.iter().flatten().filter(|f| f.current).map(|f| f.path.as_str());
-        let swept = store.rows.sweep(live);
-        if swept > 0 {
-            tracing::debug!(target: "changelake::table", table = %store.meta.name, swept, "row companions of files no longer live deleted");
-        }
         let exec_app = crate::progress::execution_app_id(&store.meta.name);
         store.last_exec = crate::progress::stored_version(&table, &exec_app)
             .await

@@ -157,17 +157,29 @@ impl RowStore {
         }
     }
 
-    /// Deletes every companion whose data file is not live (and temporary
-    /// files of interrupted writes). Returns how many were deleted.
+    /// Deletes every companion whose data file is not live, and temporary
+    /// files of interrupted writes once an hour old (a table has one writer,
+    /// but a process that lost it may still be finishing a write). Returns
+    /// how many were deleted.
     pub(super) fn sweep<'a>(&self, live: impl IntoIterator<Item = &'a str>) -> usize {
         let Some(dir) = &self.dir else { return 0 };
         let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
         let keep: std::collections::HashSet<PathBuf> =
             live.into_iter().filter_map(|f| self.path(f)).collect();
+        let hour = std::time::Duration::from_secs(3600);
         let mut deleted = 0;
         for e in entries.flatten() {
             let p = e.path();
-            if !keep.contains(&p) && std::fs::remove_file(&p).is_ok() {
+            let temporary = e.file_name().to_string_lossy().ends_with(".tmp");
+            let young = || {
+                e.metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t.elapsed().is_ok_and(|a| a < hour))
+            };
+            if keep.contains(&p) || (temporary && young()) {
+                continue;
+            }
+            if std::fs::remove_file(&p).is_ok() {
                 deleted += 1;
             }
         }
@@ -406,8 +418,10 @@ mod tests {
         for f in ["a/part-1.parquet", "a/part-2.parquet", "a/part-3.parquet"] {
             store.write(f, &b).unwrap();
         }
-        std::fs::write(dir.path().join(".interrupted.tmp"), b"x").unwrap();
-        assert_eq!(store.sweep(["a/part-2.parquet"]), 3);
+        // A temporary file is kept while it may still be written.
+        std::fs::write(dir.path().join(".writing.tmp"), b"x").unwrap();
+        assert_eq!(store.sweep(["a/part-2.parquet"]), 2);
+        assert!(dir.path().join(".writing.tmp").exists());
         assert!(store.holds("a/part-2.parquet"));
         assert!(!store.holds("a/part-1.parquet") && !store.holds("a/part-3.parquet"));
         store.remove("a/part-2.parquet");

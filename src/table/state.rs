@@ -55,6 +55,12 @@ impl TableStore {
     /// into the key index. A table that does not exist yet has nothing to load.
     pub async fn load_index(&mut self, spec: &Spec) -> Result<()> {
         let started = std::time::Instant::now();
+        // Only a writer sweeps row companions (inspections open tables too).
+        let live = self.files.iter().flatten().filter(|f| f.current).map(|f| f.path.as_str());
+        let swept = self.rows.sweep(live);
+        if swept > 0 {
+            tracing::debug!(target: "changelake::table", table = %self.meta.name, swept, "row companions of files no longer live deleted");
+        }
         match self.load_saved_index(spec).await {
             Ok(loaded) => {
                 tracing::info!(target: "changelake::table", table = %self.meta.name, keys = self.index.len(), saved_version = loaded.saved_version, files_replayed = loaded.files_replayed, duration_ms = started.elapsed().as_millis() as u64, "key index loaded from its snapshot");
