@@ -15,10 +15,11 @@
 //! The companion is a cache, never the truth: the Delta table is unchanged
 //! and readers never see it. Data files never change once written, so a
 //! companion named after its data file is valid for as long as that file is
-//! live. One that is missing, damaged or unreadable is ignored (the rows are
-//! read from parquet, as before) and rebuilt from the data file; one whose
-//! data file has left the table is deleted after the commit that removed it
-//! and by the sweep at open.
+//! live. One that is missing, damaged or unreadable is rebuilt from its data
+//! file by the next run that needs its rows (if that fails too, the rows are
+//! read from parquet, as before); one whose data file has left the table is
+//! deleted after the commit that removed it, and by the sweep a writer runs
+//! when it loads the table.
 //!
 //! File layout (integers little-endian):
 //!
@@ -50,6 +51,10 @@ const ENTRY: u64 = 16;
 /// rows near each other; little read for nothing when they are not).
 const DIRECTORY_GAP: u64 = 4096;
 const RECORD_GAP: u64 = 1024;
+/// Threads reading companions at once (see [`RowStore::read_many`]).
+const READERS: usize = 16;
+/// Rows per read job.
+const PIECE_ROWS: usize = 1024;
 
 /// Why a companion could not be used (the rows are then read from parquet).
 #[derive(Debug, thiserror::Error)]
@@ -114,7 +119,7 @@ impl RowStore {
     /// rows, in order) under a temporary name, before its data file has
     /// one: encoding threads write their own, then [`RowStore::adopt`] names
     /// it. Only whole companions ever carry a real name; a temporary one
-    /// left by a crash is deleted by the sweep at open.
+    /// left by a crash is deleted by a later sweep.
     pub(super) fn stage(&self, bytes: &[u8]) -> Result<Staged> {
         let dir = self.dir.as_ref().ok_or(RowStoreError::Format)?;
         std::fs::create_dir_all(dir)?;
@@ -142,6 +147,52 @@ impl RowStore {
         let file = std::fs::File::open(path)?;
         let len = file.metadata()?.len();
         read_rows(&file, len, rows)
+    }
+
+    /// Chosen rows (sorted, distinct) of several data files, one result per
+    /// file, in order. The reads are spread over [`READERS`] threads in
+    /// pieces of at most [`PIECE_ROWS`] rows: when a table's companions do
+    /// not fit in the page cache, each read may wait for the disk, and a
+    /// disk serves many waiting reads at once far faster than one after
+    /// the other.
+    pub(super) fn read_many(&self, want: &[(&str, &[u32])]) -> Vec<Result<RecordBatch>> {
+        let pieces: Vec<(usize, &str, &[u32])> = (want.iter().enumerate())
+            .flat_map(|(i, (file, rows))| rows.chunks(PIECE_ROWS).map(move |c| (i, *file, c)))
+            .collect();
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let mut done: Vec<Option<Result<RecordBatch>>> = Vec::new();
+        done.resize_with(pieces.len(), || None);
+        let done = std::sync::Mutex::new(done);
+        std::thread::scope(|s| {
+            for _ in 0..READERS.min(pieces.len()) {
+                s.spawn(|| loop {
+                    let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some((_, file, rows)) = pieces.get(at) else { break };
+                    let got = self.read(file, rows);
+                    done.lock().unwrap_or_else(|e| e.into_inner())[at] = Some(got);
+                });
+            }
+        });
+        let done = done.into_inner().unwrap_or_else(|e| e.into_inner());
+        let mut per_file: Vec<Vec<RecordBatch>> = want.iter().map(|_| vec![]).collect();
+        let mut failed: Vec<Option<RowStoreError>> = want.iter().map(|_| None).collect();
+        for ((i, _, _), got) in pieces.iter().zip(done) {
+            match got.expect("every piece is read") {
+                Ok(b) => per_file[*i].push(b),
+                Err(e) => failed[*i] = failed[*i].take().or(Some(e)),
+            }
+        }
+        per_file
+            .into_iter()
+            .zip(failed)
+            .map(|(batches, failed)| match (failed, batches.first()) {
+                (Some(e), _) => Err(e),
+                (None, Some(first)) => {
+                    Ok(deltalake::arrow::compute::concat_batches(&first.schema(), &batches)?)
+                }
+                (None, None) => Err(RowStoreError::Damaged("no rows asked for".into())),
+            })
+            .collect()
     }
 
     /// Deletes a data file's companion (its file left the table).
@@ -388,6 +439,17 @@ mod tests {
         }
         let every_third: Vec<u32> = (0..5000).step_by(3).collect();
         assert_eq!(store.read("part-1.parquet", &every_third).unwrap(), take(&b, &every_third));
+        // Several files at once, in pieces: each file's rows in order.
+        store.write("part-2.parquet", &batch(3000)).unwrap();
+        let some: Vec<u32> = (0..3000).step_by(7).collect();
+        let got = store.read_many(&[
+            ("part-1.parquet", &every_third),
+            ("part-2.parquet", &some),
+            ("part-9.parquet", &[1]),
+        ]);
+        assert_eq!(got[0].as_ref().unwrap(), &take(&b, &every_third));
+        assert_eq!(got[1].as_ref().unwrap(), &take(&batch(3000), &some));
+        assert!(got[2].is_err(), "no companion");
     }
 
     #[test]

@@ -338,25 +338,22 @@ impl TableStore {
         Ok(out)
     }
 
-    /// Rows of files from their companions, on all cores; the files whose
-    /// companion could not give them come back (the companion deleted).
+    /// Rows of files from their companions (`RowStore::read_many`); the
+    /// files whose companion could not give them come back (the companion
+    /// deleted).
     #[allow(clippy::type_complexity)]
     fn read_companions(
         &self,
         want: BTreeMap<u32, Vec<u32>>,
         warn: bool,
     ) -> Result<(Vec<SelectedRows>, BTreeMap<u32, Vec<u32>>)> {
-        let read = par_map(want.into_iter().collect(), |(id, rows)| {
-            let path = &self.files[id as usize].as_ref().expect("live file").path;
-            let batch = if self.rows.holds(path) {
-                self.rows.read(path, &rows).map_err(|e| e.to_string())
-            } else {
-                Err("no companion".to_string())
-            };
-            (id, rows, batch)
-        });
+        let path = |id: u32| self.files[id as usize].as_ref().expect("live file").path.as_str();
+        let asked: Vec<(&str, &[u32])> =
+            want.iter().map(|(&id, rows)| (path(id), rows.as_slice())).collect();
+        let read = self.rows.read_many(&asked);
         let (mut out, mut failed) = (vec![], BTreeMap::new());
-        for (id, rows, batch) in read {
+        for ((id, rows), batch) in want.into_iter().zip(read) {
+            let batch = batch.map_err(|e| e.to_string());
             let path = &self.files[id as usize].as_ref().expect("live file").path;
             match batch {
                 Ok(batch) if batch.num_rows() == rows.len() => {
