@@ -35,20 +35,25 @@ fn write_inputs(dir: &Path) {
     );
 }
 
-/// scd1 copy-on-write, scd1 merge-on-read and scd2, with maintenance that
-/// runs within three commits (compaction, checkpoints, vacuum).
+/// scd1 copy-on-write, scd1 merge-on-read, scd2 and merge-on-read scd2
+/// (its row companions in a local directory, as a table on an object store
+/// keeps them: docs/object-storage.md), with maintenance that runs within
+/// three commits (compaction, checkpoints, vacuum).
 fn config(dir: &Path, storage: &str) -> PathBuf {
     let layout = "compact_min_files: 2, checkpoint_interval: 2, vacuum_retention: 0s";
+    let companions = dir.join("companions");
+    let companions = companions.to_string_lossy();
     write(
         dir,
         "changelake.yaml",
         &format!(
-            "{storage}systems:\n  crm:\n    type: csv\n    path: 'data/{{object}}/*.csv'\n    columns: {{id: integer, amount: integer, seq: integer}}\nbronze:\n  tables:\n    account:\n      source: {{system: crm, object: account}}\n      business_key: [id]\n      strategy: scd1\n      merge: {{sequence_by: [seq], delete_when: \"op = 'D'\"}}\n      layout: {{{layout}}}\n    account_dv:\n      source: {{system: crm, object: account}}\n      business_key: [id]\n      strategy: scd1\n      merge: {{sequence_by: [seq], delete_when: \"op = 'D'\", delete_mode: hard}}\n      layout: {{{layout}, deletion_vectors: true}}\n    account_history:\n      source: {{system: crm, object: account}}\n      business_key: [id]\n      strategy: scd2\n      merge: {{sequence_by: [seq], delete_when: \"op = 'D'\"}}\n      layout: {{{layout}}}\n"
+            "{storage}systems:\n  crm:\n    type: csv\n    path: 'data/{{object}}/*.csv'\n    columns: {{id: integer, amount: integer, seq: integer}}\nbronze:\n  tables:\n    account:\n      source: {{system: crm, object: account}}\n      business_key: [id]\n      strategy: scd1\n      merge: {{sequence_by: [seq], delete_when: \"op = 'D'\"}}\n      layout: {{{layout}}}\n    account_dv:\n      source: {{system: crm, object: account}}\n      business_key: [id]\n      strategy: scd1\n      merge: {{sequence_by: [seq], delete_when: \"op = 'D'\", delete_mode: hard}}\n      layout: {{{layout}, deletion_vectors: true}}\n    account_history:\n      source: {{system: crm, object: account}}\n      business_key: [id]\n      strategy: scd2\n      merge: {{sequence_by: [seq], delete_when: \"op = 'D'\"}}\n      layout: {{{layout}}}\n    account_history_dv:\n      source: {{system: crm, object: account}}\n      business_key: [id]\n      strategy: scd2\n      merge: {{sequence_by: [seq], delete_when: \"op = 'D'\"}}\n      layout: {{{layout}, deletion_vectors: true, row_companions: '{companions}'}}\n"
         ),
     )
 }
 
-const TABLES: &[&str] = &["bronze/account", "bronze/account_dv", "bronze/account_history"];
+const TABLES: &[&str] =
+    &["bronze/account", "bronze/account_dv", "bronze/account_history", "bronze/account_history_dv"];
 
 /// Runs the three files on a local lake; returns each table's rows.
 fn local_reference() -> Vec<Vec<String>> {
@@ -100,8 +105,18 @@ fn remote_equals_local(storage: &str, root: &str, reader: &str, azurite: Option<
         assert_eq!(got, want[i], "{t} differs from the local lake");
     }
     let dl = dead_letter_errors(&format!("{root}/_dead_letters"), reader, azurite);
-    assert_eq!(dl, want[3], "dead letters differ");
-    assert_eq!(dl.len(), 3, "one dead letter per table for the bad amount: {dl:?}");
+    assert_eq!(dl, want[TABLES.len()], "dead letters differ");
+    assert_eq!(dl.len(), TABLES.len(), "one dead letter per table for the bad amount: {dl:?}");
+    // The merge-on-read scd2 table closed versions through companions kept
+    // in the local directory, not on the store.
+    let kept = std::fs::read_dir(dir.path().join("companions/account_history_dv"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".rows"))
+                .count()
+        })
+        .unwrap_or(0);
+    assert!(kept > 0, "no row companions in the local directory");
 
     // Nothing twice: a second pass finds every file applied.
     let tables_json = |c: &mut Command| {
@@ -132,7 +147,7 @@ fn remote_equals_local(storage: &str, root: &str, reader: &str, azurite: Option<
         &["show", "_dead_letters", "--format", "jsonl"],
         &cfg,
     ));
-    assert_eq!(dead.lines().count(), 3, "{dead}");
+    assert_eq!(dead.lines().count(), TABLES.len(), "{dead}");
 }
 
 #[test]
@@ -176,7 +191,7 @@ fn transient_storage_errors_are_retried_and_the_table_still_equals_a_local_one()
         assert_eq!(got, want[i], "{t} differs from the local lake after {n} faults");
     }
     let dl = dead_letter_errors("s3://lake/flaky/_dead_letters", &reader, None);
-    assert_eq!(dl, want[3], "dead letters after {n} faults");
+    assert_eq!(dl, want[TABLES.len()], "dead letters after {n} faults");
     drop(proxy);
 }
 
