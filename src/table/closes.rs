@@ -18,7 +18,6 @@ use super::commit::OutFile;
 use super::files::SelectedRows;
 use super::index::Location;
 use super::plan;
-use super::rowstore;
 use super::state::ClosingRows;
 use super::Result;
 use super::TableStore;
@@ -44,20 +43,6 @@ impl<'a> CloseAt<'a> {
 }
 
 impl TableStore {
-    /// The row companion of a new data file, written under a temporary
-    /// name by the thread that encodes the file: current files of a table
-    /// that keeps companions (see `rowstore.rs`). Failing to write one only
-    /// costs speed later, so it is logged, not an error.
-    pub(super) fn companion(&self, current: bool, batch: &RecordBatch) -> Option<rowstore::Staged> {
-        if !current || !self.rows.enabled() {
-            return None;
-        }
-        rowstore::encode(batch)
-            .and_then(|bytes| self.rows.stage(&bytes))
-            .inspect_err(|e| tracing::warn!(target: "changelake::table", table = %self.meta.name, error = %e, "row companion not written; closes of its rows will read parquet"))
-            .ok()
-    }
-
     /// The closed versions as history files (full files, not one small file
     /// per source file), with their keys.
     pub(super) async fn stage_closes(

@@ -18,7 +18,8 @@
 //! | `stage.rs` | turning a merge output into files and actions |
 //! | `rewrite.rs` | copy-on-write: touched files rewritten with rows in place |
 //! | `closes.rs` | scd2 closes copied into history at the Arrow level |
-//! | `rowstore.rs` | merge-on-read scd2: current rows kept row-wise for closes |
+//! | `companions.rs` | merge-on-read scd2: writing, reading and rebuilding row companions |
+//! | `rowstore.rs` | the row companions' file format: current rows kept row-wise for closes |
 //! | `rowcodec.rs` | the row companions' record codec |
 //! | `masks.rs` | merge-on-read: staging grown deletion vectors |
 //! | `dv.rs` | the deletion-vector codec |
@@ -39,6 +40,7 @@ mod actions;
 mod closes;
 mod commit;
 mod compact;
+mod companions;
 mod convert;
 mod dv;
 mod file_stats;
@@ -287,30 +289,6 @@ impl TableStore {
         store.file_counter = store.files.len() as u64;
         store.table = Some(table);
         Ok(store)
-    }
-
-    /// Where this table keeps row companions for scd2 closes (merge-on-read
-    /// scd2 tables only, see `rowstore.rs`): with `row_companions: auto`,
-    /// under `_changelake/rows` in the table directory when the table is on
-    /// a local disk (a prefix Delta readers ignore) and nowhere otherwise;
-    /// with a directory, in its subdirectory named after the table.
-    fn row_store(&self) -> rowstore::RowStore {
-        use crate::config::RowCompanions;
-        if self.meta.strategy != Strategy::Scd2 || !self.meta.layout.deletion_vectors {
-            return rowstore::RowStore::none();
-        }
-        let uri = self.loc.uri();
-        let local = match uri.strip_prefix("file://") {
-            Some(path) => Some(path),
-            None => (!uri.contains("://")).then_some(uri),
-        };
-        match (&self.meta.layout.row_companions, local) {
-            (RowCompanions::Off, _) | (RowCompanions::Auto, None) => rowstore::RowStore::none(),
-            (RowCompanions::Auto, Some(root)) => {
-                rowstore::RowStore::at(std::path::Path::new(root).join("_changelake/rows"))
-            }
-            (RowCompanions::Dir(dir), _) => rowstore::RowStore::at(dir.join(&self.meta.name)),
-        }
     }
 
     /// Refuses a table changelake did not create, or created with another

@@ -14,7 +14,6 @@ use super::convert::cell;
 use super::files::{FileMeta, SelectedRows};
 use super::history::HistoryHead;
 use super::index::{Entry, Location, NO_FILE};
-use super::rowstore;
 use super::Result;
 use super::{FxMap, TableError, TableStore};
 use crate::config::Strategy;
@@ -318,107 +317,6 @@ impl TableStore {
             r.dedup();
         }
         StateReads { rows, keys_at, late_rows }
-    }
-
-    /// Chosen physical rows of current files: from their row companions
-    /// where they have one (a few small reads per row), else from parquet
-    /// with row selections (every page holding a chosen row is decoded).
-    /// A companion that cannot be read is rebuilt from its data file once;
-    /// rows it still cannot give are read from parquet.
-    async fn read_current_rows(&self, want: BTreeMap<u32, Vec<u32>>) -> Result<Vec<SelectedRows>> {
-        let (held, rest): (BTreeMap<u32, Vec<u32>>, BTreeMap<u32, Vec<u32>>) =
-            want.into_iter().partition(|(id, _)| self.has_companion(*id));
-        let (mut out, failed) = self.read_companions(held, true)?;
-        let rebuilt: Vec<u32> = failed.keys().copied().collect();
-        self.build_missing_companions(rebuilt).await;
-        let (again, mut rest_too) = self.read_companions(failed, false)?;
-        out.extend(again);
-        rest_too.extend(rest);
-        out.extend(self.read_selected(rest_too).await?);
-        Ok(out)
-    }
-
-    /// Rows of files from their companions (`RowStore::read_many`); the
-    /// files whose companion could not give them come back (the companion
-    /// deleted).
-    #[allow(clippy::type_complexity)]
-    fn read_companions(
-        &self,
-        want: BTreeMap<u32, Vec<u32>>,
-        warn: bool,
-    ) -> Result<(Vec<SelectedRows>, BTreeMap<u32, Vec<u32>>)> {
-        let path = |id: u32| self.files[id as usize].as_ref().expect("live file").path.as_str();
-        let asked: Vec<(&str, &[u32])> =
-            want.iter().map(|(&id, rows)| (path(id), rows.as_slice())).collect();
-        let read = self.rows.read_many(&asked);
-        let (mut out, mut failed) = (vec![], BTreeMap::new());
-        for ((id, rows), batch) in want.into_iter().zip(read) {
-            let batch = batch.map_err(|e| e.to_string());
-            let path = &self.files[id as usize].as_ref().expect("live file").path;
-            match batch {
-                Ok(batch) if batch.num_rows() == rows.len() => {
-                    out.push(SelectedRows { file: id, rows, batch: self.in_table_schema(batch)? })
-                }
-                r => {
-                    let error = r.map_or_else(|e| e, |b| format!("{} rows", b.num_rows()));
-                    if warn {
-                        tracing::warn!(target: "changelake::table", table = %self.meta.name, file = %path, %error, "row companion not usable; rebuilding it");
-                    }
-                    self.rows.remove(path);
-                    failed.insert(id, rows);
-                }
-            }
-        }
-        Ok((out, failed))
-    }
-
-    /// Does this live file have a row companion (`rowstore.rs`)?
-    pub(super) fn has_companion(&self, id: u32) -> bool {
-        self.files[id as usize].as_ref().is_some_and(|f| self.rows.holds(&f.path))
-    }
-
-    /// Builds the row companions of the files holding closed versions that
-    /// lack one (written before companions existed, rewritten without one,
-    /// or one found damaged): each such file is read whole once, which is
-    /// what reading its closed rows from parquet would cost anyway. Failures
-    /// are logged; those rows are then read from parquet.
-    async fn build_missing_companions(&self, mut lacking: Vec<u32>) {
-        lacking.retain(|&id| !self.has_companion(id));
-        if lacking.is_empty() {
-            return;
-        }
-        let started = std::time::Instant::now();
-        let mut built = 0usize;
-        for wave in lacking.chunks(4) {
-            let mut todo = vec![];
-            for &id in wave {
-                match self.fetch(id).await {
-                    Ok(bytes) => todo.push((id, bytes)),
-                    Err(e) => {
-                        tracing::warn!(target: "changelake::table", table = %self.meta.name, error = %e, "row companion not built")
-                    }
-                }
-            }
-            let done = par_map(todo, |(id, bytes)| {
-                let batches = self.decode_file(id, bytes, None)?;
-                let all = deltalake::arrow::compute::concat_batches(&self.arrow_schema(), &batches)
-                    .map_err(|e| self.data_err(e.to_string()))?;
-                let companion = rowstore::encode(&all).map_err(|e| self.data_err(e.to_string()))?;
-                let path = &self.files[id as usize].as_ref().expect("live file").path;
-                let staged =
-                    self.rows.stage(&companion).map_err(|e| self.data_err(e.to_string()))?;
-                self.rows.adopt(staged, path).map_err(|e| self.data_err(e.to_string()))
-            });
-            for d in done {
-                match d {
-                    Ok(()) => built += 1,
-                    Err(e) => {
-                        tracing::warn!(target: "changelake::table", table = %self.meta.name, error = %e, "row companion not built")
-                    }
-                }
-            }
-        }
-        tracing::info!(target: "changelake::table", table = %self.meta.name, files = built, duration_ms = started.elapsed().as_millis() as u64, "row companions built for files that had none");
     }
 
     /// The current versions of the keys in `keys_at`, out of the rows read.
