@@ -137,3 +137,36 @@ fn scd2_closes_from_row_companions_write_the_table_parquet_reads_write() {
     assert_eq!(companions(&table_with), live_current_files(&table_with));
     assert!(companions(&table_without).is_empty());
 }
+
+/// A table written without companions (as before they existed) gets them
+/// over its next runs, at most 16 files per run, and reads the same.
+#[test]
+fn a_table_written_without_companions_gets_them_a_few_files_per_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let reference = tempfile::tempdir().unwrap();
+    let small = |d: &Path, companions: &str| {
+        let cfg = config(d, companions);
+        let text = std::fs::read_to_string(&cfg).unwrap().replace("file_rows: 64", "file_rows: 8");
+        std::fs::write(&cfg, text).unwrap();
+        cfg
+    };
+    let table = dir.path().join("lake/bronze/account");
+    for run in 0..4u32 {
+        for d in [dir.path(), reference.path()] {
+            write(d, &format!("data/account/{run:03}.csv"), &extract(run));
+        }
+        // Two runs as an older version wrote them, then companions on.
+        let log = run_once(&small(dir.path(), if run < 2 { "off" } else { "auto" }));
+        run_once(&small(reference.path(), "off"));
+        assert_eq!(rows(&table), rows(&reference.path().join("lake/bronze/account")), "run {run}");
+        let kept = companions(&table).len();
+        match run {
+            0 | 1 => assert_eq!(kept, 0),
+            2 => {
+                assert!(log.contains("row companions left to build in later runs"), "{log}");
+                assert!((1..=16 + 8).contains(&kept), "{kept} companions after the first run");
+            }
+            _ => assert!(kept > 16, "more companions a run later: {kept}"),
+        }
+    }
+}

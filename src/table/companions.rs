@@ -15,6 +15,10 @@ use super::TableStore;
 use crate::config::Strategy;
 use crate::par::par_map;
 
+/// Data files whose missing row companion one run builds (see
+/// [`TableStore::build_missing_companions`]).
+const REBUILDS_PER_RUN: usize = 16;
+
 impl TableStore {
     /// Where this table keeps row companions for scd2 closes (merge-on-read
     /// scd2 tables only, see `rowstore.rs`): with `row_companions: auto`,
@@ -118,11 +122,19 @@ impl TableStore {
     /// lack one (written before companions existed, rewritten without one,
     /// or one found damaged): each such file is read whole once, which is
     /// what reading its closed rows from parquet would cost anyway. Failures
-    /// are logged; those rows are then read from parquet.
+    /// are logged; those rows are then read from parquet. At most
+    /// [`REBUILDS_PER_RUN`] files per run: a large table written before
+    /// companions existed gets them over its next runs instead of in one
+    /// run that reads and rewrites everything.
     pub(super) async fn build_missing_companions(&self, mut lacking: Vec<u32>) {
         lacking.retain(|&id| !self.has_companion(id));
         if lacking.is_empty() {
             return;
+        }
+        let later = lacking.len().saturating_sub(REBUILDS_PER_RUN);
+        lacking.truncate(REBUILDS_PER_RUN);
+        if later > 0 {
+            tracing::info!(target: "changelake::table", table = %self.meta.name, files = later, "row companions left to build in later runs");
         }
         let started = std::time::Instant::now();
         let mut built = 0usize;
