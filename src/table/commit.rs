@@ -393,6 +393,13 @@ impl TableStore {
         }
     }
 
+    /// What is kept beside a file that left the table: its key filters and
+    /// its row companion.
+    fn forget_file(&self, path: &str) {
+        self.filters.lock().unwrap_or_else(|e| e.into_inner()).remove(path);
+        self.rows.remove(path);
+    }
+
     /// After a durable commit: update the in-memory file list and key index.
     pub(super) fn finish_commit(
         &mut self,
@@ -403,8 +410,7 @@ impl TableStore {
         crate::faults::hit("after_delta_commit");
         for id in pc.removed {
             if let Some(f) = self.files[id as usize].take() {
-                self.filters.lock().unwrap_or_else(|e| e.into_inner()).remove(&f.path);
-                self.rows.remove(&f.path);
+                self.forget_file(&f.path);
             }
         }
         for u in pc.dv_updates {
@@ -450,8 +456,7 @@ impl TableStore {
                 FileKeys::Rows(_) | FileKeys::Sparse(_) => self.files.push(Some(f.meta)),
                 FileKeys::InPlace { slot, .. } => {
                     if let Some(old) = self.files[slot as usize].replace(f.meta) {
-                        self.filters.lock().unwrap_or_else(|e| e.into_inner()).remove(&old.path);
-                        self.rows.remove(&old.path);
+                        self.forget_file(&old.path);
                     }
                 }
             }

@@ -53,7 +53,7 @@ impl TableStore {
             return None;
         }
         rowstore::encode(batch)
-            .and_then(|bytes| self.rows.stage(&bytes))
+            .and_then(|c| self.rows.stage(&c))
             .inspect_err(|e| tracing::warn!(target: "changelake::table", table = %self.meta.name, error = %e, "row companion not written; closes of its rows will read parquet"))
             .ok()
     }
@@ -94,18 +94,16 @@ impl TableStore {
         let read = self.rows.read_many(&asked);
         let (mut out, mut failed) = (vec![], BTreeMap::new());
         for ((id, rows), batch) in want.into_iter().zip(read) {
-            let batch = batch.map_err(|e| e.to_string());
-            let path = &self.files[id as usize].as_ref().expect("live file").path;
             match batch {
-                Ok(batch) if batch.num_rows() == rows.len() => {
+                // A companion gives exactly the rows asked for, or an error.
+                Ok(batch) => {
                     out.push(SelectedRows { file: id, rows, batch: self.in_table_schema(batch)? })
                 }
-                r => {
-                    let error = r.map_or_else(|e| e, |b| format!("{} rows", b.num_rows()));
+                Err(error) => {
                     if warn {
-                        tracing::warn!(target: "changelake::table", table = %self.meta.name, file = %path, %error, "row companion not usable; rebuilding it");
+                        tracing::warn!(target: "changelake::table", table = %self.meta.name, file = %path(id), %error, "row companion not usable; rebuilding it");
                     }
-                    self.rows.remove(path);
+                    self.rows.remove(path(id));
                     failed.insert(id, rows);
                 }
             }
@@ -141,25 +139,10 @@ impl TableStore {
         for wave in lacking.chunks(4) {
             let mut todo = vec![];
             for &id in wave {
-                match self.fetch(id).await {
-                    Ok(bytes) => todo.push((id, bytes)),
-                    Err(e) => {
-                        tracing::warn!(target: "changelake::table", table = %self.meta.name, error = %e, "row companion not built")
-                    }
-                }
+                todo.push((id, self.fetch(id).await));
             }
-            let done = par_map(todo, |(id, bytes)| {
-                let batches = self.decode_file(id, bytes, None)?;
-                let all = deltalake::arrow::compute::concat_batches(&self.arrow_schema(), &batches)
-                    .map_err(|e| self.data_err(e.to_string()))?;
-                let companion = rowstore::encode(&all).map_err(|e| self.data_err(e.to_string()))?;
-                let path = &self.files[id as usize].as_ref().expect("live file").path;
-                let staged =
-                    self.rows.stage(&companion).map_err(|e| self.data_err(e.to_string()))?;
-                self.rows.adopt(staged, path).map_err(|e| self.data_err(e.to_string()))
-            });
-            for d in done {
-                match d {
+            for done in par_map(todo, |(id, bytes)| self.build_companion(id, bytes?)) {
+                match done {
                     Ok(()) => built += 1,
                     Err(e) => {
                         tracing::warn!(target: "changelake::table", table = %self.meta.name, error = %e, "row companion not built")
@@ -168,5 +151,16 @@ impl TableStore {
             }
         }
         tracing::info!(target: "changelake::table", table = %self.meta.name, files = built, duration_ms = started.elapsed().as_millis() as u64, "row companions built for files that had none");
+    }
+
+    /// A data file's companion from the file's bytes: all its physical rows.
+    fn build_companion(&self, id: u32, bytes: bytes::Bytes) -> Result<()> {
+        let batches = self.decode_file(id, bytes, None)?;
+        let all = deltalake::arrow::compute::concat_batches(&self.arrow_schema(), &batches)
+            .map_err(|e| self.data_err(e.to_string()))?;
+        let path = &self.files[id as usize].as_ref().expect("live file").path;
+        rowstore::encode(&all)
+            .and_then(|c| self.rows.put(path, &c))
+            .map_err(|e| self.data_err(e.to_string()))
     }
 }

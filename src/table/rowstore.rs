@@ -109,10 +109,14 @@ impl RowStore {
         self.path(data_file).is_some_and(|p| p.is_file())
     }
 
+    /// Stores a data file's companion at once (see [`RowStore::stage`]).
+    pub(super) fn put(&self, data_file: &str, companion: &Encoded) -> Result<()> {
+        self.adopt(self.stage(companion)?, data_file)
+    }
+
     #[cfg(test)]
     fn write(&self, data_file: &str, batch: &RecordBatch) -> Result<()> {
-        let staged = self.stage(&encode(batch)?)?;
-        self.adopt(staged, data_file)
+        self.put(data_file, &encode(batch)?)
     }
 
     /// Writes a companion ([`encode`]d from all of a data file's physical
@@ -120,11 +124,14 @@ impl RowStore {
     /// one: encoding threads write their own, then [`RowStore::adopt`] names
     /// it. Only whole companions ever carry a real name; a temporary one
     /// left by a crash is deleted by a later sweep.
-    pub(super) fn stage(&self, bytes: &[u8]) -> Result<Staged> {
+    pub(super) fn stage(&self, companion: &Encoded) -> Result<Staged> {
         let dir = self.dir.as_ref().ok_or(RowStoreError::Format)?;
         std::fs::create_dir_all(dir)?;
         let tmp = dir.join(format!(".{}.tmp", uuid::Uuid::new_v4()));
-        if let Err(e) = std::fs::File::create(&tmp).and_then(|mut f| f.write_all(bytes)) {
+        let written = std::fs::File::create(&tmp).and_then(|mut f| {
+            f.write_all(&companion.head).and_then(|()| f.write_all(&companion.data))
+        });
+        if let Err(e) = written {
             let _ = std::fs::remove_file(&tmp);
             return Err(e.into());
         }
@@ -238,26 +245,32 @@ impl RowStore {
     }
 }
 
+/// A companion's bytes: its header and directory, then its records (kept
+/// apart, so the records are never copied into one buffer with the rest).
+pub(super) struct Encoded {
+    head: Vec<u8>,
+    data: Vec<u8>,
+}
+
 /// A batch as a companion file's bytes.
-pub(super) fn encode(batch: &RecordBatch) -> Result<Vec<u8>> {
+pub(super) fn encode(batch: &RecordBatch) -> Result<Encoded> {
     let schema = schema_bytes(&batch.schema())?;
     let n = batch.num_rows();
     let mut data = Vec::with_capacity(batch.get_array_memory_size());
     let ends = rowcodec::encode(batch, &mut data)?;
-    let mut out = Vec::with_capacity(8 + 4 + schema.len() + 8 + 4 + 16 * n + data.len());
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&(schema.len() as u32).to_le_bytes());
-    out.extend_from_slice(&schema);
-    out.extend_from_slice(&xxh3_64(&schema).to_le_bytes());
-    out.extend_from_slice(&(n as u32).to_le_bytes());
+    let mut head = Vec::with_capacity(8 + 4 + schema.len() + 8 + 4 + 16 * n);
+    head.extend_from_slice(MAGIC);
+    head.extend_from_slice(&(schema.len() as u32).to_le_bytes());
+    head.extend_from_slice(&schema);
+    head.extend_from_slice(&xxh3_64(&schema).to_le_bytes());
+    head.extend_from_slice(&(n as u32).to_le_bytes());
     let mut start = 0usize;
     for &end in &ends {
-        out.extend_from_slice(&end.to_le_bytes());
-        out.extend_from_slice(&xxh3_64(&data[start..end as usize]).to_le_bytes());
+        head.extend_from_slice(&end.to_le_bytes());
+        head.extend_from_slice(&xxh3_64(&data[start..end as usize]).to_le_bytes());
         start = end as usize;
     }
-    out.extend_from_slice(&data);
-    Ok(out)
+    Ok(Encoded { head, data })
 }
 
 fn schema_bytes(schema: &Arc<Schema>) -> Result<Vec<u8>> {
@@ -298,26 +311,38 @@ fn coalesce(ranges: &[(u64, u64)], gap: u64) -> Vec<(u64, u64)> {
     out
 }
 
-/// Reads ranges (sorted by start) with one read per merged group; returns
-/// each range's bytes.
-fn read_ranges(
-    file: &std::fs::File,
-    file_len: u64,
-    ranges: &[(u64, u64)],
-    gap: u64,
-) -> Result<Vec<Vec<u8>>> {
-    let mut out = Vec::with_capacity(ranges.len());
-    let groups = coalesce(ranges, gap);
-    let mut next = 0;
-    for (start, end) in groups {
-        let buf = read_exact(file, start, end - start, file_len)?;
-        while next < ranges.len() && ranges[next].1 <= end {
-            let (s, e) = ranges[next];
-            out.push(buf[(s - start) as usize..(e - start) as usize].to_vec());
-            next += 1;
+/// Ranges of a file (sorted by start) read with one read per merged group
+/// (see [`coalesce`]): the groups' bytes and where each range lies in them.
+struct Ranges {
+    groups: Vec<Vec<u8>>,
+    spans: Vec<(usize, std::ops::Range<usize>)>,
+}
+
+impl Ranges {
+    fn read(
+        file: &std::fs::File,
+        file_len: u64,
+        ranges: &[(u64, u64)],
+        gap: u64,
+    ) -> Result<Ranges> {
+        let mut out = Ranges { groups: vec![], spans: Vec::with_capacity(ranges.len()) };
+        let mut next = 0;
+        for (start, end) in coalesce(ranges, gap) {
+            out.groups.push(read_exact(file, start, end - start, file_len)?);
+            while next < ranges.len() && ranges[next].1 <= end {
+                let (s, e) = ranges[next];
+                out.spans.push((out.groups.len() - 1, (s - start) as usize..(e - start) as usize));
+                next += 1;
+            }
         }
+        Ok(out)
     }
-    Ok(out)
+
+    /// The bytes of the `i`th range.
+    fn get(&self, i: usize) -> &[u8] {
+        let (group, span) = &self.spans[i];
+        &self.groups[*group][span.clone()]
+    }
 }
 
 fn read_rows(file: &std::fs::File, file_len: u64, rows: &[u32]) -> Result<RecordBatch> {
@@ -349,10 +374,11 @@ fn read_rows(file: &std::fs::File, file_len: u64, rows: &[u32]) -> Result<Record
         let first = if r == 0 { 0 } else { r - 1 };
         entries.push((directory + ENTRY * first, directory + ENTRY * (r + 1)));
     }
-    let dir_bytes = read_ranges(file, file_len, &entries, DIRECTORY_GAP)?;
+    let dir_bytes = Ranges::read(file, file_len, &entries, DIRECTORY_GAP)?;
     let mut records = Vec::with_capacity(rows.len());
     let mut sums = Vec::with_capacity(rows.len());
-    for (&r, d) in rows.iter().zip(&dir_bytes) {
+    for (i, &r) in rows.iter().enumerate() {
+        let d = dir_bytes.get(i);
         let (start, own) = if r == 0 { (0, 0) } else { (u64_at(d, 0), 16) };
         let end = u64_at(d, own);
         if end < start {
@@ -361,13 +387,13 @@ fn read_rows(file: &std::fs::File, file_len: u64, rows: &[u32]) -> Result<Record
         records.push((data + start, data + end));
         sums.push(u64_at(d, own + 8));
     }
-    let bytes = read_ranges(file, file_len, &records, RECORD_GAP)?;
-    for ((b, sum), r) in bytes.iter().zip(&sums).zip(rows) {
+    let bytes = Ranges::read(file, file_len, &records, RECORD_GAP)?;
+    let records: Vec<&[u8]> = (0..rows.len()).map(|i| bytes.get(i)).collect();
+    for ((b, sum), r) in records.iter().zip(&sums).zip(rows) {
         if xxh3_64(b) != *sum {
             return Err(RowStoreError::Damaged(format!("row {r}: checksum")));
         }
     }
-    let records: Vec<&[u8]> = bytes.iter().map(Vec::as_slice).collect();
     Ok(rowcodec::decode(schema, &records)?)
 }
 

@@ -201,12 +201,12 @@ impl TableStore {
         let batches = files.iter().map(|f| &f.batch).zip(codecs.iter().copied()).collect();
         let encoded = encode_all(batches, &key_columns(spec), &self.stats_columns)
             .map_err(|e| self.data_err(e))?;
-        let mut companions = crate::par::par_map(files.iter().collect(), |f: &OutFile| {
+        let companions = crate::par::par_map(files.iter().collect(), |f: &OutFile| {
             self.companion(f.current, &f.batch)
         });
         phases.mark("encode");
         for (((f, codec), (bytes, stats)), companion) in
-            files.into_iter().zip(codecs).zip(encoded).zip(companions.drain(..))
+            files.into_iter().zip(codecs).zip(encoded).zip(companions)
         {
             let rows = f.batch.num_rows();
             let keys = FileKeys::Rows(f.keys);
