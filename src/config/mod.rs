@@ -26,6 +26,7 @@ mod layout;
 mod merge_options;
 mod model;
 mod paths;
+mod registry;
 mod reserved;
 mod select;
 mod subst;
@@ -43,7 +44,8 @@ use serde_yaml::Value as Y;
 pub use errors::ConfigErrors;
 pub use model::{
     Batching, Config, DeadLetters, DeleteMode, Format, Guardrails, Layout, OutOfRange,
-    RowCompanions, SchemaPolicy, Strategy, System, SystemKind, TableConfig, ValidTime,
+    RowCompanions, SchemaPolicy, SchemaRegistry, Strategy, System, SystemKind, TableConfig,
+    ValidTime,
 };
 pub use paths::join_uri;
 pub use reserved::Reserved;

@@ -92,6 +92,25 @@ impl Format {
     }
 }
 
+/// `schema_registry`: where an Avro system's writer schemas are fetched
+/// (the Confluent REST API; Apicurio's compatible API at its `ccompat`
+/// path), with basic auth and TLS (docs/avro.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchemaRegistry {
+    /// Base URL; `/schemas/ids/{id}` is appended.
+    pub url: String,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    /// PEM file of the certificate authority that signed the registry's
+    /// certificate (otherwise the system's roots).
+    pub ca_location: Option<String>,
+    /// PEM files of a client certificate and its key (mutual TLS).
+    pub certificate_location: Option<String>,
+    pub key_location: Option<String>,
+    /// Per request.
+    pub timeout: std::time::Duration,
+}
+
 #[derive(Debug, Clone)]
 pub enum SystemKind {
     Kafka {
@@ -102,6 +121,9 @@ pub enum SystemKind {
         kafka: BTreeMap<String, String>,
         /// What to do with a stored offset outside its partition's range.
         on_out_of_range: OutOfRange,
+        /// `format: debezium-avro | avro`: messages are Avro in the
+        /// registry's wire format, their writer schemas fetched from it.
+        avro: Option<Box<SchemaRegistry>>,
     },
     Csv {
         path: String,

@@ -50,6 +50,7 @@ impl Cx {
                 "columns",
                 "unavailable_value_placeholder",
                 "on_offset_out_of_range",
+                "schema_registry",
             ],
             "csv" => &["type", "path", "delimiter", "columns"],
             "jsonl" => &["type", "path", "format", "columns", "unavailable_value_placeholder"],
@@ -133,7 +134,19 @@ impl Cx {
             self.opt_string(m, "group_id", path).unwrap_or_else(|| defaults::kafka_group_id(name));
         let topic =
             self.opt_string(m, "topic", path).unwrap_or_else(|| defaults::KAFKA_TOPIC.into());
-        let format = self.format(m, path, defaults::KAFKA_FORMAT);
+        let (format, avro) = match self.opt_string(m, "format", path) {
+            None => (defaults::KAFKA_FORMAT, false),
+            Some(name) => super::registry::kafka_format(&name).unwrap_or_else(|| {
+                self.err(
+                    &format!("{path}.format"),
+                    format!(
+                        "unknown format `{name}` (expected debezium, json, debezium-avro or avro)"
+                    ),
+                );
+                (defaults::KAFKA_FORMAT, false)
+            }),
+        };
+        let avro = self.schema_registry(m, path, avro).map(Box::new);
         let mut kafka = BTreeMap::new();
         if let Some(k) = m.get("kafka") {
             let kp = format!("{path}.kafka");
@@ -158,7 +171,7 @@ impl Cx {
                 OutOfRange::Fail
             }
         };
-        SystemKind::Kafka { brokers, group_id, topic, format, kafka, on_out_of_range }
+        SystemKind::Kafka { brokers, group_id, topic, format, kafka, on_out_of_range, avro }
     }
 
     /// librdkafka judges its own settings (names and values), exactly as
@@ -195,9 +208,14 @@ impl Cx {
     fn format(&mut self, m: &Mapping, path: &str, default: Format) -> Format {
         let Some(name) = self.opt_string(m, "format", path) else { return default };
         Format::parse(&name).unwrap_or_else(|| {
+            let hint = if super::registry::kafka_format(&name).is_some() {
+                " (Avro is read from Kafka only)"
+            } else {
+                ""
+            };
             self.err(
                 &format!("{path}.format"),
-                format!("unknown format `{name}` (expected debezium or json)"),
+                format!("unknown format `{name}` (expected debezium or json){hint}"),
             );
             default
         })

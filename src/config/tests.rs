@@ -323,3 +323,55 @@ fn layout_row_companions_are_auto_off_or_an_absolute_local_directory() {
         "{e:?}"
     );
 }
+
+#[test]
+fn avro_formats_need_a_schema_registry_and_read_its_settings() {
+    let kafka = |system: &str| {
+        format!(
+            r#"
+systems:
+  crm: {{type: kafka, brokers: "localhost:9092", {system}}}
+bronze:
+  tables:
+    account:
+      source: {{system: crm, object: account}}
+      business_key: [accountid]
+      strategy: scd1
+"#
+        )
+    };
+    std::env::set_var("CHANGELAKE_TEST_REGISTRY_SECRET", "s3cret");
+    let c = parse(&kafka(
+        "format: debezium-avro, schema_registry: {url: \"https://reg:8081\", username: u, password: \"${CHANGELAKE_TEST_REGISTRY_SECRET}\", timeout: 3s}",
+    ))
+    .unwrap();
+    let SystemKind::Kafka { format, avro: Some(r), .. } = &c.systems["crm"].kind else {
+        panic!("an Avro Kafka system")
+    };
+    assert_eq!(*format, Format::Debezium);
+    assert_eq!(r.url, "https://reg:8081");
+    assert_eq!(r.password.as_deref(), Some("s3cret"));
+    assert_eq!(r.timeout, Duration::from_secs(3));
+    // Deletes are `op = 'd'` as for Debezium JSON.
+    assert_eq!(c.tables[0].delete_when, expr::parse("op = 'd'").ok());
+    let c = parse(&kafka("format: avro, schema_registry: {url: \"http://reg\"}")).unwrap();
+    let SystemKind::Kafka { format, avro: Some(_), .. } = &c.systems["crm"].kind else {
+        panic!("an Avro Kafka system")
+    };
+    assert_eq!(*format, Format::Json);
+    let c = parse(&kafka("format: debezium")).unwrap();
+    assert!(matches!(&c.systems["crm"].kind, SystemKind::Kafka { avro: None, .. }));
+
+    let e = errors(&kafka("format: avro"));
+    assert!(e.iter().any(|m| m.starts_with("systems.crm.schema_registry: missing")), "{e:?}");
+    let e = errors(&kafka("format: json, schema_registry: {url: \"http://reg\"}"));
+    assert!(e.iter().any(|m| m.contains("only the Avro formats")), "{e:?}");
+    let e = errors(&kafka("format: avro, schema_registry: {url: \"reg:8081\"}"));
+    assert!(e.iter().any(|m| m.starts_with("systems.crm.schema_registry.url:")), "{e:?}");
+    let e = errors(&kafka(
+        "format: avro, schema_registry: {url: \"http://reg\", certificate_location: c.pem}",
+    ));
+    assert!(e.iter().any(|m| m.contains("go together")), "{e:?}");
+    let e = errors(&kafka("format: protobuf"));
+    assert!(e.iter().any(|m| m.contains("debezium-avro or avro")), "{e:?}");
+}

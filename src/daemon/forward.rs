@@ -4,7 +4,7 @@
 //! docs/operations.md, the daemon, for `max_age`).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rdkafka::consumer::StreamConsumer;
 use rdkafka::error::KafkaError as RdError;
@@ -14,8 +14,11 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::config::Format;
-use crate::decode::{decode, Decoded, Rejected};
+use crate::decode::{avro, decode, Decoded, Rejected};
 use crate::source::kafka::Ctx;
+use crate::source::registry::Registry;
+use crate::source::RawText;
+use crate::telemetry;
 
 /// What the loop's channel carries.
 pub(super) enum Ev {
@@ -63,21 +66,83 @@ pub(super) enum Payload {
     Bytes(Vec<u8>),
 }
 
+/// How a system's messages are decoded: their envelope, and for Avro the
+/// registry their writer schemas come from.
+#[derive(Clone)]
+pub(super) struct Decoding {
+    pub(super) system: Arc<str>,
+    pub(super) format: Format,
+    pub(super) registry: Option<Arc<Registry>>,
+}
+
 /// Decodes a message as it arrives. Decoding is the costliest per-event
 /// step: done here, one task per partition, so it runs on every core instead
 /// of in the single consume loop. Table-specific stored envelope columns are
 /// added by `route`.
-fn receive(m: BorrowedMessage<'_>, topic: Arc<str>, format: Format) -> Ev {
+fn receive<M: Message>(m: &M, topic: Arc<str>, how: &Decoding) -> Ev {
     let at = Instant::now();
     let bytes = m.payload();
-    let decoded = decode(format, m.key(), bytes, &[]);
+    let decoded = match &how.registry {
+        Some(registry) => avro::decode(how.format, m.key(), bytes, &**registry),
+        None => decode(how.format, m.key(), bytes, &[]),
+    };
     let payload = match (&decoded, bytes) {
-        // A message that decoded is UTF-8 (both JSON parsers check); lossy only as a guard.
-        (Ok(_), Some(b)) => Payload::Text(String::from_utf8_lossy(b).into_owned().into()),
+        // JSON that decoded is UTF-8 (both JSON parsers check); lossy only
+        // as a guard. Avro stays binary (dead letters keep its bytes).
+        (Ok(_), Some(b)) if how.registry.is_none() => {
+            Payload::Text(String::from_utf8_lossy(b).into_owned().into())
+        }
+        (Ok(_), Some(b)) => Payload::Text(RawText::binary(b)),
         (Ok(_), None) => Payload::Text("".into()),
         (Err(_), b) => Payload::Bytes(b.unwrap_or_default().to_vec()),
     };
     Ev::Msg(Received { topic, partition: m.partition(), offset: m.offset(), decoded, payload, at })
+}
+
+/// Longest wait between two attempts to reach the schema registry.
+const REGISTRY_MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Makes sure the writer schemas `m` names are settled before it is
+/// decoded. While the registry cannot answer, this partition waits and
+/// retries with backoff (its message kept, nothing dead-lettered, the
+/// partition's later messages behind it); an answer either way settles it.
+async fn settle_schemas<M: Message>(registry: &Registry, system: &str, topic: &str, m: &M) {
+    for id in avro::schema_ids(m.key(), m.payload()) {
+        let mut backoff = Duration::from_millis(200);
+        let mut waiting = false;
+        loop {
+            match registry.fetch(id).await {
+                Err(e) if e.retryable() => {
+                    let error = e.to_string();
+                    telemetry::schema_registry_failure(system, topic, m.partition(), &error);
+                    if !waiting {
+                        waiting = true;
+                        telemetry::registry_waiting(system, true, Some(&error));
+                    }
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(REGISTRY_MAX_BACKOFF);
+                }
+                _ => break,
+            }
+        }
+        if waiting {
+            telemetry::registry_waiting(system, false, None);
+        }
+    }
+}
+
+/// A message received and decoded, its writer schemas fetched first when
+/// the cache does not settle them (the message is copied out of the
+/// client's buffer only then).
+async fn received(m: BorrowedMessage<'_>, topic: Arc<str>, how: &Decoding) -> Ev {
+    let Some(registry) = &how.registry else { return receive(&m, topic, how) };
+    if avro::schema_ids(m.key(), m.payload()).all(|id| registry.settled(id)) {
+        return receive(&m, topic, how);
+    }
+    let owned = m.detach();
+    drop(m);
+    settle_schemas(registry, &how.system, &topic, &owned).await;
+    receive(&owned, topic, how)
 }
 
 /// Forwards one partition queue into the loop's channel.
@@ -85,16 +150,17 @@ pub(super) fn forward(
     consumer: &Arc<StreamConsumer<Ctx>>,
     topic: &str,
     p: i32,
-    format: Format,
+    how: &Decoding,
     tx: &mpsc::Sender<Ev>,
 ) -> Option<JoinHandle<()>> {
     let q = consumer.split_partition_queue(topic, p)?;
     let tx = tx.clone();
     let topic: Arc<str> = topic.into();
+    let how = how.clone();
     Some(tokio::spawn(async move {
         loop {
             let ev = match q.recv().await {
-                Ok(m) => receive(m, topic.clone(), format),
+                Ok(m) => received(m, topic.clone(), &how).await,
                 Err(RdError::PartitionEOF(_)) => Ev::Eof { topic: topic.to_string(), partition: p },
                 Err(RdError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset)) => {
                     Ev::OutOfRange { topic: topic.to_string(), partition: p }
@@ -112,17 +178,18 @@ pub(super) fn forward(
 /// errors once partitions are split.
 pub(super) fn forward_main_queue(
     consumer: &Arc<StreamConsumer<Ctx>>,
-    format: Format,
+    how: &Decoding,
     tx: &mpsc::Sender<Ev>,
 ) -> JoinHandle<()> {
     let c = consumer.clone();
     let tx = tx.clone();
+    let how = how.clone();
     tokio::spawn(async move {
         loop {
             let ev = match c.recv().await {
                 Ok(m) => {
                     let topic = m.topic().into();
-                    receive(m, topic, format)
+                    received(m, topic, &how).await
                 }
                 Err(e) => Ev::Err(e.to_string()),
             };

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use rdkafka::consumer::BaseConsumer;
 
-use crate::config::{Config, Format, OutOfRange, SystemKind};
+use crate::config::{Config, Format, OutOfRange, SchemaRegistry, SystemKind};
 use crate::error::{Error, Result};
 use crate::source::kafka::{Ctx, KafkaError};
 
@@ -20,11 +20,13 @@ pub(super) struct KafkaSystem<'a> {
     pub(super) format: Format,
     pub(super) kafka: &'a BTreeMap<String, String>,
     pub(super) on_out_of_range: OutOfRange,
+    /// Avro messages: the registry their writer schemas come from.
+    pub(super) avro: Option<&'a SchemaRegistry>,
 }
 
 impl<'a> KafkaSystem<'a> {
     pub(super) fn of(config: &'a Config, name: &'a str) -> Self {
-        let SystemKind::Kafka { brokers, group_id, topic, format, kafka, on_out_of_range } =
+        let SystemKind::Kafka { brokers, group_id, topic, format, kafka, on_out_of_range, avro } =
             &config.systems[name].kind
         else {
             unreachable!()
@@ -37,6 +39,7 @@ impl<'a> KafkaSystem<'a> {
             format: *format,
             kafka,
             on_out_of_range: *on_out_of_range,
+            avro: avro.as_deref(),
         }
     }
 

@@ -15,17 +15,18 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::flush::{apply_truncate, flush};
-use super::forward::{forward, forward_main_queue, Ev, Received};
+use super::forward::{forward, forward_main_queue, Decoding, Ev, Received};
 use super::probes::Probes;
 use super::route::route;
 use super::settings::KafkaSystem;
 use super::slots::{open_slot, start_offset, PartitionKey, Slot, TopicPartitions};
 use super::start::start_positions;
 use super::{RunOpts, Shutdown};
-use crate::config::{Config, Format, OutOfRange, TableConfig};
+use crate::config::{Config, OutOfRange, TableConfig};
 use crate::engine::RunReport;
 use crate::error::{Error, Result};
 use crate::source::kafka::{client_config, Ctx, KafkaError};
+use crate::source::registry::Registry;
 use crate::telemetry;
 
 /// How long a stopping daemon waits for its Kafka clients to close.
@@ -80,7 +81,8 @@ pub(super) async fn run_system(
             .await?;
     assign(&clients.consumer, system, &start.partitions)?;
     let (tx, mut rx) = mpsc::channel::<Ev>(CHANNEL_CAPACITY);
-    let tasks = spawn_forwarders(&clients.consumer, &topic_parts, kafka.format, &tx);
+    let how = decoding(&kafka)?;
+    let tasks = spawn_forwarders(&clients.consumer, &topic_parts, &how, &tx);
     // The daemon keeps the sender to report new topics and partitions; `--once` reads what existed at start.
     let refresh_tx = if opts.once { None } else { Some(tx.clone()) };
     drop(tx);
@@ -96,6 +98,7 @@ pub(super) async fn run_system(
         high_at_start: start.high_at_start,
         tasks,
         refresh_tx,
+        how,
         probes: Probes::new(Arc::new(clients.meta), system, kafka.brokers),
         reports: vec![],
     };
@@ -124,17 +127,28 @@ fn assign(
 fn spawn_forwarders(
     consumer: &Arc<StreamConsumer<Ctx>>,
     topic_parts: &TopicPartitions,
-    format: Format,
+    how: &Decoding,
     tx: &mpsc::Sender<Ev>,
 ) -> Vec<JoinHandle<()>> {
     let mut tasks = vec![];
     for (topic, ps) in topic_parts {
         for &p in ps {
-            tasks.extend(forward(consumer, topic, p, format, tx));
+            tasks.extend(forward(consumer, topic, p, how, tx));
         }
     }
-    tasks.push(forward_main_queue(consumer, format, tx));
+    tasks.push(forward_main_queue(consumer, how, tx));
     tasks
+}
+
+/// How the system's messages decode; an Avro system's registry client.
+fn decoding(kafka: &KafkaSystem<'_>) -> Result<Decoding> {
+    let registry = match kafka.avro {
+        None => None,
+        Some(cfg) => Some(Arc::new(
+            Registry::new(cfg).map_err(|e| Error::Input(format!("systems.{}.{e}", kafka.name)))?,
+        )),
+    };
+    Ok(Decoding { system: kafka.name.into(), format: kafka.format, registry })
 }
 
 /// Whether the loop goes on after an event.
@@ -163,6 +177,8 @@ struct SystemLoop<'a> {
     tasks: Vec<JoinHandle<()>>,
     /// Reports new topics and partitions; None with `--once`.
     refresh_tx: Option<mpsc::Sender<Ev>>,
+    /// How messages decode (for the forwarders of new partitions).
+    how: Decoding,
     probes: Probes,
     reports: Vec<RunReport>,
 }
@@ -253,13 +269,7 @@ impl SystemLoop<'_> {
                     }
                     self.position.insert(PartitionKey::new(&topic, p), 0);
                     if let Some(tx) = &self.refresh_tx {
-                        self.tasks.extend(forward(
-                            &self.consumer,
-                            &topic,
-                            p,
-                            self.kafka.format,
-                            tx,
-                        ));
+                        self.tasks.extend(forward(&self.consumer, &topic, p, &self.how, tx));
                     }
                 }
             }

@@ -16,6 +16,7 @@
 //! `fields` is what every path produces: a row's values with its field
 //! names as one layout shared by the rows of a schema.
 
+pub mod avro;
 mod envelope;
 mod fast;
 mod fields;

@@ -5,6 +5,7 @@
 pub mod chunks;
 pub mod file;
 pub mod kafka;
+pub mod registry;
 
 use crate::decode::{Fields, Name};
 use crate::value::Value;
@@ -41,6 +42,11 @@ impl RawText {
         RawText(buf.slice_ref(part))
     }
 
+    /// A binary message (Avro) as received: its dead letter keeps the bytes.
+    pub fn binary(bytes: &[u8]) -> RawText {
+        RawText(bytes::Bytes::copy_from_slice(bytes))
+    }
+
     pub fn as_bytes(&self) -> &[u8] {
         &self.0
     }
@@ -53,8 +59,8 @@ impl RawText {
         self.0.is_empty()
     }
 
-    /// The text (sources keep only UTF-8 text here; anything else would
-    /// show replacement characters).
+    /// The text (sources keep UTF-8 text here, except Avro messages, which
+    /// would show replacement characters).
     pub fn text(&self) -> std::borrow::Cow<'_, str> {
         String::from_utf8_lossy(&self.0)
     }

@@ -16,6 +16,8 @@ struct Health {
     /// Per table: when its oldest uncommitted event was read.
     pending: BTreeMap<String, Instant>,
     deadline: Option<Duration>,
+    /// Per Kafka system: partitions waiting for its schema registry.
+    registry_waiting: BTreeMap<String, usize>,
 }
 
 fn health() -> std::sync::MutexGuard<'static, Health> {
@@ -49,6 +51,29 @@ pub fn broker_probe(system: &str, ok: bool, error: Option<&str>) {
     metrics().broker_up.set(all as i64);
 }
 
+/// A partition of `system` starts (`true`) or stops waiting for the
+/// schema registry; logs when the first starts and the last stops.
+pub fn registry_waiting(system: &str, waiting: bool, error: Option<&str>) {
+    let mut h = health();
+    let n = h.registry_waiting.entry(system.to_string()).or_default();
+    match waiting {
+        true => {
+            *n += 1;
+            if *n == 1 {
+                tracing::warn!(target: LOG_TARGET, system, error = error.unwrap_or(""), "schema registry unreachable: partitions wait and retry; not ready");
+            }
+        }
+        false => {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                tracing::info!(target: LOG_TARGET, system, "schema registry answers again; partitions resume");
+            }
+        }
+    }
+    let total: usize = h.registry_waiting.values().sum();
+    metrics().schema_registry_waiting.set(total as i64);
+}
+
 /// A table has uncommitted events since `since` (None: everything committed).
 pub fn pending(table: &str, since: Option<Instant>) {
     let mut h = health();
@@ -75,6 +100,13 @@ pub fn readiness() -> std::result::Result<(), Vec<String>> {
         }
         if !up {
             why.push(format!("system {s}: broker unreachable"));
+        }
+    }
+    for (s, waiting) in &h.registry_waiting {
+        if *waiting > 0 {
+            why.push(format!(
+                "system {s}: schema registry unreachable ({waiting} partitions waiting)"
+            ));
         }
     }
     if let Some(d) = h.deadline {

@@ -35,7 +35,9 @@ mod tests;
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
 
-pub use self::health::{broker_probe, pending, readiness, set_assigned, set_commit_deadline};
+pub use self::health::{
+    broker_probe, pending, readiness, registry_waiting, set_assigned, set_commit_deadline,
+};
 pub use self::http::{render, serve};
 pub use self::registry::{
     metrics, register_partition, register_table, Metrics, DEAD_REASONS, DROP_REASONS,
@@ -227,6 +229,21 @@ pub fn paused(partitions: usize, buffered: usize, limit: usize) {
             buffered,
             limit,
             "buffer limit reached: fetching paused until the largest batch commits"
+        );
+    }
+}
+
+/// A schema registry request failed (the partition waits and retries).
+pub fn schema_registry_failure(system: &str, topic: &str, partition: i32, error: &str) {
+    metrics().schema_registry_failures.with_label_values(&[system]).inc();
+    if let Some(repeated) = CLIENT_ERRORS.admit(error) {
+        tracing::warn!(
+            system,
+            topic,
+            partition,
+            error,
+            repeated,
+            "schema registry request failed; retrying"
         );
     }
 }

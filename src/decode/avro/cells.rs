@@ -1,0 +1,176 @@
+//! Avro values as cells: each field by its plan's conversion (docs/types.md
+//! maps the types), with the JSON path's fallbacks — a value without the
+//! shape its schema announces is kept as it is and the batch's typing
+//! dead-letters its row (reason `type`).
+
+use apache_avro::types::Value as A;
+use base64::Engine;
+use serde_json::Value as J;
+
+use super::plan::Conv;
+use crate::value::temporal::format_time;
+use crate::value::{decimal, parse_ts, Value};
+
+/// A field's value as a cell.
+pub(super) fn cell(v: A, conv: Conv) -> Value {
+    let v = unwrap(v);
+    if matches!(v, A::Null) || conv == Conv::Unstorable {
+        return Value::Null;
+    }
+    let converted = match (conv, &v) {
+        (Conv::Plain, _) => None,
+        (Conv::TsMillis, A::Long(x) | A::TimestampMillis(x) | A::LocalTimestampMillis(x)) => {
+            x.checked_mul(1000).map(Value::Ts)
+        }
+        (Conv::TsMicros, A::Long(x) | A::TimestampMicros(x) | A::LocalTimestampMicros(x)) => {
+            Some(Value::Ts(*x))
+        }
+        (Conv::TsNanos, A::Long(x) | A::TimestampNanos(x) | A::LocalTimestampNanos(x)) => {
+            Some(Value::Ts(x.div_euclid(1000)))
+        }
+        (Conv::ZonedTs, A::String(s)) => parse_ts(s).map(Value::Ts),
+        (Conv::Date, A::Int(d) | A::Date(d)) => Some(Value::Date(*d)),
+        (Conv::TimeMillis, A::Int(ms) | A::TimeMillis(ms)) => {
+            Some(Value::Str(format_time(*ms as i64 * 1000)))
+        }
+        (Conv::TimeMillis, A::Long(ms)) => {
+            ms.checked_mul(1000).map(|us| Value::Str(format_time(us)))
+        }
+        (Conv::TimeMicros, A::Long(us) | A::TimeMicros(us)) => Some(Value::Str(format_time(*us))),
+        (Conv::TimeNanos, A::Long(ns)) => Some(Value::Str(format_time(ns.div_euclid(1000)))),
+        (Conv::Decimal(scale), A::Bytes(b) | A::Fixed(_, b)) => {
+            decimal::from_be_bytes(b).map(|u| Value::Decimal(u, scale))
+        }
+        (Conv::Decimal(scale), A::Decimal(d)) => Vec::<u8>::try_from(d)
+            .ok()
+            .and_then(|b| decimal::from_be_bytes(&b))
+            .map(|u| Value::Decimal(u, scale)),
+        (Conv::VariableScaleDecimal, A::Record(fields)) => variable_scale_decimal(fields),
+        _ => None,
+    };
+    converted.unwrap_or_else(|| plain(v))
+}
+
+/// `io.debezium.data.VariableScaleDecimal`: `{scale: int, value: bytes}`.
+fn variable_scale_decimal(fields: &[(String, A)]) -> Option<Value> {
+    let (mut scale, mut unscaled) = (None, None);
+    for (name, v) in fields {
+        match (name.as_str(), v) {
+            ("scale", A::Int(s)) => scale = Some(*s),
+            ("value", A::Bytes(b)) => unscaled = decimal::from_be_bytes(b),
+            _ => return None,
+        }
+    }
+    Some(Value::Decimal(unscaled?, scale?))
+}
+
+fn unwrap(v: A) -> A {
+    match v {
+        A::Union(_, inner) => unwrap(*inner),
+        v => v,
+    }
+}
+
+/// A value by its own Avro type: what a field without a semantic type,
+/// an envelope field or a key field becomes.
+pub(super) fn plain(v: A) -> Value {
+    match unwrap(v) {
+        A::Null => Value::Null,
+        A::Boolean(b) => Value::Bool(b),
+        A::Int(i) => Value::Int(i as i64),
+        A::Long(i) => Value::Int(i),
+        // The float's shortest text, as the JSON converter writes it: a
+        // float32 1.1 is 1.1, not 1.100000023841858.
+        A::Float(f) => Value::Float(f.to_string().parse().unwrap_or(f as f64)),
+        A::Double(f) => Value::Float(f),
+        A::String(s) | A::Enum(_, s) => Value::Str(s),
+        A::Bytes(b) | A::Fixed(_, b) => Value::Bytes(b),
+        A::Uuid(u) => Value::Str(u.to_string()),
+        A::Date(d) => Value::Date(d),
+        A::TimeMillis(ms) => Value::Str(format_time(ms as i64 * 1000)),
+        A::TimeMicros(us) => Value::Str(format_time(us)),
+        A::TimestampMillis(ms) | A::LocalTimestampMillis(ms) => {
+            ms.checked_mul(1000).map_or(Value::Int(ms), Value::Ts)
+        }
+        A::TimestampMicros(us) | A::LocalTimestampMicros(us) => Value::Ts(us),
+        A::TimestampNanos(ns) | A::LocalTimestampNanos(ns) => Value::Ts(ns.div_euclid(1000)),
+        other => Value::Str(json(other).to_string()),
+    }
+}
+
+/// A nested value as the JSON the JSON converter would have sent (bytes
+/// as base64), kept as text like the JSON path keeps nested values.
+fn json(v: A) -> J {
+    match unwrap(v) {
+        A::Null => J::Null,
+        A::Boolean(b) => J::Bool(b),
+        A::Int(i) | A::Date(i) | A::TimeMillis(i) => J::from(i),
+        A::Long(i)
+        | A::TimeMicros(i)
+        | A::TimestampMillis(i)
+        | A::TimestampMicros(i)
+        | A::TimestampNanos(i)
+        | A::LocalTimestampMillis(i)
+        | A::LocalTimestampMicros(i)
+        | A::LocalTimestampNanos(i) => J::from(i),
+        A::Float(f) => f.to_string().parse::<f64>().map_or(J::Null, J::from),
+        A::Double(f) => J::from(f),
+        A::String(s) | A::Enum(_, s) => J::String(s),
+        A::Bytes(b) | A::Fixed(_, b) => {
+            J::String(base64::engine::general_purpose::STANDARD.encode(b))
+        }
+        A::Uuid(u) => J::String(u.to_string()),
+        A::Array(items) => J::Array(items.into_iter().map(json).collect()),
+        A::Map(m) => {
+            let mut entries: Vec<(String, A)> = m.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            J::Object(entries.into_iter().map(|(k, v)| (k, json(v))).collect())
+        }
+        A::Record(fields) => J::Object(fields.into_iter().map(|(k, v)| (k, json(v))).collect()),
+        A::Decimal(d) => Vec::<u8>::try_from(&d)
+            .map_or(J::Null, |b| J::String(base64::engine::general_purpose::STANDARD.encode(b))),
+        other => J::String(format!("{other:?}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn avro_values_become_the_cells_their_json_twins_become() {
+        assert_eq!(cell(A::Union(1, Box::new(A::Long(5))), Conv::Plain), Value::Int(5));
+        assert_eq!(cell(A::Union(0, Box::new(A::Null)), Conv::TsMicros), Value::Null);
+        assert_eq!(cell(A::Long(1_500), Conv::TsMillis), Value::Ts(1_500_000));
+        assert_eq!(cell(A::TimestampMicros(-1), Conv::TsMicros), Value::Ts(-1), "pre-1970 exact");
+        assert_eq!(cell(A::Long(-1_500), Conv::TsNanos), Value::Ts(-2));
+        assert_eq!(
+            cell(A::String("2024-01-02T03:04:05.123456+01:00".into()), Conv::ZonedTs),
+            Value::Ts(parse_ts("2024-01-02T02:04:05.123456Z").unwrap())
+        );
+        assert_eq!(cell(A::Date(-3), Conv::Date), Value::Date(-3));
+        assert_eq!(
+            cell(A::Long(3_723_000_001), Conv::TimeMicros),
+            Value::Str("01:02:03.000001".into())
+        );
+        assert_eq!(cell(A::Int(1_000), Conv::TimeMillis), Value::Str("00:00:01".into()));
+        assert_eq!(cell(A::Bytes(vec![0xff, 0x85]), Conv::Decimal(2)), Value::Decimal(-123, 2));
+        assert_eq!(cell(A::Fixed(2, vec![0x01, 0x00]), Conv::Decimal(1)), Value::Decimal(256, 1));
+        let vsd = A::Record(vec![
+            ("scale".into(), A::Int(5)),
+            ("value".into(), A::Bytes(vec![0x04, 0xcb, 0x2f])),
+        ]);
+        assert_eq!(cell(vsd, Conv::VariableScaleDecimal), Value::Decimal(314_159, 5));
+        assert_eq!(cell(A::Float(1.1), Conv::Plain), Value::Float(1.1));
+        assert_eq!(cell(A::Enum(1, "B".into()), Conv::Plain), Value::Str("B".into()));
+        assert_eq!(cell(A::Bytes(vec![1, 2]), Conv::Plain), Value::Bytes(vec![1, 2]));
+        assert_eq!(cell(A::Long(7), Conv::Unstorable), Value::Null);
+        // Not the announced shape: kept as sent, for typing to refuse.
+        assert_eq!(cell(A::String("x".into()), Conv::Date), Value::Str("x".into()));
+        let nested = A::Record(vec![
+            ("a".into(), A::Int(1)),
+            ("b".into(), A::Array(vec![A::String("x".into())])),
+        ]);
+        assert_eq!(cell(nested, Conv::Plain), Value::Str(r#"{"a":1,"b":["x"]}"#.into()));
+    }
+}

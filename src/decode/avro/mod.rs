@@ -1,0 +1,274 @@
+//! Avro messages in the schema registry's wire format (Confluent's, which
+//! Apicurio's compatible mode also writes): a zero magic byte, the writer
+//! schema's id as four big-endian bytes, then the Avro binary body
+//! (docs/avro.md).
+//!
+//! Pure: the writer schemas come in already fetched (`source::registry`
+//! fetches and caches them, and makes the partition wait while the
+//! registry is away). Decoding itself is `apache_avro`'s; this module maps
+//! its values to the same rows, envelope fields and declared types the
+//! JSON path produces for the same events, so a table fed Avro equals one
+//! fed JSON.
+
+mod cells;
+mod plan;
+
+use std::sync::Arc;
+
+use apache_avro::types::Value as A;
+use serde_json::Value as J;
+
+use self::plan::{record_plan, FieldPlan, Names};
+use super::{Declared, Decoded, Fields, Layout, Name, Op, Rejected, MAX_MESSAGE_BYTES};
+use crate::config::Format;
+use crate::value::Value;
+
+/// The first byte of every framed message.
+pub const MAGIC: u8 = 0;
+
+/// A framed message's schema id and Avro body.
+pub fn frame(bytes: &[u8]) -> Result<(u32, &[u8]), String> {
+    match bytes {
+        [MAGIC, a, b, c, d, body @ ..] => Ok((u32::from_be_bytes([*a, *b, *c, *d]), body)),
+        [] => Err("empty message".into()),
+        [m, ..] if *m != MAGIC => Err(format!(
+            "not Avro in the schema registry's wire format: first byte {m:#04x}, expected 0x00"
+        )),
+        _ => Err(format!("{} bytes, shorter than the 5-byte wire-format header", bytes.len())),
+    }
+}
+
+/// The schema ids a message needs: its value's and, when the key is framed
+/// too, its key's.
+pub fn schema_ids(key: Option<&[u8]>, value: Option<&[u8]>) -> impl Iterator<Item = u32> {
+    let id = |b: Option<&[u8]>| b.and_then(|b| frame(b).ok()).map(|(id, _)| id);
+    id(value).into_iter().chain(id(key))
+}
+
+/// A writer schema from the registry, with what decoding needs worked out.
+pub struct WriterSchema {
+    pub id: u32,
+    schema: apache_avro::Schema,
+    /// The record as a flat row (`format: avro`; message keys).
+    row: Option<RowPlan>,
+    /// The record as a Debezium envelope (`format: debezium-avro`).
+    envelope: Option<Envelope>,
+}
+
+impl std::fmt::Debug for WriterSchema {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriterSchema").field("id", &self.id).finish_non_exhaustive()
+    }
+}
+
+/// A record's fields: their plans, the layout rows share, and the
+/// declarations every row of the schema carries.
+struct RowPlan {
+    fields: Vec<FieldPlan>,
+    layout: Layout,
+    declared: Vec<(String, Declared)>,
+}
+
+impl RowPlan {
+    fn of(names: &Names<'_>, fields: &[J]) -> RowPlan {
+        let fields = record_plan(names, fields);
+        let layout: Layout = fields.iter().map(|f| Name::from(f.name.as_str())).collect();
+        let declared = fields.iter().map(|f| (f.name.clone(), f.declared.clone())).collect();
+        RowPlan { fields, layout, declared }
+    }
+
+    /// A record value's fields as a row (values in the schema's order).
+    fn row(&self, record: Vec<(String, A)>) -> Fields {
+        let values = record.into_iter().zip(&self.fields).map(|((_, v), f)| cells::cell(v, f.conv));
+        Fields::new(self.layout.clone(), values.collect())
+    }
+}
+
+/// Debezium's envelope record: the row plans of `before` and `after`.
+struct Envelope {
+    before: Option<RowPlan>,
+    after: Option<RowPlan>,
+}
+
+impl WriterSchema {
+    /// Parses the schema text the registry returned for `id`.
+    pub fn parse(id: u32, text: &str) -> Result<WriterSchema, String> {
+        let schema = apache_avro::Schema::parse_str(text)
+            .map_err(|e| format!("schema id {id} is not a usable Avro schema: {e}"))?;
+        let json: J = serde_json::from_str(text)
+            .map_err(|e| format!("schema id {id} is not a usable Avro schema: {e}"))?;
+        let names = Names::of(&json);
+        let top = names.record_fields(&json);
+        let row = top.map(|f| RowPlan::of(&names, f));
+        let section = |name: &str| {
+            let f = top?.iter().find(|f| f.get("name").and_then(J::as_str) == Some(name))?;
+            names.record_fields(f.get("type")?).map(|fields| RowPlan::of(&names, fields))
+        };
+        let has_op = top.is_some_and(|f| f.iter().any(|f| f.get("name") == Some(&J::from("op"))));
+        let envelope = has_op
+            .then(|| Envelope { before: section("before"), after: section("after") })
+            .filter(|e| e.before.is_some() || e.after.is_some());
+        Ok(WriterSchema { id, schema, row, envelope })
+    }
+
+    /// The Avro body decoded whole (bytes left over are an error).
+    fn value(&self, body: &[u8]) -> Result<A, String> {
+        let mut rest = body;
+        let v = apache_avro::from_avro_datum(&self.schema, &mut rest, None)
+            .map_err(|e| format!("not Avro of schema id {}: {e}", self.id))?;
+        if !rest.is_empty() {
+            return Err(format!(
+                "not Avro of schema id {}: {} bytes left after the record",
+                self.id,
+                rest.len()
+            ));
+        }
+        Ok(v)
+    }
+}
+
+/// Where a decoder finds writer schemas by id: the registry's cache, whose
+/// entries are a schema or why the id cannot be used (unknown to the
+/// registry, not Avro).
+pub trait Schemas {
+    fn schema(&self, id: u32) -> Result<Arc<WriterSchema>, String>;
+}
+
+/// Decodes a framed Avro message (`format` names the envelope: Debezium
+/// or flat) as the JSON decoder decodes its JSON twin. A decoder panic
+/// costs the message (reason `internal`), never the process.
+pub fn decode(
+    format: Format,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    schemas: &dyn Schemas,
+) -> Result<Decoded, Rejected> {
+    let Some(value) = value else { return Ok(Decoded::Tombstone) };
+    if value.len() > MAX_MESSAGE_BYTES {
+        return Err(Rejected::malformed(format!(
+            "not decoded: {} bytes, more than {MAX_MESSAGE_BYTES}",
+            value.len()
+        )));
+    }
+    let attempt = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let (id, body) = frame(value)?;
+        let writer = schemas.schema(id)?;
+        let v = writer.value(body)?;
+        match format {
+            Format::Json => flat(&writer, v),
+            Format::Debezium => envelope(&writer, v, key, schemas),
+        }
+    }));
+    match attempt {
+        Ok(d) => d.map_err(Rejected::malformed),
+        Err(panic) => Err(Rejected {
+            reason: "internal",
+            error: format!("decoder panicked: {}", super::panic_text(&panic)),
+        }),
+    }
+}
+
+fn record(v: A) -> Option<Vec<(String, A)>> {
+    match v {
+        A::Record(fields) => Some(fields),
+        A::Union(_, inner) => record(*inner),
+        _ => None,
+    }
+}
+
+/// `format: avro`: the record is the row; every field declares its column.
+fn flat(writer: &WriterSchema, v: A) -> Result<Decoded, String> {
+    let (Some(plan), Some(fields)) = (&writer.row, record(v)) else {
+        return Err(format!("schema id {} is not a record", writer.id));
+    };
+    Ok(Decoded::Row { data: plan.row(fields), env: vec![], declared: plan.declared.clone() })
+}
+
+/// `format: debezium-avro`: `after` (or `before` for deletes) is the row,
+/// the other fields flattened one level (`source.lsn`) are the envelope.
+fn envelope(
+    writer: &WriterSchema,
+    v: A,
+    key: Option<&[u8]>,
+    schemas: &dyn Schemas,
+) -> Result<Decoded, String> {
+    let (Some(plans), Some(top)) = (&writer.envelope, record(v)) else {
+        return Err(format!(
+            "schema id {} is not a Debezium envelope (a record with op, before and after)",
+            writer.id
+        ));
+    };
+    let (mut before, mut after, mut env) = (None, None, Vec::with_capacity(24));
+    for (name, v) in top {
+        match name.as_str() {
+            "before" => before = Some(v),
+            "after" => after = Some(v),
+            _ => flatten(name, v, &mut env),
+        }
+    }
+    let op = match env.iter().find(|(n, _)| n == "op") {
+        Some((_, Value::Str(op))) => op.clone(),
+        _ => return Err("not a Debezium envelope: no `op` field".into()),
+    };
+    let (section, plan, is_delete) = match Op::parse(&op) {
+        Some(Op::Upsert) => (after, &plans.after, false),
+        Some(Op::Delete) => (before, &plans.before, true),
+        Some(Op::Truncate) => return Ok(Decoded::Truncate),
+        Some(Op::Message) => return Ok(Decoded::Tombstone),
+        None => return Err(format!("unknown Debezium op `{op}`")),
+    };
+    let name = if is_delete { "before" } else { "after" };
+    let (mut data, mut declared) = match (section.and_then(record), plan) {
+        (Some(fields), Some(plan)) => (plan.row(fields), plan.declared.clone()),
+        (None, _) if is_delete => (Fields::default(), vec![]),
+        _ => return Err(format!("Debezium `{op}` event without `{name}`")),
+    };
+    if is_delete {
+        key_fallback(&mut data, &mut declared, key, schemas);
+    }
+    Ok(Decoded::Row { data, env, declared })
+}
+
+/// An envelope field: records (`source`, `transaction`) one level deep.
+fn flatten(name: String, v: A, env: &mut Vec<(String, Value)>) {
+    let v = match v {
+        A::Union(_, inner) => *inner,
+        v => v,
+    };
+    match v {
+        A::Record(fields) => {
+            for (k, fv) in fields {
+                env.push((format!("{name}.{k}"), cells::plain(fv)));
+            }
+        }
+        v => env.push((name, cells::plain(v))),
+    }
+}
+
+/// Deletes may carry only the key: an Avro message key supplies the
+/// business key (and its declared types), as the JSON key does.
+fn key_fallback(
+    data: &mut Fields,
+    declared: &mut Vec<(String, Declared)>,
+    key: Option<&[u8]>,
+    schemas: &dyn Schemas,
+) {
+    let Some((id, body)) = key.and_then(|k| frame(k).ok()) else { return };
+    let Ok(writer) = schemas.schema(id) else { return };
+    let (Some(plan), Ok(Some(fields))) = (&writer.row, writer.value(body).map(record)) else {
+        return;
+    };
+    for ((name, v), f) in fields.into_iter().zip(&plan.fields) {
+        let have = data.iter().any(|(n, v)| **n == *name && !v.is_null());
+        if !have {
+            data.remove(&name);
+            data.push(&name, cells::cell(v, f.conv));
+            if !declared.iter().any(|(n, _)| *n == name) {
+                declared.push((name, f.declared.clone()));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
