@@ -159,6 +159,7 @@ fn bench_opts(cmd: Cmd) -> Result<BenchOpts> {
         columns,
         changed_columns,
         format,
+        encoding,
         mix,
         seed,
         no_deltars,
@@ -197,6 +198,7 @@ fn bench_opts(cmd: Cmd) -> Result<BenchOpts> {
         changes: Changes::parse(&changed_columns)?,
         format: changelake::config::Format::parse(&format)
             .ok_or_else(|| Error::Usage(format!("--format: `{format}` (debezium, json)")))?,
+        encoding: bench::Encoding::parse(&encoding)?,
         mix: Mix::parse(&mix)?,
         seed,
         deltars: !no_deltars,

@@ -13,6 +13,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::slots::TopicPartitions;
 use crate::config::Format;
 use crate::decode::{avro, decode, Decoded, Rejected};
 use crate::source::kafka::Ctx;
@@ -175,21 +176,33 @@ pub(super) fn forward(
 }
 
 /// Forwards the consumer's main queue, which only carries client-level
-/// errors once partitions are split.
+/// errors once partitions are split — and what was fetched between
+/// assigning and splitting: messages, and the end of a partition, which
+/// `--once` waits for (named by partition only: its topic is the one
+/// topic with that partition, when there is one).
 pub(super) fn forward_main_queue(
     consumer: &Arc<StreamConsumer<Ctx>>,
+    topic_parts: &TopicPartitions,
     how: &Decoding,
     tx: &mpsc::Sender<Ev>,
 ) -> JoinHandle<()> {
     let c = consumer.clone();
     let tx = tx.clone();
     let how = how.clone();
+    let topic_parts = topic_parts.clone();
     tokio::spawn(async move {
         loop {
             let ev = match c.recv().await {
                 Ok(m) => {
                     let topic = m.topic().into();
                     received(m, topic, &how).await
+                }
+                Err(RdError::PartitionEOF(p)) => {
+                    let mut with_p = topic_parts.iter().filter(|(_, ps)| ps.contains(&p));
+                    match (with_p.next(), with_p.next()) {
+                        (Some((topic, _)), None) => Ev::Eof { topic: topic.clone(), partition: p },
+                        _ => Ev::Err(RdError::PartitionEOF(p).to_string()),
+                    }
                 }
                 Err(e) => Ev::Err(e.to_string()),
             };

@@ -79,9 +79,13 @@ pub(super) async fn run_system(
     let start =
         start_positions(&clients.config, &clients.meta, &kafka, &topic_parts, &mut slots, &opts)
             .await?;
+    // Before assigning: between `assign` and splitting the partition
+    // queues, fetched messages (and end-of-partition events) land in the
+    // main queue, so nothing slow may sit in between (building the registry
+    // client loads the system's root certificates).
+    let how = decoding(&kafka)?;
     assign(&clients.consumer, system, &start.partitions)?;
     let (tx, mut rx) = mpsc::channel::<Ev>(CHANNEL_CAPACITY);
-    let how = decoding(&kafka)?;
     let tasks = spawn_forwarders(&clients.consumer, &topic_parts, &how, &tx);
     // The daemon keeps the sender to report new topics and partitions; `--once` reads what existed at start.
     let refresh_tx = if opts.once { None } else { Some(tx.clone()) };
@@ -136,7 +140,7 @@ fn spawn_forwarders(
             tasks.extend(forward(consumer, topic, p, how, tx));
         }
     }
-    tasks.push(forward_main_queue(consumer, how, tx));
+    tasks.push(forward_main_queue(consumer, topic_parts, how, tx));
     tasks
 }
 

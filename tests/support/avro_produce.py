@@ -5,10 +5,13 @@ registered in the registry under `<topic>-value` / `<topic>-key`).
 Reads one JSON object per line on stdin:
   {"partition": 0, "key": {...} | null, "value": {...} | null,
    "value_schema": "<Avro schema JSON>", "key_schema": "<Avro schema JSON>" | null}
-or {"partition": 0, "raw": "<base64>"} for bytes sent as they are (malformed
-frames). Fields named by --decimals are Avro decimals given as text.
+or {"partition": 0, "raw": "<base64>", "raw_key": "<base64>" | null} for
+bytes sent as they are (malformed frames, or messages serialised earlier).
+Fields named by --decimals are Avro decimals given as text. With
+--serialize-only nothing is produced: each message is printed as a raw line
+instead (so a test can produce it later, while the registry is down).
 
-Usage: avro_produce.py BROKERS REGISTRY_URL TOPIC [--decimals a,b]
+Usage: avro_produce.py BROKERS REGISTRY_URL TOPIC [--decimals a,b] [--serialize-only]
 """
 
 import base64
@@ -24,8 +27,9 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 brokers, registry_url, topic = sys.argv[1:4]
 decimals = set()
-if len(sys.argv) > 5 and sys.argv[4] == "--decimals":
-    decimals = set(sys.argv[5].split(","))
+if "--decimals" in sys.argv:
+    decimals = set(sys.argv[sys.argv.index("--decimals") + 1].split(","))
+serialize_only = "--serialize-only" in sys.argv
 
 registry = SchemaRegistryClient({"url": registry_url})
 serializers = {}
@@ -55,7 +59,8 @@ for line in sys.stdin:
         continue
     m = json.loads(line)
     if "raw" in m:
-        key, value = None, base64.b64decode(m["raw"])
+        key = base64.b64decode(m["raw_key"]) if m.get("raw_key") else None
+        value = base64.b64decode(m["raw"])
     else:
         key = None
         if m.get("key") is not None:
@@ -63,6 +68,11 @@ for line in sys.stdin:
         value = None
         if m.get("value") is not None:
             value = serializer(m["value_schema"])(with_decimals(m["value"]), SerializationContext(topic, MessageField.VALUE))
+    if serialize_only:
+        b64 = lambda b: base64.b64encode(b).decode() if b is not None else None
+        print(json.dumps({"partition": m["partition"], "raw": b64(value), "raw_key": b64(key)}))
+        count += 1
+        continue
     while True:
         try:
             producer.produce(topic, value=value, key=key, partition=m["partition"])

@@ -20,6 +20,8 @@ pub struct BenchOpts {
     pub changes: Changes,
     /// `--format`: Debezium envelopes or flat JSON rows.
     pub format: Format,
+    /// `--encoding`: the timed batches as JSON lines or Avro frames.
+    pub encoding: Encoding,
     pub mix: Mix,
     pub seed: u64,
     pub deltars: bool,
@@ -32,6 +34,26 @@ pub struct BenchOpts {
     pub table_option: Option<String>,
     /// An object-store root the strategies also run on (`--root`).
     pub remote: Option<Remote>,
+}
+
+/// How the timed batches are encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    Json,
+    /// Avro in the schema registry's wire format (`format: debezium-avro` / `avro`).
+    Avro,
+}
+
+impl Encoding {
+    pub fn parse(s: &str) -> changelake::error::Result<Encoding> {
+        match s {
+            "json" => Ok(Encoding::Json),
+            "avro" => Ok(Encoding::Avro),
+            other => {
+                Err(changelake::error::Error::Usage(format!("--encoding: `{other}` (json, avro)")))
+            }
+        }
+    }
 }
 
 /// `--root` and `--storage-option`s: where the remote runs go.

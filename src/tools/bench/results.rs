@@ -107,13 +107,14 @@ impl Output {
         let mut md = String::new();
         let _ = writeln!(
             md,
-            "\n## changelake bench: {} keys, {} runs of {} events, {:?} keys, {:?} columns, {:?} events, updates change {}, mix insert={}% delete={}% late={}% duplicate={}% (rest updates){}\n",
+            "\n## changelake bench: {} keys, {} runs of {} events, {:?} keys, {:?} columns, {:?} events ({:?}), updates change {}, mix insert={}% delete={}% late={}% duplicate={}% (rest updates){}\n",
             opts.keys,
             opts.runs,
             opts.batch,
             opts.distribution,
             opts.shape,
             opts.format,
+            opts.encoding,
             opts.changes,
             opts.mix.insert,
             opts.mix.delete,
