@@ -36,7 +36,7 @@ pub fn batch_types<'a>(
     let mut last: &[(String, Declared)] = &[];
     for row in declarations {
         // Messages of one schema declare the same: each schema is read once.
-        if row == last {
+        if std::ptr::eq(row, last) || row == last {
             continue;
         }
         last = row;

@@ -12,6 +12,7 @@
 pub mod declared;
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use crate::config::SchemaPolicy;
 use crate::source::{RawBatch, RawRow, Unparsable};
@@ -153,8 +154,7 @@ pub fn conform<'a>(
             return Err(ConformError::MissingKey { column: k.clone(), input: raw.source.clone() });
         }
     }
-    let schema_types =
-        declared::batch_types(raw.rows.iter().map(|r| r.declared.as_slice()), declared);
+    let schema_types = declared::batch_types(raw.rows.iter().map(|r| &*r.declared), declared);
     let plan = plan_columns(
         &raw,
         table,
@@ -436,7 +436,7 @@ fn type_rows(
     let parts = crate::par::par_map(pieces, |rows| {
         let (mut typed, mut dead_rows) = (Vec::with_capacity(rows.len()), vec![]);
         // The declarations last found to fit: messages of one schema are checked once.
-        let mut accepted: Vec<(String, crate::decode::Declared)> = vec![];
+        let mut accepted = crate::decode::DeclaredTypes::default();
         let mut one = |r: &RawRow, taken: Taken| match typer.row(r, taken, &mut accepted) {
             Ok(t) => typed.push(t),
             Err(d) => dead_rows.push(d),
@@ -502,7 +502,7 @@ impl Typer<'_> {
         &self,
         r: &RawRow,
         Taken { cells, mut extra, raw }: Taken,
-        accepted: &mut Vec<(String, crate::decode::Declared)>,
+        accepted: &mut crate::decode::DeclaredTypes,
     ) -> Result<TypedRow, Unparsable> {
         let (plan, table, names, text) = (self.plan, self.table, self.names, self.text);
         let columns = &plan.columns;
@@ -522,11 +522,13 @@ impl Typer<'_> {
                 ));
             }
         }
-        if !r.declared.is_empty() && r.declared != *accepted {
+        // Rows of one schema share their declarations: a pointer compare.
+        if !r.declared.is_empty() && !Arc::ptr_eq(&r.declared, accepted) && r.declared != *accepted
+        {
             if let Some(e) = declarations_refused(&r.declared, plan, self.index, table.exact) {
                 return Err(dead("type", e));
             }
-            accepted.clone_from(&r.declared);
+            *accepted = r.declared.clone();
         }
         let legacy_times = legacy_time_columns(&r.declared, plan, self.index, table.exact);
         let mut data = vec![Value::Null; columns.len()];

@@ -19,7 +19,7 @@ fn raw(cols: &[&str], rows: &[&[&str]]) -> RawBatch {
                 raw: r.join(",").into(),
                 extra: vec![],
                 replayed: false,
-                declared: vec![],
+                declared: Default::default(),
             })
             .collect(),
         text: true,
@@ -195,7 +195,7 @@ fn schema_key_and_sequence_columns_keep_their_kind() {
                 raw: String::new().into(),
                 extra: vec![],
                 replayed: false,
-                declared: vec![],
+                declared: Default::default(),
             })
             .collect(),
         text: false,

@@ -55,7 +55,7 @@ pub(super) fn debezium(
     let mut env = vec![];
     flatten(p, "", &mut env);
     store_envelope(&mut data, &env, store_paths);
-    Ok(Decoded::Row { data, env, declared })
+    Ok(Decoded::Row { data, env, declared: declared.into() })
 }
 
 /// Deletes may carry only the key (REPLICA IDENTITY DEFAULT): the message

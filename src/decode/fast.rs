@@ -438,7 +438,7 @@ pub fn decode(
             {
                 return None; // the schema wrapper: the general path types it
             }
-            Some(Ok(Decoded::Row { data, env: vec![], declared: vec![] }))
+            Some(Ok(Decoded::Row { data, env: vec![], declared: Default::default() }))
         }
         Format::Debezium => {
             let mut e = simd_envelope(value, keep, Before::IfDelete)?;
@@ -464,7 +464,7 @@ pub fn decode(
                 key_fallback(&mut data, &mut vec![], key);
             }
             store_envelope(&mut data, &e.env, store_paths);
-            Some(Ok(Decoded::Row { data, env: e.env, declared: vec![] }))
+            Some(Ok(Decoded::Row { data, env: e.env, declared: Default::default() }))
         }
     }
 }

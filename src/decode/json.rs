@@ -45,7 +45,7 @@ pub(super) fn flat_row(v: J) -> Result<Decoded, String> {
                     let s = fields.and_then(|f| super::schema::field_schema(f, k));
                     (k.as_str().into(), super::schema::typed(v, s))
                 }));
-                Ok(Decoded::Row { data, env: vec![], declared })
+                Ok(Decoded::Row { data, env: vec![], declared: declared.into() })
             }
             _ => Err("not a JSON object: the payload is not an object".into()),
         };
@@ -56,7 +56,7 @@ pub(super) fn flat_row(v: J) -> Result<Decoded, String> {
                 m.iter().map(|(k, v)| (k.as_str().into(), json_cell(v))),
             ),
             env: vec![],
-            declared: vec![],
+            declared: Default::default(),
         }),
         _ => Err("not a JSON object".into()),
     }

@@ -45,13 +45,18 @@ pub enum Decoded {
         data: Fields,
         env: Vec<(String, Value)>,
         /// Column types the message's schema declares (empty without one).
-        declared: Vec<(String, Declared)>,
+        declared: DeclaredTypes,
     },
     /// Kafka tombstone (null value): skipped and counted.
     Tombstone,
     /// Debezium `t`: counted and logged; no data change.
     Truncate,
 }
+
+/// The column types a message's schema declares, shared by the rows of one
+/// schema (an Avro writer schema's rows share one list: comparing two rows'
+/// declarations is then a pointer comparison).
+pub type DeclaredTypes = std::sync::Arc<[(String, Declared)]>;
 
 /// A column type a message's schema declares (docs/types.md, declared types win).
 #[derive(Debug, Clone, PartialEq)]

@@ -236,7 +236,7 @@ fn fast_decode_equals_the_general_path() {
                         m.iter().map(|(k, v)| (k.as_str().into(), json_cell(v))),
                     ),
                     env: vec![],
-                    declared: vec![],
+                    declared: Default::default(),
                 },
                 _ => unreachable!(),
             },

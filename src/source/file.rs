@@ -109,7 +109,7 @@ pub fn read_csv(path: &Path, bytes: &[u8], delimiter: u8) -> Result<RawBatch, Fi
                     raw: raw.into(),
                     extra: vec![],
                     replayed: false,
-                    declared: vec![],
+                    declared: Default::default(),
                 });
             }
         }
@@ -291,7 +291,7 @@ fn decode_json_lines(Lines { source, file, first, lines }: Lines<'_>) -> RawBatc
                 raw: if utf8 { RawText::within(file, line.as_bytes()) } else { line.into() },
                 extra: vec![],
                 replayed: false,
-                declared: vec![],
+                declared: Default::default(),
             },
         ));
     }

@@ -25,7 +25,7 @@ pub struct RawRow {
     pub replayed: bool,
     /// Column types the message's schema declared (docs/types.md): its
     /// values must keep them. Empty for rows without a schema.
-    pub declared: Vec<(String, crate::decode::Declared)>,
+    pub declared: crate::decode::DeclaredTypes,
 }
 
 /// A row's source text (a file's line, a message), kept so a row that
@@ -219,7 +219,7 @@ mod tests {
             raw: "".into(),
             extra: vec![],
             replayed: false,
-            declared: vec![],
+            declared: Default::default(),
         }
     }
 

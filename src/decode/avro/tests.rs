@@ -3,6 +3,7 @@ use std::collections::HashMap;
 use apache_avro::types::Value as A;
 
 use super::*;
+use crate::decode::Declared;
 use crate::value::DType;
 
 /// The envelope Debezium's Avro converter registers for a table (a
@@ -142,7 +143,7 @@ fn avro_deletes_take_before_or_else_the_avro_message_key() {
     let d = decode(Format::Debezium, Some(&key), Some(&envelope("d", None, None)), &s);
     let Ok(Decoded::Row { data, declared, .. }) = d else { panic!("a row") };
     assert_eq!(data.get("id"), Some(&Value::Int(11)));
-    assert_eq!(declared, vec![("id".to_string(), Declared::Exact(DType::Int))]);
+    assert_eq!(&*declared, &[("id".to_string(), Declared::Exact(DType::Int))]);
     let t = decode(Format::Debezium, None, Some(&envelope("t", None, None)), &s);
     assert_eq!(t, Ok(Decoded::Truncate));
     assert_eq!(decode(Format::Debezium, None, None, &s), Ok(Decoded::Tombstone));

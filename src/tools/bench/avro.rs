@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use apache_avro::types::Value as A;
 use changelake::config::Format;
-use changelake::decode::avro::{decode, Schemas, WriterSchema, MAGIC};
+use changelake::decode::avro::{decode_keeping, Schemas, WriterSchema, MAGIC};
 use changelake::decode::{store_envelope, Decoded};
 use changelake::error::{Error, Result};
 use changelake::source::{RawBatch, RawRow, RawText, Unparsable};
@@ -94,6 +94,12 @@ impl Record {
     }
 }
 
+/// A batch's frames: one buffer, and where each frame ends in it.
+pub struct Frames {
+    buf: bytes::Bytes,
+    ends: Vec<usize>,
+}
+
 /// The batch files' events as Avro frames, and the schema they use.
 pub struct AvroBatches {
     schema: apache_avro::Schema,
@@ -151,8 +157,20 @@ impl AvroBatches {
         Ok(AvroBatches { schema, writer, format, row, source })
     }
 
-    /// One batch file's events as framed messages.
-    pub fn encode(&self, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {
+    /// One batch file's events as framed messages, one after another in
+    /// one buffer (as a consumer's fetch holds them).
+    pub fn encode(&self, bytes: &[u8]) -> Result<Frames> {
+        let frames = self.encode_each(bytes)?;
+        let mut buf = Vec::with_capacity(frames.iter().map(Vec::len).sum());
+        let mut ends = Vec::with_capacity(frames.len());
+        for f in frames {
+            buf.extend(f);
+            ends.push(buf.len());
+        }
+        Ok(Frames { buf: buf.into(), ends })
+    }
+
+    fn encode_each(&self, bytes: &[u8]) -> Result<Vec<Vec<u8>>> {
         let empty = serde_json::Map::new();
         let obj = |v: Option<&J>| v.and_then(J::as_object).cloned();
         lines(bytes)
@@ -195,19 +213,28 @@ impl AvroBatches {
 
     /// Decodes a batch's frames on every core, as the Kafka source's
     /// partition tasks do, into the batch a run merges.
-    pub fn decode(&self, source: &str, frames: &[Vec<u8>], store_paths: &[String]) -> RawBatch {
+    pub fn decode(
+        &self,
+        source: &str,
+        frames: &Frames,
+        store_paths: &[String],
+        keep: &[String],
+    ) -> RawBatch {
         const CHUNK: usize = 8192;
-        let chunks: Vec<(usize, &[Vec<u8>])> =
-            frames.chunks(CHUNK).enumerate().map(|(i, c)| (i * CHUNK, c)).collect();
+        let all: Vec<&[u8]> = (0..frames.ends.len())
+            .map(|i| &frames.buf[if i == 0 { 0 } else { frames.ends[i - 1] }..frames.ends[i]])
+            .collect();
+        let chunks: Vec<(usize, &[&[u8]])> =
+            all.chunks(CHUNK).enumerate().map(|(i, c)| (i * CHUNK, c)).collect();
         let parts = changelake::par::par_map(chunks, |(first, chunk)| {
             let mut rows = Vec::with_capacity(chunk.len());
             let mut unparsable = vec![];
             for (i, frame) in chunk.iter().enumerate() {
                 let pos = (first + i) as u64 + 1;
-                match decode(self.format, None, Some(frame), self) {
+                match decode_keeping(self.format, None, Some(frame), self, Some(keep)) {
                     Ok(Decoded::Row { mut data, env, declared }) => {
                         store_envelope(&mut data, &env, store_paths);
-                        let raw = RawText::binary(frame);
+                        let raw = RawText::within(&frames.buf, frame);
                         let row = RawRow {
                             cells: vec![],
                             pos,
@@ -223,7 +250,7 @@ impl AvroBatches {
                     Err(r) => unparsable.push(Unparsable {
                         partition: 0,
                         pos,
-                        raw: frame.clone(),
+                        raw: frame.to_vec(),
                         error: r.error,
                         reason: r.reason,
                     }),

@@ -464,13 +464,14 @@ async fn apply_avro(
     runner: &mut TableRunner,
     name: &str,
     avro: &avro::AvroBatches,
-    frames: &[Vec<u8>],
+    frames: &avro::Frames,
     version: i64,
     paths: &[String],
 ) -> Result<(RunReport, Decode)> {
     let t0 = Instant::now();
     let cpu0 = process_cpu_seconds();
-    let raw = avro.decode(name, frames, paths);
+    let keep = changelake::decode::env_paths(&runner.cfg, Format::Debezium);
+    let raw = avro.decode(name, frames, paths, &keep);
     let decode =
         Decode { seconds: t0.elapsed().as_secs_f64(), cpu_seconds: process_cpu_seconds() - cpu0 };
     let mark = Mark::file(&runner.cfg.name, name, version);
