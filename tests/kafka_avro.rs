@@ -461,6 +461,11 @@ fn avro_registry_outage_waits_and_loses_nothing() {
             && http_get(port, "/readyz").is_some_and(|(s, _)| s.contains("200"))
     });
 
+    let scrape = http_get(port, "/metrics").unwrap().1;
+    assert!(
+        scrape.contains("changelake_schema_registry_failures_total{system=\"crm\"} 0"),
+        "the failure counter exists at zero before any failure: {scrape}"
+    );
     registry.stop();
     produce_avro(&broker, &registry, "crm.avro.account", &raw[first_v2..]);
     wait_until("readyz to report the registry", 30, || {

@@ -84,6 +84,10 @@ pub(super) async fn run_system(
     // main queue, so nothing slow may sit in between (building the registry
     // client loads the system's root certificates).
     let how = decoding(&kafka)?;
+    if how.registry.is_some() {
+        // At zero from the start, so `rate()` and `increase()` see the first failure.
+        telemetry::schema_registry_failures_init(system);
+    }
     assign(&clients.consumer, system, &start.partitions)?;
     let (tx, mut rx) = mpsc::channel::<Ev>(CHANNEL_CAPACITY);
     let tasks = spawn_forwarders(&clients.consumer, &topic_parts, &how, &tx);

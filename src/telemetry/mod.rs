@@ -233,6 +233,11 @@ pub fn paused(partitions: usize, buffered: usize, limit: usize) {
     }
 }
 
+/// The failure counter of an Avro system's registry, at zero.
+pub fn schema_registry_failures_init(system: &str) {
+    metrics().schema_registry_failures.with_label_values(&[system]);
+}
+
 /// A schema registry request failed (the partition waits and retries).
 pub fn schema_registry_failure(system: &str, topic: &str, partition: i32, error: &str) {
     metrics().schema_registry_failures.with_label_values(&[system]).inc();
