@@ -108,6 +108,11 @@ impl apache_avro::headers::HeaderBuilder for Header {
 impl WriterSchema {
     /// Parses the schema text the registry returned for `id`.
     pub fn parse(id: u32, text: &str) -> Result<WriterSchema, String> {
+        // No length a message claims may allocate more than a message may
+        // hold (apache_avro's default is 512 MiB per value, which a few
+        // hostile messages on several partitions would turn into an out of
+        // memory). Set before any decode: the first setting wins.
+        apache_avro::util::max_allocation_bytes(MAX_MESSAGE_BYTES);
         let schema = apache_avro::Schema::parse_str(text)
             .map_err(|e| format!("schema id {id} is not a usable Avro schema: {e}"))?;
         let json: J = serde_json::from_str(text)

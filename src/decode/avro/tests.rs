@@ -193,3 +193,32 @@ fn frames_name_their_schema_ids() {
     assert_eq!(schema_ids(Some(b"plain-key"), Some(&value)).collect::<Vec<_>>(), vec![7]);
     assert_eq!(schema_ids(None, None).count(), 0);
 }
+
+#[test]
+fn a_claimed_length_beyond_the_largest_message_is_refused_before_allocating() {
+    let s = schemas();
+    // An update whose `name` claims 100 MiB of text: more than a message
+    // may hold, refused without allocating it.
+    let mut msg = vec![MAGIC];
+    msg.extend(7u32.to_be_bytes());
+    msg.push(0); // before: null
+    msg.push(2); // after: the record
+    msg.push(2); // id = 1
+    msg.push(2); // name: the string branch
+    let len: i64 = 100 << 20;
+    let mut z = ((len << 1) ^ (len >> 63)) as u64;
+    while z >= 0x80 {
+        msg.push((z as u8) | 0x80);
+        z >>= 7;
+    }
+    msg.push(z as u8);
+    let e = decode(Format::Debezium, None, Some(&msg), &s).unwrap_err();
+    assert_eq!(e.reason, "malformed");
+    assert!(e.error.contains("schema id 7"), "{}", e.error);
+    let limit = format!("maximum allowed: {}", crate::decode::MAX_MESSAGE_BYTES);
+    assert!(
+        e.error.contains(&limit),
+        "refused by the limit, not by running out of bytes: {}",
+        e.error
+    );
+}
