@@ -161,6 +161,16 @@ impl Rejected {
     pub fn malformed(error: impl Into<String>) -> Rejected {
         Rejected { reason: "malformed", error: error.into() }
     }
+
+    /// A message larger than [`MAX_MESSAGE_BYTES`], refused before parsing.
+    pub fn too_large(len: usize) -> Rejected {
+        Rejected::malformed(format!("not decoded: {len} bytes, more than {MAX_MESSAGE_BYTES}"))
+    }
+
+    /// A decoder bug, caught: it costs the message, never the process.
+    pub fn panicked(panic: &Box<dyn std::any::Any + Send>) -> Rejected {
+        Rejected { reason: "internal", error: format!("decoder panicked: {}", panic_text(panic)) }
+    }
 }
 
 impl std::fmt::Display for Rejected {
@@ -245,10 +255,7 @@ pub fn decode_keeping(
 ) -> Result<Decoded, Rejected> {
     let Some(value) = value else { return Ok(Decoded::Tombstone) };
     if value.len() > MAX_MESSAGE_BYTES {
-        return Err(Rejected::malformed(format!(
-            "not decoded: {} bytes, more than {MAX_MESSAGE_BYTES}",
-            value.len()
-        )));
+        return Err(Rejected::too_large(value.len()));
     }
     check_depth(value).map_err(|e| Rejected::malformed(format!("not decoded: {e}")))?;
     if has_nul(value) {
@@ -289,10 +296,7 @@ fn decode_guarded(
             Err(Rejected::malformed("a field appears twice in the row"))
         }
         Ok(d) => d.map_err(Rejected::malformed),
-        Err(panic) => Err(Rejected {
-            reason: "internal",
-            error: format!("decoder panicked: {}", panic_text(&panic)),
-        }),
+        Err(panic) => Err(Rejected::panicked(&panic)),
     }
 }
 

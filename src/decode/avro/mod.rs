@@ -183,10 +183,7 @@ pub fn decode_keeping(
 ) -> Result<Decoded, Rejected> {
     let Some(value) = value else { return Ok(Decoded::Tombstone) };
     if value.len() > MAX_MESSAGE_BYTES {
-        return Err(Rejected::malformed(format!(
-            "not decoded: {} bytes, more than {MAX_MESSAGE_BYTES}",
-            value.len()
-        )));
+        return Err(Rejected::too_large(value.len()));
     }
     let attempt = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let (id, _) = frame(value)?;
@@ -199,10 +196,7 @@ pub fn decode_keeping(
     }));
     match attempt {
         Ok(d) => d.map_err(Rejected::malformed),
-        Err(panic) => Err(Rejected {
-            reason: "internal",
-            error: format!("decoder panicked: {}", super::panic_text(&panic)),
-        }),
+        Err(panic) => Err(Rejected::panicked(&panic)),
     }
 }
 
