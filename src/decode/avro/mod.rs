@@ -11,6 +11,8 @@
 //! fed JSON.
 
 mod cells;
+mod columnar;
+mod columns;
 mod plan;
 
 use std::sync::Arc;
@@ -18,6 +20,8 @@ use std::sync::Arc;
 use apache_avro::types::Value as A;
 use serde_json::Value as J;
 
+use self::columnar::Columnar;
+pub use self::columnar::MAX_RUN;
 use self::plan::{record_plan, FieldPlan, Names};
 use super::{DeclaredTypes, Decoded, Fields, Layout, Name, Op, Rejected, MAX_MESSAGE_BYTES};
 use crate::config::Format;
@@ -56,6 +60,17 @@ pub struct WriterSchema {
     row: Option<RowPlan>,
     /// The record as a Debezium envelope (`format: debezium-avro`).
     envelope: Option<Envelope>,
+    /// Runs of this schema's messages decoded into columns, when
+    /// `arrow-avro` reads the schema into columns the plans read.
+    fast: Option<Fast>,
+}
+
+/// A schema's fast path: its column decoder, and the formats whose rows
+/// can be read from those columns.
+struct Fast {
+    columnar: Columnar,
+    flat: bool,
+    envelope: bool,
 }
 
 impl std::fmt::Debug for WriterSchema {
@@ -131,7 +146,12 @@ impl WriterSchema {
         let reader =
             apache_avro::GenericSingleObjectReader::new_with_header_builder(schema, Header(id))
                 .map_err(|e| format!("schema id {id} is not a usable Avro schema: {e}"))?;
-        Ok(WriterSchema { id, reader, row, envelope })
+        let fast = Columnar::new(id, text).and_then(|columnar| {
+            let flat = row.as_ref().is_some_and(|p| columnar.reads_flat(p));
+            let envelope = envelope.as_ref().is_some_and(|e| columnar.reads_envelope(e));
+            (flat || envelope).then_some(Fast { columnar, flat, envelope })
+        });
+        Ok(WriterSchema { id, reader, row, envelope, fast })
     }
 
     /// A whole frame (header and body) decoded; bytes left over are an error.
@@ -198,6 +218,82 @@ pub fn decode_keeping(
         Ok(d) => d.map_err(Rejected::malformed),
         Err(panic) => Err(Rejected::panicked(&panic)),
     }
+}
+
+/// A message's key and value, as they came.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Message<'a> {
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+}
+
+/// Shortest run of one schema's messages worth decoding into columns.
+const MIN_RUN: usize = 4;
+
+/// Decodes messages in order, as [`decode_keeping`] decodes each: runs of
+/// consecutive messages of one writer schema are decoded together into
+/// columns (`columnar`: several times cheaper per message), the rest, and
+/// any run that path hands back, one message at a time.
+pub fn decode_run(
+    format: Format,
+    messages: &[Message<'_>],
+    schemas: &dyn Schemas,
+    keep: Option<&[String]>,
+) -> Vec<Result<Decoded, Rejected>> {
+    let schema_of = |m: &Message<'_>| {
+        let v = m.value.filter(|v| v.len() <= MAX_MESSAGE_BYTES)?;
+        frame(v).ok().map(|(id, _)| id)
+    };
+    let mut out = Vec::with_capacity(messages.len());
+    let mut rest = messages;
+    while let Some(first) = rest.first() {
+        let id = schema_of(first);
+        let len = match id {
+            Some(id) => rest.iter().take(MAX_RUN).take_while(|m| schema_of(m) == Some(id)).count(),
+            None => 1,
+        };
+        let (run, after) = rest.split_at(len);
+        rest = after;
+        let fast = match id {
+            Some(id) if len >= MIN_RUN => columns(format, id, run, schemas, keep),
+            _ => None,
+        };
+        match fast {
+            Some(decoded) => out.extend(decoded),
+            None => out
+                .extend(run.iter().map(|m| decode_keeping(format, m.key, m.value, schemas, keep))),
+        }
+    }
+    out
+}
+
+/// A run of one schema's messages decoded into columns, then rows (None:
+/// decode them one at a time).
+fn columns(
+    format: Format,
+    id: u32,
+    run: &[Message<'_>],
+    schemas: &dyn Schemas,
+    keep: Option<&[String]>,
+) -> Option<Vec<Result<Decoded, Rejected>>> {
+    let writer = schemas.schema(id).ok()?;
+    let fast = writer.fast.as_ref()?;
+    let attempt = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let frames: Vec<&[u8]> = run.iter().map(|m| m.value.unwrap_or_default()).collect();
+        match format {
+            Format::Json if fast.flat => {
+                let batch = fast.columnar.run(&frames)?;
+                Some(columnar::flat(&writer, &batch)?.into_iter().map(Ok).collect())
+            }
+            Format::Debezium if fast.envelope => {
+                let batch = fast.columnar.run(&frames)?;
+                let keys: Vec<Option<&[u8]>> = run.iter().map(|m| m.key).collect();
+                columnar::envelopes(&writer, &batch, &keys, schemas, keep)
+            }
+            _ => None,
+        }
+    }));
+    attempt.ok().flatten()
 }
 
 fn record(v: A) -> Option<Vec<(String, A)>> {
@@ -320,5 +416,7 @@ fn key_fallback(
     }
 }
 
+#[cfg(test)]
+mod columnar_tests;
 #[cfg(test)]
 mod tests;

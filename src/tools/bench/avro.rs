@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use apache_avro::types::Value as A;
 use changelake::config::Format;
-use changelake::decode::avro::{decode_keeping, Schemas, WriterSchema, MAGIC};
+use changelake::decode::avro::{decode_run, Message, Schemas, WriterSchema, MAGIC};
 use changelake::decode::{store_envelope, Decoded};
 use changelake::error::{Error, Result};
 use changelake::source::{RawBatch, RawRow, RawText, Unparsable};
@@ -229,9 +229,12 @@ impl AvroBatches {
         let parts = changelake::par::par_map(chunks, |(first, chunk)| {
             let mut rows = Vec::with_capacity(chunk.len());
             let mut unparsable = vec![];
-            for (i, frame) in chunk.iter().enumerate() {
+            let messages: Vec<Message<'_>> =
+                chunk.iter().map(|f| Message { key: None, value: Some(f) }).collect();
+            let decoded = decode_run(self.format, &messages, self, Some(keep));
+            for (i, (frame, decoded)) in chunk.iter().zip(decoded).enumerate() {
                 let pos = (first + i) as u64 + 1;
-                match decode_keeping(self.format, None, Some(frame), self, Some(keep)) {
+                match decoded {
                     Ok(Decoded::Row { mut data, env, declared }) => {
                         store_envelope(&mut data, &env, store_paths);
                         let raw = RawText::within(&frames.buf, frame);
