@@ -52,16 +52,8 @@ pub(super) fn route(slots: &mut [Slot], opts: &RunOpts, received: Received) -> V
                 };
                 b.bytes += raw.len() + 64;
                 store_envelope(&mut data, &env, &s.store_paths);
-                let pos = off as u64;
-                let raw_row = RawRow {
-                    cells: vec![],
-                    pos,
-                    partition: p,
-                    raw,
-                    extra: env,
-                    replayed,
-                    declared,
-                };
+                let mut raw_row = RawRow::decoded(p, off as u64, raw, env, declared);
+                raw_row.replayed = replayed;
                 b.rows.push((data, raw_row));
             }
             Ok(Decoded::Tombstone) => {

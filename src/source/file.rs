@@ -195,18 +195,7 @@ fn decode_debezium_lines(
             Ok(Decoded::Row { data, env, declared }) => {
                 // A line that decoded is UTF-8 (both JSON parsers check).
                 let raw = RawText::within(file, line);
-                rows.push((
-                    data,
-                    RawRow {
-                        cells: vec![],
-                        pos,
-                        partition: 0,
-                        raw,
-                        extra: env,
-                        replayed: false,
-                        declared,
-                    },
-                ));
+                rows.push((data, RawRow::decoded(0, pos, raw, env, declared)));
             }
             Ok(Decoded::Tombstone) => {}
             Ok(Decoded::Truncate) => truncates += 1,
@@ -283,16 +272,14 @@ fn decode_json_lines(Lines { source, file, first, lines }: Lines<'_>) -> RawBatc
         };
         objects.push((
             data,
-            RawRow {
-                cells: vec![],
+            // The line as it is in the file, unless it had to be made UTF-8.
+            RawRow::decoded(
+                0,
                 pos,
-                partition: 0,
-                // The line as it is in the file, unless it had to be made UTF-8.
-                raw: if utf8 { RawText::within(file, line.as_bytes()) } else { line.into() },
-                extra: vec![],
-                replayed: false,
-                declared: Default::default(),
-            },
+                if utf8 { RawText::within(file, line.as_bytes()) } else { line.into() },
+                vec![],
+                Default::default(),
+            ),
         ));
     }
     let mut batch = RawBatch::from_maps(source.to_string(), objects);

@@ -28,6 +28,21 @@ pub struct RawRow {
     pub declared: crate::decode::DeclaredTypes,
 }
 
+impl RawRow {
+    /// A decoded message's or line's row, before its batch places the
+    /// values in cells (`RawBatch::from_maps`): where it came from, its
+    /// text, its envelope fields and the types its schema declared.
+    pub fn decoded(
+        partition: i32,
+        pos: u64,
+        raw: RawText,
+        extra: Vec<(String, Value)>,
+        declared: crate::decode::DeclaredTypes,
+    ) -> RawRow {
+        RawRow { cells: vec![], pos, partition, raw, extra, replayed: false, declared }
+    }
+}
+
 /// A row's source text (a file's line, a message), kept so a row that
 /// turns out bad can be dead-lettered verbatim. Shared, never copied per
 /// row: the rows of a file point into the file's bytes (a copy of each

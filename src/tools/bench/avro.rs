@@ -238,16 +238,7 @@ impl AvroBatches {
                     Ok(Decoded::Row { mut data, env, declared }) => {
                         store_envelope(&mut data, &env, store_paths);
                         let raw = RawText::within(&frames.buf, frame);
-                        let row = RawRow {
-                            cells: vec![],
-                            pos,
-                            partition: 0,
-                            raw,
-                            extra: env,
-                            replayed: false,
-                            declared,
-                        };
-                        rows.push((data, row));
+                        rows.push((data, RawRow::decoded(0, pos, raw, env, declared)));
                     }
                     Ok(_) => {}
                     Err(r) => unparsable.push(Unparsable {
