@@ -217,6 +217,58 @@ impl Shard {
     }
 }
 
+/// One change a commit makes to a key's entry.
+enum Change<'a> {
+    /// Its current row is now here.
+    Place(Location),
+    /// Its latest version's summary.
+    Summary(&'a Summary),
+    /// The key is gone.
+    Remove,
+}
+
+impl Shard {
+    /// Applies one change (see [`KeyIndex::apply_commit`]); a key not yet
+    /// in the shard is added by the first change that places or sums it.
+    fn apply(&mut self, h: u64, key: &[u8], change: Change<'_>, deleted_has_no_row: bool) {
+        let entry = |shard: &mut Shard, fresh: fn() -> Entry| -> u32 {
+            match shard.find(h, key) {
+                Some(at) => at,
+                None => shard.push(h, IndexKey::new(key), fresh()),
+            }
+        };
+        match change {
+            Change::Place(loc) => {
+                // The summary follows (a placeholder until it does).
+                let at = entry(self, || Entry::new(NO_FILE, 0, placeholder()));
+                let e = &mut self.entries[at as usize].1;
+                (e.file, e.row) = (loc.file, loc.row);
+            }
+            Change::Summary(s) => {
+                let at = entry(self, || Entry::new(NO_FILE, 0, placeholder()));
+                let e = &mut self.entries[at as usize].1;
+                if s.deleted && deleted_has_no_row {
+                    e.file = NO_FILE;
+                }
+                e.summary = PackedSummary::new(s.clone());
+            }
+            Change::Remove => self.swap_remove(h, key),
+        }
+    }
+}
+
+/// The summary of an entry added by its placement, before its own summary
+/// is applied.
+fn placeholder() -> Summary {
+    Summary {
+        seq: crate::merge::Seq::Int(0),
+        deleted: false,
+        valid_from: i64::MIN,
+        row_hash: 0,
+        tracked_hash: 0,
+    }
+}
+
 /// Business key -> entry, split by key hash into shards ([`shard_count`]): a shard's
 /// table is small enough to stay in cache while it is built, and shards are
 /// built on all cores, so loading a saved index of millions of keys costs
@@ -362,15 +414,6 @@ impl KeyIndex {
         self.in_shard_order(items, key, |p| p.map(|p| self.at(p).summary.unpack()))
     }
 
-    /// Positions of keys (see [`KeyIndex::locate`]).
-    fn positions<T: Sync>(
-        &self,
-        items: &[T],
-        key: impl Fn(&T) -> &[u8] + Sync,
-    ) -> Vec<Option<Pos>> {
-        self.in_shard_order(items, key, |p| p)
-    }
-
     /// `f` of every item's key lookup, in item order, on all cores. The
     /// lookups run grouped by shard: a batch's keys come in key order,
     /// which is random over the index, and each lookup into an index of
@@ -422,61 +465,45 @@ impl KeyIndex {
     /// the key is gone). With `deleted_has_no_row` (scd2), a key whose latest
     /// version is deleted keeps no current row.
     ///
-    /// Keys are looked up on all cores first (see `locate`); the updates then
-    /// go by position. Inserts append (positions stay valid); removals
-    /// (the last entry of a shard takes the removed one's place) come last.
+    /// Changes are grouped by shard and each shard applies its own on one
+    /// core, in the commit's order (placements, then summaries, then
+    /// removals). Applied one key after another, a commit of 100,000 keys
+    /// into an index of a million missed the cache twice per key and took
+    /// 27 ms, most of a merge-on-read commit; grouped, a shard's table and
+    /// entries stay cached while it applies its few hundred changes.
     pub(super) fn apply_commit(
         &mut self,
         rows: Vec<(&[u8], Location)>,
         summaries: &[(Key, Option<Summary>)],
         deleted_has_no_row: bool,
     ) {
-        let at = self.positions(&rows, |(k, _)| k);
-        let updates: Vec<(&[u8], &Summary)> =
-            summaries.iter().filter_map(|(k, s)| s.as_ref().map(|s| (&k[..], s))).collect();
-        let at_summary = self.positions(&updates, |(k, _)| k);
-        let mut inserted: rustc_hash::FxHashMap<&[u8], Pos> = Default::default();
-        for ((k, loc), at) in rows.into_iter().zip(at) {
-            // A key placed twice by one commit is inserted once.
-            match at.or_else(|| inserted.get(k).copied()) {
-                Some(p) => {
-                    let e = self.at_mut(p);
-                    (e.file, e.row) = (loc.file, loc.row);
-                }
-                None => {
-                    // Placeholder; the summary follows below.
-                    let summary = Summary {
-                        seq: crate::merge::Seq::Int(0),
-                        deleted: false,
-                        valid_from: i64::MIN,
-                        row_hash: 0,
-                        tracked_hash: 0,
-                    };
-                    let e = Entry::new(loc.file, loc.row, summary);
-                    inserted.insert(k, self.push(k, e));
-                }
-            }
+        use rayon::prelude::*;
+        let n = self.shards.len();
+        let expected = (rows.len() + summaries.len()) / n + 16;
+        let mut by_shard: Vec<Vec<(u64, &[u8], Change<'_>)>> =
+            (0..n).map(|_| Vec::with_capacity(expected + expected / 4)).collect();
+        fn add<'a>(by_shard: &mut [Vec<(u64, &'a [u8], Change<'a>)>], k: &'a [u8], c: Change<'a>) {
+            let h = hash_of(k);
+            by_shard[shard_of(h, by_shard.len())].push((h, k, c));
         }
-        for ((k, s), at) in updates.into_iter().zip(at_summary) {
-            let p = match at.or_else(|| inserted.get(k).copied()) {
-                Some(p) => p,
-                None => {
-                    let p = self.push(k, Entry::new(NO_FILE, 0, s.clone()));
-                    inserted.insert(k, p);
-                    p
-                }
-            };
-            let e = self.at_mut(p);
-            if s.deleted && deleted_has_no_row {
-                e.file = NO_FILE;
+        for (k, loc) in rows {
+            add(&mut by_shard, k, Change::Place(loc));
+        }
+        for (k, s) in summaries {
+            if let Some(s) = s {
+                add(&mut by_shard, k, Change::Summary(s));
             }
-            e.summary = PackedSummary::new(s.clone());
         }
         for (k, s) in summaries {
             if s.is_none() {
-                self.remove(k);
+                add(&mut by_shard, k, Change::Remove);
             }
         }
+        self.shards.par_iter_mut().zip(by_shard).for_each(|(shard, changes)| {
+            for (h, k, change) in changes {
+                shard.apply(h, k, change, deleted_has_no_row);
+            }
+        });
     }
 }
 
