@@ -114,21 +114,26 @@ fn payload(
 /// Avro messages that were waiting together in the partition queue,
 /// decoded together: runs of one writer schema decode into columns
 /// (`avro::decode_run`), several times cheaper per message than one by
-/// one. Messages from the first whose writer schemas are not yet settled
-/// go one at a time (settling may wait for the registry).
-async fn received_run(run: Vec<BorrowedMessage<'_>>, topic: &Arc<str>, how: &Decoding) -> Vec<Ev> {
+/// one. Returns the events of the messages up to the first whose writer
+/// schemas are not yet settled, and the messages from that one on, which
+/// go one at a time (settling may wait for the registry: what was decoded
+/// is sent first).
+fn received_run<'q>(
+    mut run: Vec<BorrowedMessage<'q>>,
+    topic: &Arc<str>,
+    how: &Decoding,
+) -> (Vec<Ev>, Vec<BorrowedMessage<'q>>) {
     let Some(registry) = &how.registry else { unreachable!("runs are Avro") };
     let at = Instant::now();
     let settled = run
         .iter()
         .take_while(|m| avro::schema_ids(m.key(), m.payload()).all(|id| registry.settled(id)))
         .count();
-    let mut head = run;
-    let tail = head.split_off(settled);
+    let unsettled = run.split_off(settled);
     let messages: Vec<avro::Message<'_>> =
-        head.iter().map(|m| avro::Message { key: m.key(), value: m.payload() }).collect();
+        run.iter().map(|m| avro::Message { key: m.key(), value: m.payload() }).collect();
     let decoded = avro::decode_run(how.format, &messages, &**registry, None);
-    let mut evs: Vec<Ev> = head
+    let evs = run
         .iter()
         .zip(decoded)
         .map(|(m, decoded)| {
@@ -137,11 +142,7 @@ async fn received_run(run: Vec<BorrowedMessage<'_>>, topic: &Arc<str>, how: &Dec
             Ev::Msg(Received { topic: topic.clone(), partition, offset, decoded, payload, at })
         })
         .collect();
-    drop(head);
-    for m in tail {
-        evs.push(received(m, topic.clone(), how).await);
-    }
-    evs
+    (evs, unsettled)
 }
 
 /// A partition queue's error as the loop's event.
@@ -229,9 +230,18 @@ pub(super) fn forward(
                             None => break,
                         }
                     }
-                    let mut evs = received_run(run, &topic, &how).await;
-                    evs.extend(ended);
-                    evs
+                    let (evs, unsettled) = received_run(run, &topic, &how);
+                    for ev in evs {
+                        if tx.send(ev).await.is_err() {
+                            return;
+                        }
+                    }
+                    for m in unsettled {
+                        if tx.send(received(m, topic.clone(), &how).await).await.is_err() {
+                            return;
+                        }
+                    }
+                    ended.into_iter().collect()
                 }
                 Ok(m) => vec![received(m, topic.clone(), &how).await],
                 Err(e) => vec![queue_error(e, &topic, p)],

@@ -3,33 +3,15 @@
 //! each message alone gives, and it must hand back every run holding a
 //! frame that is not exactly one record.
 
-use std::collections::HashMap;
-
 use apache_avro::types::Value as A;
 
-use super::tests::{ENVELOPE, KEY};
+use super::tests::{framed, Fixed, ENVELOPE, KEY};
 use super::*;
-
-struct Fixed(HashMap<u32, Arc<WriterSchema>>);
-
-impl Schemas for Fixed {
-    fn schema(&self, id: u32) -> Result<Arc<WriterSchema>, String> {
-        self.0.get(&id).cloned().ok_or_else(|| format!("schema id {id} is unknown"))
-    }
-}
 
 fn schemas(more: &[(u32, &str)]) -> Fixed {
     let mut all = vec![(7, ENVELOPE), (8, KEY)];
     all.extend_from_slice(more);
     Fixed(all.iter().map(|(id, s)| (*id, Arc::new(WriterSchema::parse(*id, s).unwrap()))).collect())
-}
-
-fn framed(id: u32, schema: &str, v: A) -> Vec<u8> {
-    let s = apache_avro::Schema::parse_str(schema).unwrap();
-    let mut out = vec![MAGIC];
-    out.extend(id.to_be_bytes());
-    out.extend(apache_avro::to_avro_datum(&s, v).unwrap());
-    out
 }
 
 fn some(v: A) -> A {

@@ -31,7 +31,7 @@ pub(crate) const ENVELOPE: &str = r#"{
 
 pub(crate) const KEY: &str = r#"{"type": "record", "name": "Key", "namespace": "crm.dbo.account", "fields": [{"name": "id", "type": "long"}]}"#;
 
-struct Fixed(HashMap<u32, Arc<WriterSchema>>);
+pub(super) struct Fixed(pub(super) HashMap<u32, Arc<WriterSchema>>);
 
 impl Schemas for Fixed {
     fn schema(&self, id: u32) -> Result<Arc<WriterSchema>, String> {
@@ -46,7 +46,7 @@ fn schemas() -> Fixed {
     ]))
 }
 
-fn framed(id: u32, schema: &str, v: A) -> Vec<u8> {
+pub(super) fn framed(id: u32, schema: &str, v: A) -> Vec<u8> {
     let s = apache_avro::Schema::parse_str(schema).unwrap();
     let mut out = vec![MAGIC];
     out.extend(id.to_be_bytes());
