@@ -1,6 +1,7 @@
 //! The fast path: a run of messages of one writer schema decoded by the
 //! Arrow project's Avro reader (`arrow-avro`) straight into Arrow columns,
-//! then turned into rows column by column (docs/avro.md, decode speed).
+//! then turned into rows column by column (docs/avro.md, how messages are
+//! decoded).
 //!
 //! Why: `apache_avro` builds a value tree per message — a `Value` per
 //! field with its name copied, a boxed union per nullable field — which
@@ -17,7 +18,8 @@
 //! shape) hands the whole run back to that path, which finds and
 //! dead-letters the bad message with its reason. Both paths give the same
 //! rows: the per-message path stays the reference, and the tests compare
-//! them.
+//! them (two corruptions no writer makes read differently: a boolean byte
+//! above 1, a nullable union's branch above 1; docs/avro.md).
 
 use std::sync::Mutex;
 

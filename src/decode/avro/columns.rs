@@ -1,7 +1,7 @@
 //! Arrow columns read as cells: each column of a run decoded by
 //! `arrow-avro` (`columnar`) becomes, value for value, the cells the
 //! per-message path (`cells::cell`) makes of the same fields, so a table
-//! fed either way holds the same rows (docs/avro.md, decode speed).
+//! fed either way holds the same rows (docs/avro.md, how messages are decoded).
 
 use deltalake::arrow::array::{
     Array, ArrayRef, AsArray, BinaryArray, BooleanArray, Decimal128Array, StringArray, StructArray,
