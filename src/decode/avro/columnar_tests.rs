@@ -33,21 +33,7 @@ fn row(id: i64, name: Option<&str>, balance: &[u8]) -> A {
 }
 
 fn envelope(op: &str, before: Option<A>, after: Option<A>, lsn: Option<i64>) -> Vec<u8> {
-    let section = |r: Option<A>| r.map_or(none(), some);
-    let v = A::Record(vec![
-        ("before".into(), section(before)),
-        ("after".into(), section(after)),
-        (
-            "source".into(),
-            A::Record(vec![
-                ("connector".into(), A::String("postgresql".into())),
-                ("lsn".into(), lsn.map_or(none(), |l| some(A::Long(l)))),
-            ]),
-        ),
-        ("op".into(), A::String(op.into())),
-        ("ts_ms".into(), some(A::Long(1_700_000_000_000))),
-    ]);
-    framed(7, ENVELOPE, v)
+    super::tests::envelope_at(op, before, after, lsn)
 }
 
 fn messages<'a>(frames: &'a [(Option<Vec<u8>>, Vec<u8>)]) -> Vec<Message<'a>> {

@@ -66,6 +66,16 @@ fn row(id: i64, name: Option<&str>) -> A {
 }
 
 fn envelope(op: &str, before: Option<A>, after: Option<A>) -> Vec<u8> {
+    envelope_at(op, before, after, Some(42))
+}
+
+/// An envelope of schema id 7 whose `source.lsn` is `lsn`.
+pub(super) fn envelope_at(
+    op: &str,
+    before: Option<A>,
+    after: Option<A>,
+    lsn: Option<i64>,
+) -> Vec<u8> {
     let section = |r: Option<A>| match r {
         Some(r) => A::Union(1, Box::new(r)),
         None => A::Union(0, Box::new(A::Null)),
@@ -77,7 +87,13 @@ fn envelope(op: &str, before: Option<A>, after: Option<A>) -> Vec<u8> {
             "source".into(),
             A::Record(vec![
                 ("connector".into(), A::String("postgresql".into())),
-                ("lsn".into(), A::Union(1, Box::new(A::Long(42)))),
+                (
+                    "lsn".into(),
+                    match lsn {
+                        Some(l) => A::Union(1, Box::new(A::Long(l))),
+                        None => A::Union(0, Box::new(A::Null)),
+                    },
+                ),
             ]),
         ),
         ("op".into(), A::String(op.into())),
