@@ -214,7 +214,7 @@ impl TableRunner {
         let exec = self.store.last_exec + 1;
         let mut out = merge::apply(
             &spec,
-            RunCtx { exec, now: chrono::Utc::now().timestamp_micros() },
+            RunCtx { exec, now: chrono::Utc::now().timestamp_micros(), briefs: None },
             vec![],
             loaded.states,
             absent,

@@ -238,10 +238,12 @@ impl TableRunner {
         let loaded = self.store.load_states(spec, &c.needs, &closing_keys).await?;
         let mut states = loaded.states;
         for (k, s) in c.closing {
-            states.insert(k, merge::KeyState { stored: Some(s), ..Default::default() });
+            // `load_states` may have found the closed version's brief and run.
+            states.entry(k).or_default().stored = Some(s);
         }
         phases.mark("load_states");
-        let ctx = RunCtx { exec, now: chrono::Utc::now().timestamp_micros() };
+        let briefs = self.store.briefs(spec);
+        let ctx = RunCtx { exec, now: chrono::Utc::now().timestamp_micros(), briefs };
         let out = merge::apply(spec, ctx, c.keys, states, absent);
         phases.mark("apply");
         Ok((out, loaded.closing))

@@ -60,7 +60,7 @@ impl MemTable {
             let st = self.state(k, Need::Current);
             states.insert(k.clone(), st);
         }
-        let ctx = RunCtx { exec: self.exec + 1, now: self.now };
+        let ctx = RunCtx { exec: self.exec + 1, now: self.now, briefs: None };
         let mut out = apply(&spec, ctx, keys, states, absent);
         stats.add(&out.stats);
         out.stats = stats;
@@ -101,7 +101,7 @@ impl MemTable {
 
     fn state(&self, k: &Key, need: Need) -> KeyState {
         let mut st = KeyState::default();
-        if need == Need::Nothing {
+        if matches!(need, Need::Nothing | Need::Reopen) {
             return st;
         }
         if need == Need::Replace {

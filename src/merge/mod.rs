@@ -13,6 +13,7 @@
 //!    what makes a replay cheap and a no-op (docs/batch.md, replaying a batch is a no-op).
 //! 3. [`apply`] runs the scd1 or scd2 rules against the loaded versions.
 
+pub mod brief;
 pub mod scd1;
 pub mod scd2;
 mod unavailable;
@@ -103,6 +104,9 @@ pub struct Version {
     pub exec: i64,
     pub sk: Option<i64>,
     pub loc: Option<Loc>,
+    /// An open version to write: its key's closed versions in brief
+    /// ([`brief::encode`]), when the table keeps them and they are known.
+    pub brief: Option<std::sync::Arc<[u8]>>,
 }
 
 /// What the key index remembers per key: enough to settle most rows
@@ -164,12 +168,20 @@ pub struct KeyState {
     /// scd2: the open version's index summary, when it is closed without
     /// being read (see [`Need::Close`]).
     pub stored: Option<Summary>,
+    /// scd2: every closed version of the key in brief, when known (see
+    /// [`brief`]); the merge then needs no `history` for late rows.
+    pub brief: Option<Vec<brief::Closed>>,
+    /// scd2, [`Need::Close`]: the `_execution_id` of the open version closed.
+    pub stored_exec: Option<i64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Need {
-    /// Settled without stored rows (skip, insert, reopen).
+    /// Settled without stored rows (skip, insert of a new key).
     Nothing,
+    /// scd2: a deleted key comes back; settled without stored rows, but it
+    /// has closed versions the run does not read.
+    Reopen,
     /// The stored current row is needed.
     Current,
     /// scd1: the stored live row is replaced wholesale by a newer row whose
@@ -284,6 +296,9 @@ pub struct RunCtx {
     pub exec: i64,
     /// Processing time of the run, microseconds UTC.
     pub now: i64,
+    /// scd2, processing time: the table keeps each key's closed versions in
+    /// brief with its current row ([`brief`]); the rules' [`brief::fingerprint`].
+    pub briefs: Option<u64>,
 }
 
 /// Versions of one key order by sequence, then by the run that wrote them
@@ -300,7 +315,12 @@ impl Spec {
     }
 
     pub fn seq_of(&self, data: &[Value]) -> Seq {
-        Seq::new(self.seq.iter().map(|&i| data[i].clone()).collect())
+        Seq::new(self.seq_values(data))
+    }
+
+    /// The sequence columns' values of a row.
+    pub fn seq_values(&self, data: &[Value]) -> Vec<Value> {
+        self.seq.iter().map(|&i| data[i].clone()).collect()
     }
 
     /// Compares a row's sequence columns with a stored sequence, in place.
@@ -575,7 +595,7 @@ pub fn classify(
                     stats.deletes_unknown += 1;
                     return None;
                 }
-                return Some(Need::Nothing);
+                return Some(Need::Reopen);
             }
             if row.replayed {
                 return Some(Need::Current);
@@ -672,9 +692,12 @@ fn apply_keys(
     let ctx = *ctx;
     let mut out = Output::default();
     for (key, mut rows, need) in keys {
-        let state = states
-            .remove(&key)
-            .unwrap_or_else(|| KeyState { replace: need == Need::Replace, ..Default::default() });
+        let state = states.remove(&key).unwrap_or_else(|| KeyState {
+            replace: need == Need::Replace,
+            // A new key has no closed versions.
+            brief: (need == Need::Nothing && ctx.briefs.is_some()).then(Vec::new),
+            ..Default::default()
+        });
         unavailable::fill(&mut rows, state.current.as_ref(), &mut out.stats);
         match spec.strategy {
             Strategy::Scd1 => scd1::apply_key(spec, &ctx, key, rows, state, &mut out),

@@ -15,6 +15,7 @@ fn row(data: Vec<super::Value>, exec: i64, deleted: bool) -> Version {
         exec,
         sk: None,
         loc: None,
+        brief: None,
     }
 }
 

@@ -12,6 +12,7 @@
 
 use std::cmp::Ordering;
 
+use super::brief::{self, Closed};
 use super::{InRow, Key, KeyState, Output, RunCtx, Spec, ValidTime, Version};
 
 struct KeyRun<'a> {
@@ -23,6 +24,9 @@ struct KeyRun<'a> {
     latest_closed: Option<Version>,
     /// Every known closed version, including the ones made in this run.
     history: Vec<Version>,
+    /// Every closed version in brief, including this run's, when known
+    /// (see [`brief`]); late rows are then compared with it, not `history`.
+    brief: Option<Vec<Closed>>,
     stored_current: bool,
     dirty: bool,
     ordinal: usize,
@@ -41,6 +45,7 @@ impl KeyRun<'_> {
             exec: self.ctx.exec,
             sk,
             loc: None,
+            brief: None,
         }
     }
 
@@ -59,11 +64,20 @@ impl KeyRun<'_> {
         c.current = false;
         c.deleted = deleted;
         c.loc = None;
+        if let Some(b) = &mut self.brief {
+            b.push(Closed::of(self.spec, &c));
+        }
         out.stats.versions_closed += 1;
         out.history_appends.push(c.clone());
         self.history.push(c.clone());
         self.latest_closed = Some(c);
         self.dirty = true;
+    }
+
+    /// The brief to store with the key's open version (see [`brief`]).
+    fn encoded_brief(&self) -> Option<std::sync::Arc<[u8]>> {
+        let fingerprint = self.ctx.briefs?;
+        brief::encode(self.brief.as_ref()?, fingerprint).map(Into::into)
     }
 
     fn latest(&self) -> Option<&Version> {
@@ -94,11 +108,26 @@ impl KeyRun<'_> {
                     Some("reject_late: a row is older than the key's latest version".into());
                 return;
             }
-            if self.valid_at(&r.data).is_some_and(|v| spec.tracked_equal(&v.data, &r.data)) {
+            let same = match &self.brief {
+                Some(b) => {
+                    let tracked = r.hashes.map_or_else(|| spec.tracked_hash(&r.data), |h| h.1);
+                    brief::valid_at_is_equal(spec, b, self.cur.as_ref(), &r.data, tracked)
+                }
+                None => {
+                    self.valid_at(&r.data).is_some_and(|v| spec.tracked_equal(&v.data, &r.data))
+                }
+            };
+            if same {
                 out.stats.late_noop += 1;
                 return;
             }
             let v = self.closed(r.data, now, now);
+            if let Some(b) = &mut self.brief {
+                b.push(Closed::of(spec, &v));
+                // The open version is written again, unchanged, to carry
+                // the longer brief in its row companion.
+                self.dirty |= self.cur.is_some();
+            }
             self.history.push(v.clone());
             out.history_appends.push(v);
             out.stats.late_inserted += 1;
@@ -276,6 +305,13 @@ pub(super) fn apply_key(
             out.removes.push(key);
         } else {
             out.stats.updated += 1;
+            // The closed version joins the brief from the key index's
+            // summary of it and the run that wrote it.
+            let brief = state.brief.zip(state.stored_exec).map(|(mut b, exec)| {
+                let seq = s.seq.with(|q| q.to_vec());
+                b.push(Closed { seq, exec, tracked: s.tracked_hash });
+                b
+            });
             let mut run = KeyRun {
                 spec,
                 ctx,
@@ -283,16 +319,19 @@ pub(super) fn apply_key(
                 cur: None,
                 latest_closed: None,
                 history: vec![],
+                brief,
                 key,
                 dirty: true,
                 ordinal: 0,
             };
-            let v = run.open(r.data, at);
+            let mut v = run.open(r.data, at);
+            v.brief = run.encoded_brief();
             out.index.push((run.key.clone(), Some(spec.summary_hashed(&v, r.hashes))));
             out.upserts.push((run.key, v));
         }
         return;
     }
+    let business = spec.valid_time != ValidTime::Processing;
     let mut run = KeyRun {
         spec,
         ctx,
@@ -300,11 +339,11 @@ pub(super) fn apply_key(
         cur: state.current,
         latest_closed: state.latest_closed,
         history: state.history,
+        brief: state.brief.filter(|_| !business && ctx.briefs.is_some()),
         key: key.clone(),
         dirty: false,
         ordinal: 0,
     };
-    let business = spec.valid_time != ValidTime::Processing;
     for r in rows {
         if business {
             run.business_row(r, out);
@@ -322,9 +361,11 @@ fn finish(run: KeyRun<'_>, out: &mut Output) {
     if !run.dirty {
         return;
     }
+    let brief = run.encoded_brief();
     match run.cur {
         Some(mut c) => {
             c.loc = None;
+            c.brief = brief;
             out.index.push((run.key.clone(), Some(run.spec.summary(&c))));
             out.upserts.push((run.key, c));
         }
@@ -361,6 +402,7 @@ pub(super) fn snapshot_delete(
         cur: state.current,
         latest_closed: None,
         history: vec![],
+        brief: None,
         key,
         dirty: false,
         ordinal: 0,

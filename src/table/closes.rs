@@ -93,6 +93,7 @@ impl TableStore {
                 current: false,
                 keys: keys[r.clone()].to_vec(),
                 batch: all.slice(r.start, r.len()),
+                briefs: None,
             })
             .collect())
     }
@@ -106,7 +107,7 @@ impl TableStore {
         want: &mut BTreeMap<u32, Vec<u32>>,
     ) -> Result<Vec<(u32, RecordBatch)>> {
         let mut got = vec![];
-        for SelectedRows { file, rows, batch } in closing.0 {
+        for SelectedRows { file, rows, batch, .. } in closing.0 {
             let Some(need) = want.get(&file) else { continue };
             let pos: Option<Vec<u32>> =
                 need.iter().map(|r| rows.binary_search(r).ok().map(|p| p as u32)).collect();

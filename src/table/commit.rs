@@ -94,6 +94,9 @@ pub(super) struct OutFile {
     pub(super) current: bool,
     pub(super) keys: Vec<Key>,
     pub(super) batch: RecordBatch,
+    /// Current files: each row's brief of its key's closed versions, kept
+    /// in the row companion only (`companions.rs`).
+    pub(super) briefs: Option<deltalake::arrow::array::BinaryArray>,
 }
 
 /// An encoded data file ready to store.

@@ -11,6 +11,7 @@
 
 use deltalake::arrow::array::{BooleanArray, RecordBatch};
 
+use super::briefs::CarriedBriefs;
 use super::commit::OutFile;
 use super::commit::PendingCommit;
 use super::plan;
@@ -85,9 +86,12 @@ impl TableStore {
     ) -> Result<Vec<OutFile>> {
         let mut batches: Vec<RecordBatch> = vec![];
         let mut keys: Vec<Key> = vec![];
+        // Current rows keep their briefs of closed versions (`briefs.rs`).
+        let mut briefs = CarriedBriefs::default();
         for &id in small {
             let f = self.files[id as usize].clone().expect("live file");
             let mut row_no = 0u32;
+            let mut kept: Vec<bool> = vec![];
             for b in self.read_batches(id).await?.iter() {
                 // In the current partition, rows without a key are dropped too:
                 // the key list must stay aligned with the rows written.
@@ -96,6 +100,7 @@ impl TableStore {
                     .map(|r| Some(!f.deleted(row_no + r as u32) && (!current || bk[r].is_some())))
                     .collect();
                 row_no += b.num_rows() as u32;
+                kept.extend(live.iter().map(|l| l == Some(true)));
                 let b = deltalake::arrow::compute::filter_record_batch(b, &live)
                     .map_err(|e| self.data_err(e.to_string()))?;
                 keys.extend(
@@ -106,15 +111,20 @@ impl TableStore {
                 );
                 batches.push(b);
             }
+            if current {
+                briefs.add(self.file_briefs(id, kept.len()), &kept);
+            }
             self.remove_file(id, pc);
         }
         let all = deltalake::arrow::compute::concat_batches(&self.arrow_schema(), &batches)
             .map_err(|e| self.data_err(e.to_string()))?;
+        let briefs = briefs.joined();
         Ok(plan::slices(all.num_rows(), self.meta.layout.file_rows)
             .map(|r| OutFile {
                 current,
                 keys: if current { keys[r.clone()].to_vec() } else { vec![] },
                 batch: all.slice(r.start, r.len()),
+                briefs: briefs.as_ref().map(|b| b.slice(r.start, r.len())),
             })
             .collect())
     }

@@ -6,8 +6,9 @@
 
 use std::collections::BTreeMap;
 
-use deltalake::arrow::array::RecordBatch;
+use deltalake::arrow::array::{BinaryArray, RecordBatch};
 
+use super::briefs::{split_brief_column, with_brief_column};
 use super::files::SelectedRows;
 use super::rowstore::{self, RowStore};
 use super::Result;
@@ -48,10 +49,23 @@ impl TableStore {
     /// name by the thread that encodes the file: current files of a table
     /// that keeps companions (see `rowstore.rs`). Failing to write one only
     /// costs speed later, so it is logged, not an error.
-    pub(super) fn companion(&self, current: bool, batch: &RecordBatch) -> Option<rowstore::Staged> {
+    pub(super) fn companion(
+        &self,
+        current: bool,
+        batch: &RecordBatch,
+        briefs: Option<&BinaryArray>,
+    ) -> Option<rowstore::Staged> {
         if !current || !self.rows.enabled() {
             return None;
         }
+        let with_briefs;
+        let batch = match briefs {
+            Some(b) => {
+                with_briefs = with_brief_column(batch, b);
+                &with_briefs
+            }
+            None => batch,
+        };
         rowstore::encode(batch)
             .and_then(|c| self.rows.stage(&c))
             .inspect_err(|e| tracing::warn!(target: "changelake::table", table = %self.meta.name, error = %e, "row companion not written; closes of its rows will read parquet"))
@@ -97,7 +111,9 @@ impl TableStore {
             match batch {
                 // A companion gives exactly the rows asked for, or an error.
                 Ok(batch) => {
-                    out.push(SelectedRows { file: id, rows, batch: self.in_table_schema(batch)? })
+                    let (batch, briefs) = split_brief_column(batch);
+                    let batch = self.in_table_schema(batch)?;
+                    out.push(SelectedRows { file: id, rows, batch, briefs })
                 }
                 Err(error) => {
                     if warn {

@@ -42,6 +42,9 @@ pub(super) struct SelectedRows {
     pub(super) file: u32,
     pub(super) rows: Vec<u32>,
     pub(super) batch: RecordBatch,
+    /// The rows' briefs of closed versions, when read from a row companion
+    /// that holds them (`companions.rs`).
+    pub(super) briefs: Option<deltalake::arrow::array::BinaryArray>,
 }
 
 impl FileMeta {
@@ -299,7 +302,7 @@ impl TableStore {
                     format!("file {id}: {} of {} selected rows read", all.num_rows(), rows.len());
                 return Err(data_err(msg));
             }
-            Ok(SelectedRows { file: id, rows, batch: all })
+            Ok(SelectedRows { file: id, rows, batch: all, briefs: None })
         })
         .into_iter()
         .collect()

@@ -229,11 +229,20 @@ impl TableStore {
         needs: &KeyMap<Need>,
         states: &mut KeyMap<KeyState>,
     ) -> Result<()> {
+        // Keys whose closed versions came in brief with their current row
+        // (`briefs.rs`) need nothing from history.
         let late: Vec<(&[u8], Option<Vec<Value>>)> = needs
             .iter()
-            .filter(|(_, n)| **n == Need::History)
+            .filter(|(k, n)| {
+                **n == Need::History && states.get(*k).is_none_or(|s| s.brief.is_none())
+            })
             .map(|(k, _)| (&k[..], Value::decode_all(k)))
             .collect();
+        let in_brief = needs.values().filter(|n| **n == Need::History).count() - late.len();
+        if late.is_empty() {
+            tracing::debug!(target: "changelake::table", in_brief, "late rows: every key's history in brief");
+            return Ok(());
+        }
         let (mut todo, mut history_files) = (vec![], 0usize);
         let key_columns = key_columns(spec);
         for (id, f) in self.files.iter().enumerate() {
@@ -255,6 +264,7 @@ impl TableStore {
         tracing::debug!(
             target: "changelake::table",
             late_keys = late.len(),
+            in_brief,
             history_files,
             scanned = todo.len(),
             "late rows: history files scanned"

@@ -37,6 +37,7 @@
 //! file (see `plan.rs` for the layout that was chosen).
 
 mod actions;
+mod briefs;
 mod closes;
 mod commit;
 mod compact;

@@ -234,6 +234,7 @@ impl TableStore {
             return Err(self.data_err(msg));
         }
         let plan = plan_rows(old.num_rows(), &replaced, &dropped, edit.append.len());
+        let briefs = self.rewritten_briefs(id, old.num_rows(), &new, &plan.sources);
         let new = self.to_batch_refs(&new)?;
         let cols = (old.columns().iter().zip(new.columns()))
             .map(|(o, n)| {
@@ -270,7 +271,11 @@ impl TableStore {
                     rows: batch.num_rows(),
                     stats: file_stats(&batch, &self.stats_columns),
                     bytes,
-                    companion: self.companion(true, &batch),
+                    companion: self.companion(
+                        true,
+                        &batch,
+                        briefs.as_ref().map(|b| b.slice(r.start, r.len())).as_ref(),
+                    ),
                 })
             })
             .collect()
@@ -329,6 +334,7 @@ mod tests {
             exec: 0,
             sk: None,
             loc: None,
+            brief: None,
         };
         let at = |file, row| Location { file, row };
         let rewrite: BTreeSet<u32> = [1, 2].into();

@@ -150,7 +150,8 @@ impl TableStore {
             .map(|c| {
                 let keys: Vec<Key> = c.iter().map(|(k, _)| (*k).clone()).collect();
                 let vs: Vec<&Version> = c.iter().map(|(_, v)| *v).collect();
-                Ok(OutFile { current: true, keys, batch: self.to_batch_refs(&vs)? })
+                let briefs = self.briefs_of(&vs);
+                Ok(OutFile { current: true, keys, batch: self.to_batch_refs(&vs)?, briefs })
             })
             .collect()
     }
@@ -181,7 +182,7 @@ impl TableStore {
             .chunks(self.meta.layout.file_rows.max(1))
             .map(|c| {
                 let keys = c.iter().filter_map(|v| spec.key_of(&v.data)).collect();
-                Ok(OutFile { current: false, keys, batch: self.to_batch(c)? })
+                Ok(OutFile { current: false, keys, batch: self.to_batch(c)?, briefs: None })
             })
             .collect()
     }
@@ -202,7 +203,7 @@ impl TableStore {
         let encoded = encode_all(batches, &key_columns(spec), &self.stats_columns)
             .map_err(|e| self.data_err(e))?;
         let companions = crate::par::par_map(files.iter().collect(), |f: &OutFile| {
-            self.companion(f.current, &f.batch)
+            self.companion(f.current, &f.batch, f.briefs.as_ref())
         });
         phases.mark("encode");
         for (((f, codec), (bytes, stats)), companion) in

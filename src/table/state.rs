@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use super::convert::cell;
 use super::files::{FileMeta, SelectedRows};
 use super::history::HistoryHead;
-use super::index::{Entry, Location, NO_FILE};
+use super::index::{Entry, NO_FILE};
 use super::Result;
 use super::{FxMap, TableError, TableStore};
 use crate::config::Strategy;
@@ -210,6 +210,7 @@ impl TableStore {
                 },
                 loc: Some(Loc { file: id, row }),
                 data,
+                brief: None,
             }
         })
         .collect()
@@ -250,12 +251,14 @@ impl TableStore {
         closing: &[&Key],
     ) -> Result<LoadedStates> {
         let mut states: KeyMap<KeyState> = KeyMap::default();
-        let closing_at: Vec<Location> = (self.index.locate(closing, |k| k).into_iter())
-            .flatten()
-            .filter(|at| at.file != NO_FILE)
+        let closing_at: FxMap<(u32, u32), &Key> = (closing.iter())
+            .zip(self.index.locate(closing, |k| k))
+            .filter_map(|(k, at)| {
+                at.filter(|at| at.file != NO_FILE).map(|at| ((at.file, at.row), *k))
+            })
             .collect();
         if self.rows.enabled() {
-            let mut files: Vec<u32> = closing_at.iter().map(|at| at.file).collect();
+            let mut files: Vec<u32> = closing_at.keys().map(|at| at.0).collect();
             files.sort_unstable();
             files.dedup();
             self.build_missing_companions(files).await;
@@ -265,6 +268,7 @@ impl TableStore {
         let read = self.read_current_rows(reads.rows).await?;
         let t1 = std::time::Instant::now();
         self.take_current_versions(&read, &reads.keys_at, &mut states)?;
+        self.take_briefs(spec, &read, &reads.keys_at, &closing_at, &mut states);
         tracing::debug!(
             target: "changelake::table",
             read_ms = (t1 - t0).as_secs_f64() * 1e3,
@@ -284,14 +288,14 @@ impl TableStore {
     fn plan_state_reads<'k>(
         &self,
         needs: &'k KeyMap<Need>,
-        closing_at: &[Location],
+        closing_at: &FxMap<(u32, u32), &Key>,
         states: &mut KeyMap<KeyState>,
     ) -> StateReads<'k> {
         let mut late_rows = false;
         let mut look: Vec<&Key> = vec![];
         for (k, need) in needs {
             match need {
-                Need::Nothing => {}
+                Need::Nothing | Need::Reopen => {}
                 Need::Replace => {
                     states.insert(k.clone(), KeyState { replace: true, ..Default::default() });
                 }
@@ -309,8 +313,8 @@ impl TableStore {
                 keys_at.insert((at.file, at.row), *k);
             }
         }
-        for at in closing_at {
-            rows.entry(at.file).or_default().push(at.row);
+        for &(file, row) in closing_at.keys() {
+            rows.entry(file).or_default().push(row);
         }
         for r in rows.values_mut() {
             r.sort_unstable();

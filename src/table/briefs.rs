@@ -1,0 +1,175 @@
+//! Each key's closed scd2 versions in brief, kept with its current row
+//! (`merge::brief`; docs/scd2.md, "Late rows without reading history").
+//!
+//! The brief is one more column of a current file's row companion, never of
+//! the data file: Delta readers never see it, and a companion that lacks it
+//! (written before briefs, rebuilt from its data file, or of a file that
+//! compaction or a rewrite produced) only means the brief is unknown and a
+//! late row for those keys reads history as before.
+
+use std::sync::Arc;
+
+use deltalake::arrow::array::{Array, BinaryArray, Int64Array, RecordBatch};
+use deltalake::arrow::datatypes::{DataType, Field, Schema};
+
+use super::files::SelectedRows;
+use super::FxMap;
+use super::TableStore;
+use crate::merge::{brief, Key, KeyMap, KeyState, Spec, Version};
+
+/// The companion column holding each current row's brief.
+const BRIEF_COLUMN: &str = "_changelake_brief";
+
+impl TableStore {
+    /// The fingerprint of the rules under which this table keeps each key's
+    /// closed versions in brief with its current row (`merge::brief`): scd2
+    /// tables with row companions and processing time. None: it keeps none.
+    pub fn briefs(&self, spec: &Spec) -> Option<u64> {
+        let processing = spec.valid_time == crate::merge::ValidTime::Processing;
+        (self.rows.enabled() && processing).then(|| brief::fingerprint(spec))
+    }
+
+    /// The briefs of new current rows, for their companion; None when the
+    /// table keeps none (no version carries one).
+    pub(super) fn briefs_of(&self, versions: &[&Version]) -> Option<BinaryArray> {
+        if !self.rows.enabled() || versions.iter().all(|v| v.brief.is_none()) {
+            return None;
+        }
+        Some(versions.iter().map(|v| v.brief.as_deref()).collect())
+    }
+
+    /// The briefs of all `rows` physical rows of a current file, from its
+    /// companion, for a rewrite that carries them to its new file; None
+    /// when the table keeps none or the companion has none (the rewrite's
+    /// rows then have no brief).
+    pub(super) fn file_briefs(&self, id: u32, rows: usize) -> Option<BinaryArray> {
+        if !self.rows.enabled() || !self.has_companion(id) {
+            return None;
+        }
+        let path = &self.files[id as usize].as_ref()?.path;
+        let all: Vec<u32> = (0..rows as u32).collect();
+        let read = self.rows.read(path, &all).ok()?;
+        split_brief_column(read).1.filter(|b| b.len() == rows)
+    }
+
+    /// A rewritten file's briefs, in its new row order (`sources` as the
+    /// rewrite interleaves stored rows, 0, and new versions, 1): stored rows
+    /// keep theirs, new versions bring theirs.
+    pub(super) fn rewritten_briefs(
+        &self,
+        id: u32,
+        stored_rows: usize,
+        new: &[&Version],
+        sources: &[(usize, usize)],
+    ) -> Option<BinaryArray> {
+        if !self.rows.enabled() {
+            return None;
+        }
+        let (stored, new_rows) = (self.file_briefs(id, stored_rows), new.len());
+        let new = self.briefs_of(new);
+        if stored.is_none() && new.is_none() {
+            return None;
+        }
+        let nulls = |n| BinaryArray::new_null(n);
+        let stored = stored.unwrap_or_else(|| nulls(stored_rows));
+        let new = new.unwrap_or_else(|| nulls(new_rows));
+        let all =
+            deltalake::arrow::compute::interleave(&[&stored as &dyn Array, &new], sources).ok()?;
+        all.as_any().downcast_ref::<BinaryArray>().cloned()
+    }
+
+    /// The briefs found in the rows `load_states` read: of the current rows
+    /// the merge needs (`keys_at`), and of the open versions the run closes
+    /// (`closing_at`), with the run that wrote each of those.
+    pub(super) fn take_briefs(
+        &self,
+        spec: &Spec,
+        read: &[SelectedRows],
+        keys_at: &FxMap<(u32, u32), &Key>,
+        closing_at: &FxMap<(u32, u32), &Key>,
+        states: &mut KeyMap<KeyState>,
+    ) {
+        let Some(fingerprint) = self.briefs(spec) else { return };
+        // The stored sequence columns' types (a table's first run has none).
+        let types: Option<Vec<_>> =
+            spec.seq.iter().map(|&i| self.columns.get(i).map(|c| c.1)).collect();
+        let Some(types) = types else { return };
+        for sel in read {
+            let Some(briefs) = &sel.briefs else { continue };
+            let exec = sel.batch.column_by_name(&self.meta.reserved.execution_id);
+            let exec = exec.and_then(|c| c.as_any().downcast_ref::<Int64Array>());
+            for (i, &row) in sel.rows.iter().enumerate() {
+                let at = (sel.file, row);
+                let (key, closing) = match (keys_at.get(&at), closing_at.get(&at)) {
+                    (Some(k), _) => (*k, false),
+                    (None, Some(k)) => (*k, true),
+                    (None, None) => continue,
+                };
+                if briefs.is_null(i) {
+                    continue;
+                }
+                let Some(list) = brief::decode(briefs.value(i), fingerprint, &types) else {
+                    continue;
+                };
+                let st = states.entry(key.clone()).or_default();
+                if closing {
+                    match exec.filter(|e| e.is_valid(i)) {
+                        Some(e) => st.stored_exec = Some(e.value(i)),
+                        None => continue,
+                    }
+                }
+                st.brief = Some(list);
+            }
+        }
+    }
+}
+
+/// The briefs of the rows compaction keeps, file after file.
+#[derive(Default)]
+pub(super) struct CarriedBriefs {
+    parts: Vec<BinaryArray>,
+    any: bool,
+}
+
+impl CarriedBriefs {
+    /// One file's briefs (None: it has none) and which of its rows are kept.
+    pub(super) fn add(&mut self, briefs: Option<BinaryArray>, kept: &[bool]) {
+        let kept_rows = kept.iter().filter(|k| **k).count();
+        let part = briefs.filter(|b| b.len() == kept.len()).and_then(|b| {
+            let mask = deltalake::arrow::array::BooleanArray::from(kept.to_vec());
+            let f = deltalake::arrow::compute::filter(&b, &mask).ok()?;
+            f.as_any().downcast_ref::<BinaryArray>().cloned()
+        });
+        self.any |= part.is_some();
+        self.parts.push(part.unwrap_or_else(|| BinaryArray::new_null(kept_rows)));
+    }
+
+    /// Every kept row's brief, in order; None when no file had any.
+    pub(super) fn joined(self) -> Option<BinaryArray> {
+        if !self.any {
+            return None;
+        }
+        let parts: Vec<&dyn Array> = self.parts.iter().map(|p| p as &dyn Array).collect();
+        let all = deltalake::arrow::compute::concat(&parts).ok()?;
+        all.as_any().downcast_ref::<BinaryArray>().cloned()
+    }
+}
+
+/// A current file's rows with their briefs as one more column, for its companion.
+pub(super) fn with_brief_column(batch: &RecordBatch, briefs: &BinaryArray) -> RecordBatch {
+    let mut fields: Vec<Arc<Field>> = batch.schema().fields().iter().cloned().collect();
+    fields.push(Arc::new(Field::new(BRIEF_COLUMN, DataType::Binary, true)));
+    let mut cols = batch.columns().to_vec();
+    cols.push(Arc::new(briefs.clone()));
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)
+        .expect("one brief per row, binary column")
+}
+
+/// A companion's rows without the brief column, and that column if it has one.
+pub(super) fn split_brief_column(batch: RecordBatch) -> (RecordBatch, Option<BinaryArray>) {
+    let Ok(i) = batch.schema().index_of(BRIEF_COLUMN) else { return (batch, None) };
+    let briefs = batch.column(i).as_any().downcast_ref::<BinaryArray>().cloned();
+    let mut batch = batch;
+    batch.remove_column(i);
+    (batch, briefs)
+}
