@@ -173,6 +173,8 @@ pub struct KeyState {
     pub brief: Option<Vec<brief::Closed>>,
     /// scd2, [`Need::Close`]: the `_execution_id` of the open version closed.
     pub stored_exec: Option<i64>,
+    /// scd2: `history` holds every closed version of the key (it was read).
+    pub history_read: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

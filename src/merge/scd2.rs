@@ -332,6 +332,10 @@ pub(super) fn apply_key(
         return;
     }
     let business = spec.valid_time != ValidTime::Processing;
+    // A key whose whole history was read gets its brief from it.
+    let brief = (state.brief)
+        .or_else(|| state.history_read.then(|| briefs_of(spec, &state.history)))
+        .filter(|_| !business && ctx.briefs.is_some());
     let mut run = KeyRun {
         spec,
         ctx,
@@ -339,7 +343,7 @@ pub(super) fn apply_key(
         cur: state.current,
         latest_closed: state.latest_closed,
         history: state.history,
-        brief: state.brief.filter(|_| !business && ctx.briefs.is_some()),
+        brief,
         key: key.clone(),
         dirty: false,
         ordinal: 0,
@@ -355,6 +359,10 @@ pub(super) fn apply_key(
         }
     }
     finish(run, out);
+}
+
+fn briefs_of(spec: &Spec, history: &[Version]) -> Vec<Closed> {
+    history.iter().map(|v| Closed::of(spec, v)).collect()
 }
 
 fn finish(run: KeyRun<'_>, out: &mut Output) {

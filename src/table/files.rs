@@ -325,6 +325,42 @@ impl TableStore {
         let mask = ProjectionMask::columns(builder.parquet_schema(), names.iter().copied());
         builder.with_projection(mask).with_batch_size(64 * 1024).build().map_err(data_err)
     }
+
+    /// [`TableStore::columns_of`] for some row groups only (None: all),
+    /// with each chosen group's first physical row and row count, in order.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn group_columns_of(
+        &self,
+        f: &FileMeta,
+        bytes: bytes::Bytes,
+        names: &[&str],
+        groups: Option<&[usize]>,
+    ) -> Result<(deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReader, Vec<(u32, u64)>)>
+    {
+        use deltalake::parquet::arrow::ProjectionMask;
+        let data_err = |e: deltalake::parquet::errors::ParquetError| TableError::Data {
+            uri: self.uri.clone(),
+            msg: format!("parquet {}: {e}", f.path),
+        };
+        let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(data_err)?;
+        let sizes: Vec<u64> =
+            builder.metadata().row_groups().iter().map(|g| g.num_rows() as u64).collect();
+        let chosen: Vec<usize> = match groups {
+            Some(g) => g.iter().copied().filter(|&g| g < sizes.len()).collect(),
+            None => (0..sizes.len()).collect(),
+        };
+        let mut first = vec![0u64; sizes.len()];
+        for g in 1..sizes.len() {
+            first[g] = first[g - 1] + sizes[g - 1];
+        }
+        let starts = chosen.iter().map(|&g| (first[g] as u32, sizes[g])).collect();
+        let mask = ProjectionMask::columns(builder.parquet_schema(), names.iter().copied());
+        let reader = (builder.with_projection(mask).with_row_groups(chosen))
+            .with_batch_size(64 * 1024)
+            .build()
+            .map_err(data_err)?;
+        Ok((reader, starts))
+    }
 }
 
 /// Reads a deletion vector written as changelake writes them (a file

@@ -157,13 +157,15 @@ impl TableStore {
     }
 
     /// The versions of one history file whose keys are in `wanted`: a pass over
-    /// the key columns alone finds their rows, then only those rows are decoded.
+    /// the key columns alone (of the row `groups` that may hold them, or
+    /// all) finds their rows, then only those rows are decoded.
     pub(super) fn history_rows(
         &self,
         id: u32,
         spec: &Spec,
         bytes: bytes::Bytes,
         wanted: &FxSet<&[u8]>,
+        groups: Option<&[usize]>,
     ) -> Result<Vec<(Key, Version)>> {
         let f = self.files[id as usize].as_ref().expect("live file");
         let data_err = |msg: String| TableError::Data {
@@ -171,10 +173,11 @@ impl TableStore {
             msg: format!("parquet {}: {msg}", f.path),
         };
         let key_names: Vec<&str> = spec.key.iter().map(|&i| self.columns[i].0.as_str()).collect();
-        let reader = self.columns_of(f, bytes.clone(), &key_names)?;
+        let (reader, starts) = self.group_columns_of(f, bytes.clone(), &key_names, groups)?;
         let mut hits: Vec<(u32, Key)> = vec![];
-        let mut row_no = 0u32;
         let mut buf = Vec::with_capacity(32);
+        // Physical row numbers: each chosen group's first row, then on.
+        let (mut starts, mut row_no, mut left) = (starts.into_iter(), 0u32, 0u64);
         for batch in reader {
             let batch = batch.map_err(|e| data_err(e.to_string()))?;
             let cols: Vec<(Option<ArrayRef>, DType)> = key_names
@@ -189,8 +192,14 @@ impl TableStore {
                 .collect();
             let keys = KeyCols::new(&cols);
             for i in 0..batch.num_rows() {
+                while left == 0 {
+                    let (start, rows) =
+                        starts.next().ok_or_else(|| data_err("row groups".into()))?;
+                    (row_no, left) = (start, rows);
+                }
                 let row = row_no;
                 row_no += 1;
+                left -= 1;
                 if !f.deleted(row) && keys.encode(i, &mut buf) && wanted.contains(&buf[..]) {
                     hits.push((row, buf.as_slice().into()));
                 }
@@ -249,17 +258,22 @@ impl TableStore {
             let Some(f) = f.as_ref().filter(|f| !f.current) else { continue };
             history_files += 1;
             let filter = self.key_filter(f, &key_columns).await;
-            let wanted: FxSet<&[u8]> = late
+            let candidates: Vec<&(&[u8], Option<Vec<Value>>)> = late
                 .iter()
                 .filter(|(_, v)| match (&filter, v) {
                     (Some(filter), Some(v)) => filter.may_contain(v),
                     _ => true,
                 })
-                .map(|(k, _)| *k)
                 .collect();
-            if !wanted.is_empty() {
-                todo.push((id as u32, self.fetch(id as u32).await?, wanted));
+            if candidates.is_empty() {
+                continue;
             }
+            // Only the row groups whose filters may hold one of them.
+            let values: Option<Vec<&[Value]>> =
+                candidates.iter().map(|(_, v)| v.as_deref()).collect();
+            let groups = filter.zip(values).map(|(f, v)| f.groups_holding(v.iter().copied()));
+            let wanted: FxSet<&[u8]> = candidates.iter().map(|(k, _)| *k).collect();
+            todo.push((id as u32, self.fetch(id as u32).await?, wanted, groups));
         }
         tracing::debug!(
             target: "changelake::table",
@@ -267,11 +281,16 @@ impl TableStore {
             in_brief,
             history_files,
             scanned = todo.len(),
+            row_groups = todo.iter().filter_map(|t| t.3.as_ref()).map(Vec::len).sum::<usize>(),
+            whole = todo.iter().filter(|t| t.3.is_none()).count(),
             "late rows: history files scanned"
         );
-        for found in
-            par_map(todo, |(id, bytes, wanted)| self.history_rows(id, spec, bytes, &wanted))
-        {
+        for (k, _) in &late {
+            states.entry(Key::from(*k)).or_default().history_read = true;
+        }
+        for found in par_map(todo, |(id, bytes, wanted, groups)| {
+            self.history_rows(id, spec, bytes, &wanted, groups.as_deref())
+        }) {
             for (k, v) in found? {
                 states.entry(k).or_default().history.push(v);
             }

@@ -44,12 +44,24 @@ impl KeyFilter {
     /// (a NULL part, an unprobeable column or a type mismatch counts as a
     /// maybe: the filter never hides a row).
     pub fn may_contain(&self, key: &[Value]) -> bool {
-        self.groups.iter().any(|cols| {
-            cols.iter().zip(key).all(|(f, v)| match (f, v) {
-                (Some((f, KeyProbe::Bytes)), Value::Str(s)) => f.check(s.as_str()),
-                (Some((f, KeyProbe::Int64)), Value::Int(i)) => f.check(i),
-                _ => true,
-            })
+        (0..self.groups.len()).any(|g| self.group_may_contain(g, key))
+    }
+
+    /// The row groups that may hold a row with any of these key values, in order.
+    pub fn groups_holding<'a>(
+        &self,
+        keys: impl Iterator<Item = &'a [Value]> + Clone,
+    ) -> Vec<usize> {
+        (0..self.groups.len())
+            .filter(|&g| keys.clone().any(|k| self.group_may_contain(g, k)))
+            .collect()
+    }
+
+    fn group_may_contain(&self, group: usize, key: &[Value]) -> bool {
+        self.groups[group].iter().zip(key).all(|(f, v)| match (f, v) {
+            (Some((f, KeyProbe::Bytes)), Value::Str(s)) => f.check(s.as_str()),
+            (Some((f, KeyProbe::Int64)), Value::Int(i)) => f.check(i),
+            _ => true,
         })
     }
 
@@ -168,10 +180,13 @@ impl Codec {
     }
 }
 
+/// Encodes a file; `group_rows`: rows per row group (None: one group up to
+/// parquet's default of 1M rows).
 pub(crate) fn encode_parquet(
     batch: &RecordBatch,
     key_columns: &[String],
     codec: Codec,
+    group_rows: Option<usize>,
 ) -> std::result::Result<Vec<u8>, String> {
     // ZSTD (files written once) at level 1: most of level 3's ratio on CRM text at
     // about twice the speed. No dictionaries (either codec): CRM columns are mostly unique text, where building a dictionary
@@ -189,25 +204,29 @@ pub(crate) fn encode_parquet(
     // (up to parquet's default of 1M rows; `file_rows` is 65,536 unless set
     // higher). The writer's own min/max of every other column was a second
     // pass over every value (4% of a copy-on-write run's CPU,
-    // docs/performance.md); files of several row groups keep them.
+    // docs/performance.md); files beyond 1M rows keep them. History files
+    // are cut into small groups by design, to be looked up by key.
+    let group = group_rows.unwrap_or(DEFAULT_MAX_ROW_GROUP_ROW_COUNT).max(1);
     let one_group = batch.num_rows() <= DEFAULT_MAX_ROW_GROUP_ROW_COUNT;
     let mut props = WriterProperties::builder()
         .set_compression(compression)
         .set_dictionary_enabled(false)
-        .set_statistics_enabled(if one_group {
+        .set_max_row_group_row_count(Some(group))
+        .set_statistics_enabled(if one_group || group_rows.is_some() {
             EnabledStatistics::None
         } else {
             EnabledStatistics::Chunk
         });
-    // Bloom filters on the business key (see `KeyFilter`), sized for the
-    // file's rows at 1% false positives (the writer folds them down to fit).
+    // Bloom filters on the business key (see `KeyFilter`), one per row
+    // group, sized for its rows at 1% false positives (the writer folds
+    // them down to fit).
     for k in key_columns.iter().filter(|k| batch.schema().index_of(k).is_ok()) {
         let path = deltalake::parquet::schema::types::ColumnPath::from(k.as_str());
         props = props
             .set_column_statistics_enabled(path.clone(), EnabledStatistics::Page)
             .set_column_bloom_filter_enabled(path.clone(), true)
             .set_column_bloom_filter_fpp(path.clone(), 0.01)
-            .set_column_bloom_filter_max_ndv(path, batch.num_rows().max(1) as u64);
+            .set_column_bloom_filter_max_ndv(path, batch.num_rows().clamp(1, group) as u64);
     }
     let props = props.build();
     // Room for the whole file up front (compressed, it is smaller than the
@@ -229,11 +248,11 @@ pub(super) fn key_columns(spec: &Spec) -> Vec<String> {
 /// Encodes batches on all cores, each with its codec and Delta statistics;
 /// results in input order.
 pub(super) fn encode_all(
-    batches: Vec<(&RecordBatch, Codec)>,
+    batches: Vec<(&RecordBatch, Codec, Option<usize>)>,
     key_columns: &[String],
     stats: &StatsColumns,
 ) -> std::result::Result<Vec<(Vec<u8>, String)>, String> {
-    par_map(batches, |(b, c)| Ok((encode_parquet(b, key_columns, c)?, file_stats(b, stats))))
+    par_map(batches, |(b, c, g)| Ok((encode_parquet(b, key_columns, c, g)?, file_stats(b, stats))))
         .into_iter()
         .collect()
 }
@@ -273,7 +292,7 @@ mod tests {
             ],
         )
         .unwrap();
-        let bytes = encode_parquet(&batch, &["id".to_string()], Codec::Snappy).unwrap();
+        let bytes = encode_parquet(&batch, &["id".to_string()], Codec::Snappy, None).unwrap();
         let r = SerializedFileReader::new(bytes::Bytes::from(bytes)).unwrap();
         let meta = r.metadata();
         assert_eq!(meta.num_row_groups(), 1);
@@ -282,6 +301,28 @@ mod tests {
         assert_eq!(key.min_bytes_opt(), Some(&b"k000"[..]));
         assert_eq!(key.max_bytes_opt(), Some(&b"k099"[..]));
         assert!(rg.column(1).statistics().is_none(), "other columns: Delta statistics only");
+    }
+
+    #[tokio::test]
+    async fn a_file_cut_into_row_groups_has_a_key_filter_per_group() {
+        let schema =
+            std::sync::Arc::new(ArrowSchema::new(vec![Field::new("id", ArrowType::Int64, true)]));
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![std::sync::Arc::new(Int64Array::from_iter_values(0..20_000))],
+        )
+        .unwrap();
+        let keys = vec!["id".to_string()];
+        let bytes = encode_parquet(&batch, &keys, Codec::Zstd, Some(8192)).unwrap();
+        let f = filter_of(bytes, &keys).await.expect("filters written");
+        assert_eq!(f.groups.len(), 3, "8,192 + 8,192 + 3,616 rows");
+        let holding = |k: i64| f.groups_holding([&[Value::Int(k)][..]].into_iter());
+        for (key, group) in [(5, 0), (8191, 0), (8192, 1), (19_999, 2)] {
+            let got = holding(key);
+            assert!(got.contains(&group) && got.len() <= 2, "key {key}: groups {got:?}");
+        }
+        let misses = (20_000..21_000).filter(|&k| !holding(k).is_empty()).count();
+        assert!(misses < 60, "{misses} of 1,000 absent keys pass three 1% filters");
     }
 
     #[tokio::test]
@@ -305,7 +346,7 @@ mod tests {
         )
         .unwrap();
         let keys = vec!["id".to_string(), "n".to_string()];
-        let f = filter_of(encode_parquet(&batch, &keys, Codec::Zstd).unwrap(), &keys)
+        let f = filter_of(encode_parquet(&batch, &keys, Codec::Zstd, None).unwrap(), &keys)
             .await
             .expect("filters written");
         for i in 0..5000i64 {
@@ -324,7 +365,7 @@ mod tests {
             "a type mismatch is a maybe"
         );
         // Files without filters (written before them) give no filter: they are scanned.
-        assert!(filter_of(encode_parquet(&batch, &[], Codec::Snappy).unwrap(), &keys)
+        assert!(filter_of(encode_parquet(&batch, &[], Codec::Snappy, None).unwrap(), &keys)
             .await
             .is_none());
     }

@@ -133,6 +133,19 @@ pub(super) fn codec(current: bool, layout: &Layout) -> Codec {
     }
 }
 
+/// Rows per parquet row group of a history file: a late row looks a key up
+/// in history through each row group's bloom filter, and decodes the key
+/// column only of the groups that may hold it (a twelfth of a 100,000-row
+/// file) instead of the whole file. Current files stay one row group (their
+/// rows are found through the key index, never by key).
+pub(super) const HISTORY_GROUP_ROWS: usize = 8192;
+
+/// The row-group size of a new data file (None: one group, up to
+/// parquet's default).
+pub(super) fn row_groups(current: bool) -> Option<usize> {
+    (!current).then_some(HISTORY_GROUP_ROWS)
+}
+
 /// Groups files (in order) into waves of about [`WAVE_ROWS`] rows; a file
 /// larger than that is a wave of its own.
 pub(super) fn waves(files: impl IntoIterator<Item = (u32, usize)>) -> Vec<Vec<u32>> {

@@ -263,7 +263,7 @@ impl TableStore {
                     FileKeys::Sparse(self.keys_at(spec, &batch, &rows))
                 };
                 let bytes =
-                    encode_parquet(&batch, key_cols, codec).map_err(|e| self.data_err(e))?;
+                    encode_parquet(&batch, key_cols, codec, None).map_err(|e| self.data_err(e))?;
                 Ok(EncodedFile {
                     current: true,
                     codec,

@@ -199,7 +199,9 @@ impl TableStore {
     ) -> Result<()> {
         let codecs: Vec<_> =
             files.iter().map(|f| plan::codec(f.current, &self.meta.layout)).collect();
-        let batches = files.iter().map(|f| &f.batch).zip(codecs.iter().copied()).collect();
+        let batches = (files.iter().zip(&codecs))
+            .map(|(f, c)| (&f.batch, *c, plan::row_groups(f.current)))
+            .collect();
         let encoded = encode_all(batches, &key_columns(spec), &self.stats_columns)
             .map_err(|e| self.data_err(e))?;
         let companions = crate::par::par_map(files.iter().collect(), |f: &OutFile| {
