@@ -237,9 +237,9 @@ impl TableRunner {
         let closing_keys: Vec<&Key> = c.closing.iter().map(|(k, _)| k).collect();
         let loaded = self.store.load_states(spec, &c.needs, &closing_keys).await?;
         let mut states = loaded.states;
-        for (k, s) in c.closing {
-            // `load_states` may have found the closed version's brief and run.
-            states.entry(k).or_default().stored = Some(s);
+        for ((k, s), b) in c.closing.into_iter().zip(loaded.closing_briefs) {
+            let state = merge::KeyState { stored: Some(s), stored_brief: b, ..Default::default() };
+            states.insert(k, state);
         }
         phases.mark("load_states");
         let briefs = self.store.briefs(spec);

@@ -45,6 +45,14 @@ impl Closed {
     }
 }
 
+/// An open version's brief as stored, and the run that wrote the version:
+/// what a close ([`super::Need::Close`]) extends without decoding it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stored {
+    pub bytes: Box<[u8]>,
+    pub exec: i64,
+}
+
 /// What a brief is valid for: the tracking rules its hashes were made
 /// under. A column moving in or out of the tracked set changes it; a column
 /// added to the table does not when it is tracked (stored rows hold NULL
@@ -82,6 +90,27 @@ pub fn encode(list: &[Closed], fingerprint: u64) -> Option<Vec<u8>> {
         out.extend_from_slice(&c.exec.to_be_bytes());
         out.extend_from_slice(&c.tracked.to_be_bytes());
     }
+    Some(out)
+}
+
+/// A stored brief with one more closed version appended, without decoding
+/// the others; None when it was written under other rules, is malformed,
+/// or would list more than [`MAX_CLOSED`] versions.
+pub fn append(stored: &[u8], closed: &Closed, fingerprint: u64) -> Option<Vec<u8>> {
+    let head = stored.get(..11)?;
+    if head[0] != FORMAT || head[1..9] != fingerprint.to_be_bytes() {
+        return None;
+    }
+    let n = u16::from_be_bytes([head[9], head[10]]) as usize;
+    if n >= MAX_CLOSED {
+        return None;
+    }
+    let entry = encode(std::slice::from_ref(closed), fingerprint)?;
+    let mut out = Vec::with_capacity(stored.len() + entry.len() - 11);
+    out.extend_from_slice(&stored[..9]);
+    out.extend_from_slice(&((n + 1) as u16).to_be_bytes());
+    out.extend_from_slice(&stored[11..]);
+    out.extend_from_slice(&entry[11..]);
     Some(out)
 }
 
@@ -167,6 +196,24 @@ mod tests {
         assert_eq!(decode(&longer, 42, &[DType::Int]), None, "trailing bytes");
         assert_eq!(decode(&b, 42, &[DType::Int, DType::Int]), None, "other sequence columns");
         assert_eq!(decode(&encode(&[], 42).unwrap(), 42, &[DType::Int]), Some(vec![]));
+    }
+
+    #[test]
+    fn appending_to_a_stored_brief_equals_encoding_the_longer_list() {
+        let list = vec![closed(3, 1, 7), closed(4, 2, 8)];
+        let more = closed(9, 3, 9);
+        let stored = encode(&list, 42).unwrap();
+        let mut longer = list.clone();
+        longer.push(more.clone());
+        assert_eq!(append(&stored, &more, 42), encode(&longer, 42));
+        assert_eq!(
+            append(&encode(&[], 42).unwrap(), &more, 42),
+            encode(std::slice::from_ref(&more), 42)
+        );
+        assert_eq!(append(&stored, &more, 41), None, "other tracking rules");
+        assert_eq!(append(&stored[..5], &more, 42), None, "malformed");
+        let full: Vec<Closed> = (0..MAX_CLOSED as i64).map(|i| closed(i, 1, 1)).collect();
+        assert_eq!(append(&encode(&full, 42).unwrap(), &more, 42), None, "over the limit");
     }
 
     #[test]

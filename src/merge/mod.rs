@@ -171,8 +171,8 @@ pub struct KeyState {
     /// scd2: every closed version of the key in brief, when known (see
     /// [`brief`]); the merge then needs no `history` for late rows.
     pub brief: Option<Vec<brief::Closed>>,
-    /// scd2, [`Need::Close`]: the `_execution_id` of the open version closed.
-    pub stored_exec: Option<i64>,
+    /// scd2, [`Need::Close`]: the brief stored with the open version closed.
+    pub stored_brief: Option<brief::Stored>,
     /// scd2: `history` holds every closed version of the key (it was read).
     pub history_read: bool,
 }

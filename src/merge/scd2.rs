@@ -305,13 +305,6 @@ pub(super) fn apply_key(
             out.removes.push(key);
         } else {
             out.stats.updated += 1;
-            // The closed version joins the brief from the key index's
-            // summary of it and the run that wrote it.
-            let brief = state.brief.zip(state.stored_exec).map(|(mut b, exec)| {
-                let seq = s.seq.with(|q| q.to_vec());
-                b.push(Closed { seq, exec, tracked: s.tracked_hash });
-                b
-            });
             let mut run = KeyRun {
                 spec,
                 ctx,
@@ -319,13 +312,19 @@ pub(super) fn apply_key(
                 cur: None,
                 latest_closed: None,
                 history: vec![],
-                brief,
+                brief: None,
                 key,
                 dirty: true,
                 ordinal: 0,
             };
             let mut v = run.open(r.data, at);
-            v.brief = run.encoded_brief();
+            // The closed version joins the stored brief, from the key
+            // index's summary of it and the run that wrote it.
+            v.brief = ctx.briefs.zip(state.stored_brief).and_then(|(fingerprint, b)| {
+                let seq = s.seq.with(|q| q.to_vec());
+                let closed = Closed { seq, exec: b.exec, tracked: s.tracked_hash };
+                brief::append(&b.bytes, &closed, fingerprint).map(Into::into)
+            });
             out.index.push((run.key.clone(), Some(spec.summary_hashed(&v, r.hashes))));
             out.upserts.push((run.key, v));
         }

@@ -78,16 +78,18 @@ impl TableStore {
         all.as_any().downcast_ref::<BinaryArray>().cloned()
     }
 
-    /// The briefs found in the rows `load_states` read: of the current rows
-    /// the merge needs (`keys_at`), and of the open versions the run closes
-    /// (`closing_at`), with the run that wrote each of those.
+    /// The briefs found in the rows `load_states` read: decoded for the
+    /// current rows the merge needs (`keys_at`); as stored, with the run
+    /// that wrote each, for the open versions the run closes (`closing_at`:
+    /// each one's place in `closing`), which a close only extends.
     pub(super) fn take_briefs(
         &self,
         spec: &Spec,
         read: &[SelectedRows],
         keys_at: &FxMap<(u32, u32), &Key>,
-        closing_at: &FxMap<(u32, u32), &Key>,
+        closing_at: &FxMap<(u32, u32), usize>,
         states: &mut KeyMap<KeyState>,
+        closing: &mut [Option<brief::Stored>],
     ) {
         let Some(fingerprint) = self.briefs(spec) else { return };
         // The stored sequence columns' types (a table's first run has none).
@@ -99,26 +101,20 @@ impl TableStore {
             let exec = sel.batch.column_by_name(&self.meta.reserved.execution_id);
             let exec = exec.and_then(|c| c.as_any().downcast_ref::<Int64Array>());
             for (i, &row) in sel.rows.iter().enumerate() {
-                let at = (sel.file, row);
-                let (key, closing) = match (keys_at.get(&at), closing_at.get(&at)) {
-                    (Some(k), _) => (*k, false),
-                    (None, Some(k)) => (*k, true),
-                    (None, None) => continue,
-                };
                 if briefs.is_null(i) {
                     continue;
                 }
-                let Some(list) = brief::decode(briefs.value(i), fingerprint, &types) else {
-                    continue;
-                };
-                let st = states.entry(key.clone()).or_default();
-                if closing {
-                    match exec.filter(|e| e.is_valid(i)) {
-                        Some(e) => st.stored_exec = Some(e.value(i)),
-                        None => continue,
+                let at = (sel.file, row);
+                if let Some(k) = keys_at.get(&at) {
+                    if let Some(list) = brief::decode(briefs.value(i), fingerprint, &types) {
+                        states.entry((*k).clone()).or_default().brief = Some(list);
+                    }
+                } else if let Some(&c) = closing_at.get(&at) {
+                    if let Some(e) = exec.filter(|e| e.is_valid(i)) {
+                        let bytes = briefs.value(i).into();
+                        closing[c] = Some(brief::Stored { bytes, exec: e.value(i) });
                     }
                 }
-                st.brief = Some(list);
             }
         }
     }

@@ -26,6 +26,9 @@ use crate::value::Value;
 pub struct LoadedStates {
     pub states: KeyMap<KeyState>,
     pub closing: ClosingRows,
+    /// Per key of `closing` (in its order): the brief stored with the open
+    /// version it closes, when there is one (`briefs.rs`).
+    pub closing_briefs: Vec<Option<crate::merge::brief::Stored>>,
 }
 
 /// Stored rows of open scd2 versions the run closes, read by
@@ -251,10 +254,10 @@ impl TableStore {
         closing: &[&Key],
     ) -> Result<LoadedStates> {
         let mut states: KeyMap<KeyState> = KeyMap::default();
-        let closing_at: FxMap<(u32, u32), &Key> = (closing.iter())
-            .zip(self.index.locate(closing, |k| k))
-            .filter_map(|(k, at)| {
-                at.filter(|at| at.file != NO_FILE).map(|at| ((at.file, at.row), *k))
+        let closing_at: FxMap<(u32, u32), usize> = (self.index.locate(closing, |k| k).into_iter())
+            .enumerate()
+            .filter_map(|(i, at)| {
+                at.filter(|at| at.file != NO_FILE).map(|at| ((at.file, at.row), i))
             })
             .collect();
         if self.rows.enabled() {
@@ -268,7 +271,9 @@ impl TableStore {
         let read = self.read_current_rows(reads.rows).await?;
         let t1 = std::time::Instant::now();
         self.take_current_versions(&read, &reads.keys_at, &mut states)?;
-        self.take_briefs(spec, &read, &reads.keys_at, &closing_at, &mut states);
+        let mut closing_briefs = vec![None; closing.len()];
+        let (keys_at, briefs) = (&reads.keys_at, &mut closing_briefs);
+        self.take_briefs(spec, &read, keys_at, &closing_at, &mut states, briefs);
         tracing::debug!(
             target: "changelake::table",
             read_ms = (t1 - t0).as_secs_f64() * 1e3,
@@ -279,7 +284,7 @@ impl TableStore {
             self.load_late_history(spec, needs, &mut states).await?;
         }
         let closing = if closing.is_empty() { ClosingRows::default() } else { ClosingRows(read) };
-        Ok(LoadedStates { states, closing })
+        Ok(LoadedStates { states, closing, closing_briefs })
     }
 
     /// Which physical rows to read: the current rows of keys whose stored
@@ -288,7 +293,7 @@ impl TableStore {
     fn plan_state_reads<'k>(
         &self,
         needs: &'k KeyMap<Need>,
-        closing_at: &FxMap<(u32, u32), &Key>,
+        closing_at: &FxMap<(u32, u32), usize>,
         states: &mut KeyMap<KeyState>,
     ) -> StateReads<'k> {
         let mut late_rows = false;
@@ -332,17 +337,15 @@ impl TableStore {
     ) -> Result<()> {
         for sel in read {
             let id = sel.file;
-            let pos: Vec<u32> = (0..sel.rows.len() as u32)
-                .filter(|&i| keys_at.contains_key(&(id, sel.rows[i as usize])))
+            // (row in the batch read, physical row) of the rows wanted as
+            // values, read straight from the batch (no copy of its columns).
+            let mine: Vec<(usize, u32)> = (sel.rows.iter().copied().enumerate())
+                .filter(|&(_, row)| keys_at.contains_key(&(id, row)))
                 .collect();
-            if pos.is_empty() {
+            if mine.is_empty() {
                 continue;
             }
-            let idx = deltalake::arrow::array::UInt32Array::from(pos.clone());
-            let mine = deltalake::arrow::compute::take_record_batch(&sel.batch, &idx)
-                .map_err(|e| self.data_err(e.to_string()))?;
-            let phys: Vec<u32> = pos.iter().map(|&i| sel.rows[i as usize]).collect();
-            for v in self.versions_of(id, &mine, phys.into_iter().enumerate()) {
+            for v in self.versions_of(id, &sel.batch, mine.into_iter()) {
                 let k = keys_at[&(id, v.loc.map_or(0, |l| l.row))];
                 states.entry(k.clone()).or_default().current = Some(v);
             }
