@@ -46,6 +46,17 @@ fn config(dir: &Path, layout: &str) -> PathBuf {
     )
 }
 
+/// What Python `deltalake` reads from `table`: `select`, a Python
+/// expression over `t` (every row as a dict), as JSON.
+fn read_json(table: &Path, select: &str) -> serde_json::Value {
+    let py = format!(
+        "import sys, json, os\nfrom deltalake import DeltaTable\nt = DeltaTable(sys.argv[1]).to_pyarrow_table().to_pylist()\nprint(json.dumps({select}), flush=True)\nos._exit(0)\n"
+    );
+    let out = Command::new("python3").args(["-c", &py]).arg(table).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 const READ: &str = r#"
 import sys, json
 from deltalake import DeltaTable
@@ -497,21 +508,10 @@ fn late_rows_read_only_the_history_files_that_may_hold_their_keys() {
         "only the file holding key 25 (plus at most a false positive): {line}"
     );
 
-    let py = r#"
-import sys, json
-from deltalake import DeltaTable
-t = DeltaTable(sys.argv[1]).to_pyarrow_table().to_pylist()
-rows = sorted((r for r in t if r["id"] == 25), key=lambda r: r["seq"])
-print(json.dumps([[r["city"], r["seq"], r["_is_current"], r["_valid_from"] == r["_valid_to"]] for r in rows]), flush=True)
-import os; os._exit(0)
-"#;
-    let out = Command::new("python3")
-        .args(["-c", py])
-        .arg(tmp.path().join("lake/bronze/account_history"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = read_json(
+        &tmp.path().join("lake/bronze/account_history"),
+        r#"[[r["city"], r["seq"], r["_is_current"], r["_valid_from"] == r["_valid_to"]] for r in sorted((r for r in t if r["id"] == 25), key=lambda r: r["seq"])]"#,
+    );
     assert_eq!(
         rows,
         serde_json::json!([
@@ -565,21 +565,10 @@ fn late_rows_decode_only_the_history_row_groups_that_may_hold_their_keys() {
     assert!((1..=2).contains(&groups), "the first group (plus at most a false positive): {line}");
     // Keys in the last group, 16,384 rows into the file.
     run_logged("101", "id,city,seq\n19990,c0-19990,1500\n19991,late,1500\n");
-    let py = r#"
-import sys, json
-from deltalake import DeltaTable
-t = DeltaTable(sys.argv[1]).to_pyarrow_table().to_pylist()
-rows = sorted([r["id"], r["city"], r["seq"]] for r in t if r["id"] in (5, 6, 19990, 19991))
-print(json.dumps(rows), flush=True)
-import os; os._exit(0)
-"#;
-    let out = Command::new("python3")
-        .args(["-c", py])
-        .arg(tmp.path().join("lake/bronze/account_history"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = read_json(
+        &tmp.path().join("lake/bronze/account_history"),
+        r#"sorted([r["id"], r["city"], r["seq"]] for r in t if r["id"] in (5, 6, 19990, 19991))"#,
+    );
     assert_eq!(
         rows,
         serde_json::json!([
