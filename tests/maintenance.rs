@@ -74,6 +74,29 @@ fn read(table: &Path) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// A `run --once` with the table's debug log: its line about the history
+/// files a late row made it read.
+fn history_scan(cfg: &Path) -> String {
+    let out = Command::new(BIN)
+        .args(["run", "--once", "--config"])
+        .arg(cfg)
+        .env("RUST_LOG", "changelake::table=debug")
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{log}");
+    let line = log.lines().find(|l| l.contains("late rows: history files scanned"));
+    line.unwrap_or_else(|| panic!("no history scan: {log}")).to_string()
+}
+
+/// A number a log line names as `name=N`.
+fn log_field(line: &str, name: &str) -> u64 {
+    let at = line.find(&format!("{name}=")).unwrap_or_else(|| panic!("{name} in {line}"))
+        + name.len()
+        + 1;
+    line[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
+}
+
 fn run_once(cfg: &Path) -> String {
     let out = Command::new(BIN).args(["run", "--once", "--config"]).arg(cfg).output().unwrap();
     let log = String::from_utf8_lossy(&out.stderr).to_string();
@@ -484,27 +507,10 @@ fn late_rows_read_only_the_history_files_that_may_hold_their_keys() {
     // Key 25: c0 (seq 1025, closed) then c2 (seq 21025, current). A late row
     // between them is inserted as a closed, empty-interval version.
     write(tmp.path(), "data/account/100.csv", "id,city,seq\n25,late,5000\n");
-    let out = Command::new(BIN)
-        .args(["run", "--once", "--config"])
-        .arg(&cfg)
-        .env("RUST_LOG", "changelake::table=debug")
-        .output()
-        .unwrap();
-    let log = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(out.status.success(), "{log}");
-    let line = log
-        .lines()
-        .find(|l| l.contains("late rows: history files scanned"))
-        .unwrap_or_else(|| panic!("no history scan: {log}"));
-    let field = |name: &str| -> u64 {
-        let at = line.find(&format!("{name}=")).unwrap_or_else(|| panic!("{name} in {line}"))
-            + name.len()
-            + 1;
-        line[at..].split(|c: char| !c.is_ascii_digit()).next().unwrap().parse().unwrap()
-    };
-    assert!(field("history_files") >= 8, "{line}");
+    let line = history_scan(&cfg);
+    assert!(log_field(&line, "history_files") >= 8, "{line}");
     assert!(
-        (1..=2).contains(&field("scanned")),
+        (1..=2).contains(&log_field(&line, "scanned")),
         "only the file holding key 25 (plus at most a false positive): {line}"
     );
 
@@ -544,24 +550,14 @@ fn late_rows_decode_only_the_history_row_groups_that_may_hold_their_keys() {
     run_once(&cfg);
     let run_logged = |name: &str, csv: &str| {
         write(tmp.path(), &format!("data/account/{name}.csv"), csv);
-        let out = Command::new(BIN)
-            .args(["run", "--once", "--config"])
-            .arg(&cfg)
-            .env("RUST_LOG", "changelake::table=debug")
-            .output()
-            .unwrap();
-        let log = String::from_utf8_lossy(&out.stderr).to_string();
-        assert!(out.status.success(), "{log}");
-        let line = log.lines().find(|l| l.contains("late rows: history files scanned"));
-        line.unwrap_or_else(|| panic!("no history scan: {log}")).to_string()
+        history_scan(&cfg)
     };
     // Late rows (seq 1500, below the current 2000): equal to the version
     // valid then (c0-<id>) is a no-op; different is inserted.
     let line = run_logged("100", "id,city,seq\n5,c0-5,1500\n6,late,1500\n");
     assert!(line.contains("scanned=1"), "{line}");
     assert!(line.contains("whole=0"), "{line}");
-    let groups: usize =
-        line.split("row_groups=").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+    let groups = log_field(&line, "row_groups");
     assert!((1..=2).contains(&groups), "the first group (plus at most a false positive): {line}");
     // Keys in the last group, 16,384 rows into the file.
     run_logged("101", "id,city,seq\n19990,c0-19990,1500\n19991,late,1500\n");

@@ -80,17 +80,22 @@ pub fn encode(list: &[Closed], fingerprint: u64) -> Option<Vec<u8>> {
     out.push(FORMAT);
     out.extend_from_slice(&fingerprint.to_be_bytes());
     out.extend_from_slice(&(list.len() as u16).to_be_bytes());
-    let mut seq = Vec::with_capacity(16);
     for c in list {
-        seq.clear();
-        c.seq.iter().for_each(|v| v.encode(&mut seq));
-        let len = u16::try_from(seq.len()).ok()?;
-        out.extend_from_slice(&len.to_be_bytes());
-        out.extend_from_slice(&seq);
-        out.extend_from_slice(&c.exec.to_be_bytes());
-        out.extend_from_slice(&c.tracked.to_be_bytes());
+        push_entry(&mut out, c)?;
     }
     Some(out)
+}
+
+/// Appends one version's entry; None when its sequence is too long to encode.
+fn push_entry(out: &mut Vec<u8>, c: &Closed) -> Option<()> {
+    let len_at = out.len();
+    out.extend_from_slice(&[0, 0]);
+    c.seq.iter().for_each(|v| v.encode(out));
+    let len = u16::try_from(out.len() - len_at - 2).ok()?;
+    out[len_at..len_at + 2].copy_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(&c.exec.to_be_bytes());
+    out.extend_from_slice(&c.tracked.to_be_bytes());
+    Some(())
 }
 
 /// A stored brief with one more closed version appended, without decoding
@@ -105,12 +110,11 @@ pub fn append(stored: &[u8], closed: &Closed, fingerprint: u64) -> Option<Vec<u8
     if n >= MAX_CLOSED {
         return None;
     }
-    let entry = encode(std::slice::from_ref(closed), fingerprint)?;
-    let mut out = Vec::with_capacity(stored.len() + entry.len() - 11);
+    let mut out = Vec::with_capacity(stored.len() + 28);
     out.extend_from_slice(&stored[..9]);
     out.extend_from_slice(&((n + 1) as u16).to_be_bytes());
     out.extend_from_slice(&stored[11..]);
-    out.extend_from_slice(&entry[11..]);
+    push_entry(&mut out, closed)?;
     Some(out)
 }
 

@@ -1,0 +1,90 @@
+//! Applying the rules to a run's keys: on all cores, in key order (see
+//! [`apply`]); the rules themselves are in `scd1.rs` and `scd2.rs`.
+
+use super::{scd1, scd2, unavailable};
+use super::{InRow, Key, KeyMap, KeyState, Need, Output, RunCtx, Spec};
+use crate::config::Strategy;
+
+/// Applies the strategy to every prepared key. `states` holds the stored
+/// versions the table loaded for the keys [`classify`] asked about;
+/// `absent` lists stored live keys missing from a snapshot batch.
+///
+/// Each key comes with its [`Need`]; keys needing nothing stored (new keys,
+/// scd1 replacements settled from the index) may be absent from `states`.
+pub fn apply(
+    spec: &Spec,
+    ctx: RunCtx,
+    keys: Vec<(Key, Vec<InRow>, Need)>,
+    mut states: KeyMap<KeyState>,
+    absent: Vec<Key>,
+) -> Output {
+    // Keys are independent: runs of keys are merged on all cores, each with
+    // its own stored states, and the outputs joined in key order (the same
+    // output, rejection included, as one pass in order).
+    let chunks: Vec<_> = crate::par::split(keys, 8)
+        .into_iter()
+        .map(|c| {
+            let st: KeyMap<KeyState> = c
+                .iter()
+                .filter(|(_, _, n)| matches!(n, Need::Current | Need::History | Need::Close))
+                .filter_map(|(k, _, _)| states.remove_entry(k))
+                .collect();
+            (c, st)
+        })
+        .collect();
+    let mut out = Output::default();
+    for part in crate::par::par_map(chunks, |(c, st)| apply_keys(spec, &ctx, c, st)) {
+        if out.rejected.is_some() {
+            break;
+        }
+        out.upserts.extend(part.upserts);
+        out.removes.extend(part.removes);
+        out.history_appends.extend(part.history_appends);
+        out.history_replacements.extend(part.history_replacements);
+        out.closes.extend(part.closes);
+        out.index.extend(part.index);
+        out.stats.add(&part.stats);
+        out.rejected = part.rejected;
+    }
+    if out.rejected.is_some() {
+        return out;
+    }
+    if spec.snapshot {
+        for key in absent {
+            let state = states.remove(&key).unwrap_or_default();
+            match spec.strategy {
+                Strategy::Scd1 => scd1::snapshot_delete(spec, &ctx, key, state, &mut out),
+                Strategy::Scd2 => scd2::snapshot_delete(spec, &ctx, key, state, &mut out),
+            }
+        }
+    }
+    out
+}
+
+/// Applies the strategy to a run of keys, in order; stops at a rejection.
+fn apply_keys(
+    spec: &Spec,
+    ctx: &RunCtx,
+    keys: Vec<(Key, Vec<InRow>, Need)>,
+    mut states: KeyMap<KeyState>,
+) -> Output {
+    let ctx = *ctx;
+    let mut out = Output::default();
+    for (key, mut rows, need) in keys {
+        let state = states.remove(&key).unwrap_or_else(|| KeyState {
+            replace: need == Need::Replace,
+            // A new key has no closed versions.
+            brief: (need == Need::Nothing && ctx.briefs.is_some()).then(Vec::new),
+            ..Default::default()
+        });
+        unavailable::fill(&mut rows, state.current.as_ref(), &mut out.stats);
+        match spec.strategy {
+            Strategy::Scd1 => scd1::apply_key(spec, &ctx, key, rows, state, &mut out),
+            Strategy::Scd2 => scd2::apply_key(spec, &ctx, key, rows, state, &mut out),
+        }
+        if out.rejected.is_some() {
+            return out;
+        }
+    }
+    out
+}
