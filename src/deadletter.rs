@@ -18,7 +18,7 @@ use deltalake::{DeltaTable, Path};
 use object_store::ObjectStoreExt;
 
 use crate::table::{
-    create_table, encode_parquet, file_stats, open_existing, Codec, DataChange, FileAction,
+    create_table, encode_parquet, file_stats, open_existing, Codec, Cuts, DataChange, FileAction,
     NewTable, StatsColumns, TableError,
 };
 
@@ -56,7 +56,7 @@ pub async fn append(loc: &Location, groups: Vec<Group>) -> Result<usize, TableEr
     }
     // The same parquet settings as data tables (no business key to filter on).
     let batch = to_batch(&rows).map_err(data_err)?;
-    let buf = encode_parquet(&batch, &[], Codec::Zstd, None).map_err(data_err)?;
+    let buf = encode_parquet(&batch, &[], Codec::Zstd, Cuts::default()).map_err(data_err)?;
     let stats = file_stats(&batch, &StatsColumns::default());
     let name = format!("part-{}.parquet", uuid::Uuid::new_v4());
     let file = FileAction {

@@ -559,6 +559,10 @@ fn late_rows_decode_only_the_history_row_groups_that_may_hold_their_keys() {
     assert!(line.contains("whole=0"), "{line}");
     let groups = log_field(&line, "row_groups");
     assert!((1..=2).contains(&groups), "the first group (plus at most a false positive): {line}");
+    // Fetched as far as read: the chosen groups' column chunks and the
+    // footer, not the file (each group holds 41% of its rows or less).
+    let (read, size) = (log_field(&line, "bytes_read"), log_field(&line, "file_bytes"));
+    assert!(read > 0 && read * 100 < size * (41 * groups + 10), "{line}");
     // Keys in the last group, 16,384 rows into the file.
     run_logged("101", "id,city,seq\n19990,c0-19990,1500\n19991,late,1500\n");
     let rows = read_json(

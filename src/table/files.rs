@@ -115,13 +115,27 @@ impl TableStore {
         Ok(bytes)
     }
 
-    /// The bytes a projection of `names` reads, and only those: the footer
-    /// and the named columns' chunks are fetched with ranged reads and laid
-    /// out at their offsets in a zeroed buffer of the file's size, which
-    /// the parquet reader, projected to the same columns, never reads
-    /// outside. On an object store this is the difference between a few
-    /// column chunks and the whole file (docs/object-storage.md).
+    /// The bytes a projection of `names` reads, and only those: see
+    /// [`TableStore::fetch_parts`].
     pub(super) async fn fetch_columns(&self, id: u32, names: &[&str]) -> Result<bytes::Bytes> {
+        Ok(self.fetch_parts(id, Some(names), None).await?.0)
+    }
+
+    /// The bytes a read of some `columns` (None: all) of some row `groups`
+    /// (None: all) needs, and only those: the footer and the chosen column
+    /// chunks are fetched with ranged reads and laid out at their offsets
+    /// in a zeroed buffer of the file's size, which a parquet reader
+    /// projected to the same columns and groups never reads outside. On an
+    /// object store this is the difference between a few column chunks and
+    /// the whole file (docs/object-storage.md); a late row of a deleted key
+    /// fetches the row groups that may hold it, not the history file. With
+    /// the number of bytes fetched.
+    pub(super) async fn fetch_parts(
+        &self,
+        id: u32,
+        columns: Option<&[&str]>,
+        groups: Option<&[usize]>,
+    ) -> Result<(bytes::Bytes, u64)> {
         let f = self.files[id as usize].clone().expect("live file");
         let store = self.store()?;
         let path = Path::from(f.path.as_str());
@@ -134,14 +148,29 @@ impl TableStore {
         let (meta, footer) = super::parquet::read_footer_sized(size, &range)
             .await
             .map_err(|e| data_err(format!("reading {}: {e}", f.path)))?;
-        if meta.file_metadata().schema_descr().num_columns() <= names.len() {
-            return self.fetch(id).await; // every column is wanted
+        let every_column =
+            columns.is_none_or(|c| meta.file_metadata().schema_descr().num_columns() <= c.len());
+        let every_group = groups.is_none_or(|g| meta.num_row_groups() <= g.len());
+        if every_column && every_group {
+            return Ok((self.fetch(id).await?, size));
         }
         let mut ranges = vec![];
-        for rg in meta.row_groups() {
+        for (g, rg) in meta.row_groups().iter().enumerate() {
+            // With chosen groups, every chunk's offset index (a few bytes a
+            // page), which `decode_groups` reads to skip pages without a
+            // selected row.
+            for c in rg.columns().iter().filter(|_| groups.is_some()) {
+                if let (Some(at), Some(len)) = (c.offset_index_offset(), c.offset_index_length()) {
+                    ranges.push(at as u64..at as u64 + len as u64);
+                }
+            }
+            if groups.is_some_and(|chosen| !chosen.contains(&g)) {
+                continue;
+            }
             for c in rg.columns() {
                 // Matched as `ProjectionMask::columns` matches (dotted path).
-                if names.iter().any(|n| c.column_path().string() == *n) {
+                if columns.is_none_or(|names| names.iter().any(|n| c.column_path().string() == *n))
+                {
                     let (start, len) = c.byte_range();
                     ranges.push(start..start + len);
                 }
@@ -156,7 +185,8 @@ impl TableStore {
         for (r, b) in ranges.iter().zip(got) {
             buf[r.start as usize..r.end as usize].copy_from_slice(&b);
         }
-        Ok(bytes::Bytes::from(buf))
+        let read = ranges.iter().map(|r| r.end - r.start).sum();
+        Ok((bytes::Bytes::from(buf), read))
     }
 
     /// Decodes a file in the table's current schema; with `selection` (sorted
@@ -168,33 +198,86 @@ impl TableStore {
         bytes: bytes::Bytes,
         selection: Option<&[u32]>,
     ) -> Result<Vec<RecordBatch>> {
-        use deltalake::parquet::arrow::arrow_reader::{RowSelection, RowSelector};
+        self.decode_groups(id, bytes, None, selection)
+    }
+
+    /// [`TableStore::decode_file`] reading only some row `groups` (sorted;
+    /// None: all), as [`TableStore::fetch_parts`] fetches them: every
+    /// selected row must lie in one of them.
+    pub(super) fn decode_groups(
+        &self,
+        id: u32,
+        bytes: bytes::Bytes,
+        groups: Option<&[usize]>,
+        selection: Option<&[u32]>,
+    ) -> Result<Vec<RecordBatch>> {
+        use deltalake::parquet::arrow::arrow_reader::{
+            ArrowReaderOptions, RowSelection, RowSelector,
+        };
+        use deltalake::parquet::file::metadata::PageIndexPolicy;
         let f = self.files[id as usize].as_ref().expect("live file");
         let data_err = |msg: String| TableError::Data { uri: self.uri.clone(), msg };
-        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
-            .and_then(|b| {
-                let b = b.with_batch_size(64 * 1024);
-                match selection {
-                    None => b.build(),
-                    Some(rows) => {
-                        let mut sel = vec![];
-                        let mut at = 0usize;
-                        for &r in rows {
-                            let r = r as usize;
-                            if r > at {
-                                sel.push(RowSelector::skip(r - at));
-                            }
-                            match sel.last_mut() {
-                                Some(s) if !s.skip && r == at => s.row_count += 1,
-                                _ => sel.push(RowSelector::select(1)),
-                            }
-                            at = r + 1;
-                        }
-                        b.with_row_selection(RowSelection::from(sel)).build()
-                    }
+        let parquet_err = |e: deltalake::parquet::errors::ParquetError| {
+            data_err(format!("parquet {}: {e}", f.path))
+        };
+        // With a selection, the offset index (where a file has one) lets
+        // the reader skip the pages without a selected row instead of
+        // decompressing them (history files have pages of 1,024 rows:
+        // `plan::HISTORY_PAGE_ROWS`).
+        let options = ArrowReaderOptions::new()
+            .with_column_index_policy(PageIndexPolicy::Skip)
+            .with_offset_index_policy(match selection {
+                Some(_) => PageIndexPolicy::Optional,
+                None => PageIndexPolicy::Skip,
+            });
+        let mut b = ParquetRecordBatchReaderBuilder::try_new_with_options(bytes, options)
+            .map_err(parquet_err)?
+            .with_batch_size(64 * 1024);
+        // Where each physical row lands among the rows the reader reads:
+        // the chosen groups' rows, one group after another.
+        let mut read_at: Box<dyn Fn(usize) -> Option<usize>> = Box::new(Some);
+        if let Some(chosen) = groups {
+            let sizes: Vec<usize> =
+                b.metadata().row_groups().iter().map(|g| g.num_rows() as usize).collect();
+            if chosen.windows(2).any(|w| w[0] >= w[1]) || chosen.iter().any(|&g| g >= sizes.len()) {
+                return Err(data_err(format!("parquet {}: row groups {chosen:?}", f.path)));
+            }
+            // (first physical row, rows, first row read) per chosen group.
+            let mut spans = Vec::with_capacity(chosen.len());
+            let (mut first, mut read) = (0usize, 0usize);
+            for (g, &n) in sizes.iter().enumerate() {
+                if chosen.contains(&g) {
+                    spans.push((first, n, read));
+                    read += n;
                 }
-            })
-            .map_err(|e| data_err(format!("parquet {}: {e}", f.path)))?;
+                first += n;
+            }
+            read_at = Box::new(move |r| {
+                let i = spans.partition_point(|&(first, _, _)| first <= r).checked_sub(1)?;
+                let (first, n, read) = spans[i];
+                (r < first + n).then_some(read + r - first)
+            });
+            b = b.with_row_groups(chosen.to_vec());
+        }
+        if let Some(rows) = selection {
+            let mut sel = vec![];
+            let mut at = 0usize;
+            for &r in rows {
+                let r = read_at(r as usize).ok_or_else(|| {
+                    data_err(format!("parquet {}: row {r} outside the groups read", f.path))
+                })?;
+                if r > at {
+                    sel.push(RowSelector::skip(r - at));
+                }
+                match sel.last_mut() {
+                    Some(s) if !s.skip && r == at => s.row_count += 1,
+                    _ => sel.push(RowSelector::select(1)),
+                }
+                at = r + 1;
+            }
+            b = b.with_row_selection(RowSelection::from(sel));
+        }
+        let reader = b.build().map_err(parquet_err)?;
         let mut out = vec![];
         for batch in reader {
             let batch = batch.map_err(|e| data_err(format!("parquet {}: {e}", f.path)))?;

@@ -209,7 +209,7 @@ impl TableStore {
             return Ok(vec![]);
         }
         let rows: Vec<u32> = hits.iter().map(|(r, _)| *r).collect();
-        let batches = self.decode_file(id, bytes, Some(&rows))?;
+        let batches = self.decode_groups(id, bytes, groups, Some(&rows))?;
         let all = deltalake::arrow::compute::concat_batches(&self.arrow_schema(), &batches)
             .map_err(|e| data_err(e.to_string()))?;
         if all.num_rows() != rows.len() {
@@ -252,7 +252,9 @@ impl TableStore {
             tracing::debug!(target: "changelake::table", in_brief, "late rows: every key's history in brief");
             return Ok(());
         }
+        let started = std::time::Instant::now();
         let (mut todo, mut history_files) = (vec![], 0usize);
+        let (mut bytes_read, mut file_bytes) = (0u64, 0u64);
         let key_columns = key_columns(spec);
         for (id, f) in self.files.iter().enumerate() {
             let Some(f) = f.as_ref().filter(|f| !f.current) else { continue };
@@ -272,8 +274,14 @@ impl TableStore {
             let values: Option<Vec<&[Value]>> =
                 candidates.iter().map(|(_, v)| v.as_deref()).collect();
             let groups = filter.zip(values).map(|(f, v)| f.groups_holding(v.iter().copied()));
+            if groups.as_ref().is_some_and(Vec::is_empty) {
+                continue;
+            }
             let wanted: FxSet<&[u8]> = candidates.iter().map(|(k, _)| *k).collect();
-            todo.push((id as u32, self.fetch(id as u32).await?, wanted, groups));
+            // Fetched as far as they are read: those groups, or the file.
+            let (bytes, read) = self.fetch_parts(id as u32, None, groups.as_deref()).await?;
+            (bytes_read, file_bytes) = (bytes_read + read, file_bytes + f.size.max(0) as u64);
+            todo.push((id as u32, bytes, wanted, groups));
         }
         tracing::debug!(
             target: "changelake::table",
@@ -283,6 +291,9 @@ impl TableStore {
             scanned = todo.len(),
             row_groups = todo.iter().filter_map(|t| t.3.as_ref()).map(Vec::len).sum::<usize>(),
             whole = todo.iter().filter(|t| t.3.is_none()).count(),
+            bytes_read,
+            file_bytes,
+            fetch_ms = started.elapsed().as_secs_f64() * 1e3,
             "late rows: history files scanned"
         );
         for (k, _) in &late {

@@ -82,7 +82,7 @@ pub(crate) use commit::{create_table, NewTable};
 pub use commit::{CommitRequest, PendingCommit};
 pub use convert::cell;
 pub(crate) use file_stats::{file_stats, StatsColumns};
-pub(crate) use parquet::{encode_parquet, Codec};
+pub(crate) use parquet::{encode_parquet, Codec, Cuts};
 pub use restart::forget_saved_index;
 pub use scan::{KeyRange, Projected, ScanFile};
 pub use state::{ClosingRows, LoadedStates};

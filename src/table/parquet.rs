@@ -180,13 +180,21 @@ impl Codec {
     }
 }
 
-/// Encodes a file; `group_rows`: rows per row group (None: one group up to
-/// parquet's default of 1M rows).
+/// How a file is cut into row groups and data pages (None: parquet's
+/// defaults: one group up to 1M rows, pages up to 20,000 rows or 1 MiB).
+/// History files are cut small to be looked up by key (`plan::cuts`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Cuts {
+    pub(crate) group_rows: Option<usize>,
+    pub(crate) page_rows: Option<usize>,
+}
+
+/// Encodes a file, cut as `cuts` says.
 pub(crate) fn encode_parquet(
     batch: &RecordBatch,
     key_columns: &[String],
     codec: Codec,
-    group_rows: Option<usize>,
+    cuts: Cuts,
 ) -> std::result::Result<Vec<u8>, String> {
     // ZSTD (files written once) at level 1: most of level 3's ratio on CRM text at
     // about twice the speed. No dictionaries (either codec): CRM columns are mostly unique text, where building a dictionary
@@ -206,17 +214,21 @@ pub(crate) fn encode_parquet(
     // pass over every value (4% of a copy-on-write run's CPU,
     // docs/performance.md); files beyond 1M rows keep them. History files
     // are cut into small groups by design, to be looked up by key.
-    let group = group_rows.unwrap_or(DEFAULT_MAX_ROW_GROUP_ROW_COUNT).max(1);
+    let group = cuts.group_rows.unwrap_or(DEFAULT_MAX_ROW_GROUP_ROW_COUNT).max(1);
     let one_group = batch.num_rows() <= DEFAULT_MAX_ROW_GROUP_ROW_COUNT;
     let mut props = WriterProperties::builder()
         .set_compression(compression)
         .set_dictionary_enabled(false)
         .set_max_row_group_row_count(Some(group))
-        .set_statistics_enabled(if one_group || group_rows.is_some() {
+        .set_statistics_enabled(if one_group || cuts.group_rows.is_some() {
             EnabledStatistics::None
         } else {
             EnabledStatistics::Chunk
         });
+    if let Some(rows) = cuts.page_rows {
+        // Reached at the writer's batches of 1,024 rows: not below that.
+        props = props.set_data_page_row_count_limit(rows.max(1));
+    }
     // Bloom filters on the business key (see `KeyFilter`), one per row
     // group, sized for its rows at 1% false positives (the writer folds
     // them down to fit).
@@ -248,7 +260,7 @@ pub(super) fn key_columns(spec: &Spec) -> Vec<String> {
 /// Encodes batches on all cores, each with its codec and Delta statistics;
 /// results in input order.
 pub(super) fn encode_all(
-    batches: Vec<(&RecordBatch, Codec, Option<usize>)>,
+    batches: Vec<(&RecordBatch, Codec, Cuts)>,
     key_columns: &[String],
     stats: &StatsColumns,
 ) -> std::result::Result<Vec<(Vec<u8>, String)>, String> {
@@ -292,7 +304,8 @@ mod tests {
             ],
         )
         .unwrap();
-        let bytes = encode_parquet(&batch, &["id".to_string()], Codec::Snappy, None).unwrap();
+        let bytes =
+            encode_parquet(&batch, &["id".to_string()], Codec::Snappy, Cuts::default()).unwrap();
         let r = SerializedFileReader::new(bytes::Bytes::from(bytes)).unwrap();
         let meta = r.metadata();
         assert_eq!(meta.num_row_groups(), 1);
@@ -313,7 +326,13 @@ mod tests {
         )
         .unwrap();
         let keys = vec!["id".to_string()];
-        let bytes = encode_parquet(&batch, &keys, Codec::Zstd, Some(8192)).unwrap();
+        let bytes = encode_parquet(
+            &batch,
+            &keys,
+            Codec::Zstd,
+            Cuts { group_rows: Some(8192), page_rows: None },
+        )
+        .unwrap();
         let f = filter_of(bytes, &keys).await.expect("filters written");
         assert_eq!(f.groups.len(), 3, "8,192 + 8,192 + 3,616 rows");
         let holding = |k: i64| f.groups_holding([&[Value::Int(k)][..]].into_iter());
@@ -346,9 +365,10 @@ mod tests {
         )
         .unwrap();
         let keys = vec!["id".to_string(), "n".to_string()];
-        let f = filter_of(encode_parquet(&batch, &keys, Codec::Zstd, None).unwrap(), &keys)
-            .await
-            .expect("filters written");
+        let f =
+            filter_of(encode_parquet(&batch, &keys, Codec::Zstd, Cuts::default()).unwrap(), &keys)
+                .await
+                .expect("filters written");
         for i in 0..5000i64 {
             let id = ids[i as usize].clone().map_or(Value::Null, Value::Str);
             assert!(f.may_contain(&[id, Value::Int(i * 3)]), "stored key {i} hidden");
@@ -365,8 +385,11 @@ mod tests {
             "a type mismatch is a maybe"
         );
         // Files without filters (written before them) give no filter: they are scanned.
-        assert!(filter_of(encode_parquet(&batch, &[], Codec::Snappy, None).unwrap(), &keys)
-            .await
-            .is_none());
+        assert!(filter_of(
+            encode_parquet(&batch, &[], Codec::Snappy, Cuts::default()).unwrap(),
+            &keys
+        )
+        .await
+        .is_none());
     }
 }

@@ -32,7 +32,7 @@ use std::ops::Range;
 
 use super::files::FileMeta;
 use super::index::Location;
-use super::parquet::Codec;
+use super::parquet::{Codec, Cuts};
 use crate::config::Layout;
 
 /// Smallest file a large insert is split into: small tables still get several
@@ -140,10 +140,17 @@ pub(super) fn codec(current: bool, layout: &Layout) -> Codec {
 /// rows are found through the key index, never by key).
 pub(super) const HISTORY_GROUP_ROWS: usize = 8192;
 
-/// The row-group size of a new data file (None: one group, up to
-/// parquet's default).
-pub(super) fn row_groups(current: bool) -> Option<usize> {
-    (!current).then_some(HISTORY_GROUP_ROWS)
+/// Rows per data page of a history file: the versions found by key are
+/// then decoded from the pages holding them (located by the offset index)
+/// instead of from whole column chunks of 8,192 rows.
+pub(super) const HISTORY_PAGE_ROWS: usize = 1024;
+
+/// How a new data file is cut (current files: parquet's defaults).
+pub(super) fn cuts(current: bool) -> Cuts {
+    match current {
+        true => Cuts::default(),
+        false => Cuts { group_rows: Some(HISTORY_GROUP_ROWS), page_rows: Some(HISTORY_PAGE_ROWS) },
+    }
 }
 
 /// Groups files (in order) into waves of about [`WAVE_ROWS`] rows; a file

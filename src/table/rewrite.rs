@@ -24,7 +24,7 @@ use futures::{StreamExt, TryStreamExt};
 use super::commit::{EncodedFile, FileKeys, PendingCommit};
 use super::file_stats::file_stats;
 use super::index::Location;
-use super::parquet::{encode_parquet, key_columns};
+use super::parquet::{encode_parquet, key_columns, Cuts};
 use super::plan;
 use super::Result;
 use super::TableStore;
@@ -262,8 +262,8 @@ impl TableStore {
                     let rows: Vec<usize> = (0..batch.num_rows()).collect();
                     FileKeys::Sparse(self.keys_at(spec, &batch, &rows))
                 };
-                let bytes =
-                    encode_parquet(&batch, key_cols, codec, None).map_err(|e| self.data_err(e))?;
+                let bytes = encode_parquet(&batch, key_cols, codec, Cuts::default())
+                    .map_err(|e| self.data_err(e))?;
                 Ok(EncodedFile {
                     current: true,
                     codec,

@@ -200,7 +200,7 @@ impl TableStore {
         let codecs: Vec<_> =
             files.iter().map(|f| plan::codec(f.current, &self.meta.layout)).collect();
         let batches = (files.iter().zip(&codecs))
-            .map(|(f, c)| (&f.batch, *c, plan::row_groups(f.current)))
+            .map(|(f, c)| (&f.batch, *c, plan::cuts(f.current)))
             .collect();
         let encoded = encode_all(batches, &key_columns(spec), &self.stats_columns)
             .map_err(|e| self.data_err(e))?;

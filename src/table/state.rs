@@ -253,6 +253,7 @@ impl TableStore {
         needs: &KeyMap<Need>,
         closing: &[&Key],
     ) -> Result<LoadedStates> {
+        let start = std::time::Instant::now();
         let mut states: KeyMap<KeyState> = KeyMap::default();
         let closing_at: FxMap<(u32, u32), usize> = (self.index.locate(closing, |k| k).into_iter())
             .enumerate()
@@ -274,15 +275,19 @@ impl TableStore {
         let mut closing_briefs = vec![None; closing.len()];
         let (keys_at, briefs) = (&reads.keys_at, &mut closing_briefs);
         self.take_briefs(spec, &read, keys_at, &closing_at, &mut states, briefs);
-        tracing::debug!(
-            target: "changelake::table",
-            read_ms = (t1 - t0).as_secs_f64() * 1e3,
-            versions_ms = t1.elapsed().as_secs_f64() * 1e3,
-            "load_states phases"
-        );
+        let t2 = std::time::Instant::now();
         if reads.late_rows {
             self.load_late_history(spec, needs, &mut states).await?;
         }
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        tracing::debug!(
+            target: "changelake::table",
+            plan_ms = ms(t0 - start),
+            read_ms = ms(t1 - t0),
+            versions_ms = ms(t2 - t1),
+            history_ms = ms(t2.elapsed()),
+            "load_states phases"
+        );
         let closing = if closing.is_empty() { ClosingRows::default() } else { ClosingRows(read) };
         Ok(LoadedStates { states, closing, closing_briefs })
     }
