@@ -217,6 +217,7 @@ impl TableRunner {
             RunCtx { exec, now: chrono::Utc::now().timestamp_micros(), briefs: None },
             vec![],
             loaded.states,
+            vec![],
             absent,
         );
         let changes = out.has_changes();

@@ -92,8 +92,9 @@ struct Classified {
     /// Keys whose stored rows must be read (the rest are settled from the index).
     needs: KeyMap<Need>,
     keys: Vec<(Key, Vec<InRow>, Need)>,
-    /// Keys whose open version the run closes, with their stored summary.
-    closing: Vec<(Key, Summary)>,
+    /// The stored summaries of the open versions the run closes: one per
+    /// key whose need is [`Need::Close`], in the order of `keys`.
+    closing: Vec<Option<Summary>>,
 }
 
 impl TableRunner {
@@ -234,17 +235,16 @@ impl TableRunner {
             c.needs.insert(k.clone(), Need::Current);
         }
         phases.mark("classify");
-        let closing_keys: Vec<&Key> = c.closing.iter().map(|(k, _)| k).collect();
+        let closing_keys: Vec<&Key> =
+            c.keys.iter().filter(|(_, _, n)| *n == Need::Close).map(|(k, _, _)| k).collect();
         let loaded = self.store.load_states(spec, &c.needs, &closing_keys).await?;
-        let mut states = loaded.states;
-        for ((k, s), b) in c.closing.into_iter().zip(loaded.closing_briefs) {
-            let state = merge::KeyState { stored: Some(s), stored_brief: b, ..Default::default() };
-            states.insert(k, state);
-        }
+        let closing: Vec<merge::KeyState> = (c.closing.into_iter().zip(loaded.closing_briefs))
+            .map(|(stored, b)| merge::KeyState { stored, stored_brief: b, ..Default::default() })
+            .collect();
         phases.mark("load_states");
         let briefs = self.store.briefs(spec);
         let ctx = RunCtx { exec, now: chrono::Utc::now().timestamp_micros(), briefs };
-        let out = merge::apply(spec, ctx, c.keys, states, absent);
+        let out = merge::apply(spec, ctx, c.keys, loaded.states, closing, absent);
         phases.mark("apply");
         Ok((out, loaded.closing))
     }
@@ -281,8 +281,8 @@ impl TableRunner {
         for (kept, st) in parts {
             stats.add(&st);
             for (k, rs, n, closing) in kept {
-                if let Some(s) = closing {
-                    c.closing.push((k.clone(), s));
+                if n == Need::Close {
+                    c.closing.push(closing);
                 }
                 // Only keys whose stored rows must be read go through the
                 // table; the rest are settled from the key index.

@@ -11,29 +11,35 @@ use crate::config::Strategy;
 ///
 /// Each key comes with its [`Need`]; keys needing nothing stored (new keys,
 /// scd1 replacements settled from the index) may be absent from `states`.
+/// `closing` holds the states of the keys whose need is [`Need::Close`],
+/// in their order (no map: they are most keys of an scd2 run).
 pub fn apply(
     spec: &Spec,
     ctx: RunCtx,
     keys: Vec<(Key, Vec<InRow>, Need)>,
     mut states: KeyMap<KeyState>,
+    closing: Vec<KeyState>,
     absent: Vec<Key>,
 ) -> Output {
-    // Keys are independent: runs of keys are merged on all cores, each with
-    // its own stored states, and the outputs joined in key order (the same
-    // output, rejection included, as one pass in order).
-    let chunks: Vec<_> = crate::par::split(keys, 8)
+    // Keys are independent: runs of keys are merged on all cores, each key
+    // with its own stored state (taken from `states` once, here), and the
+    // outputs joined in key order (the same output, rejection included, as
+    // one pass in order).
+    let mut closing = closing.into_iter();
+    let keyed: Vec<Keyed> = keys
         .into_iter()
-        .map(|c| {
-            let st: KeyMap<KeyState> = c
-                .iter()
-                .filter(|(_, _, n)| matches!(n, Need::Current | Need::History | Need::Close))
-                .filter_map(|(k, _, _)| states.remove_entry(k))
-                .collect();
-            (c, st)
+        .map(|(k, rows, need)| {
+            let state = match need {
+                Need::Close => closing.next().or_else(|| states.remove(&k)),
+                Need::Current | Need::History => states.remove(&k),
+                _ => None,
+            };
+            (k, rows, need, state)
         })
         .collect();
+    let chunks = crate::par::split(keyed, 8);
     let mut out = Output::default();
-    for part in crate::par::par_map(chunks, |(c, st)| apply_keys(spec, &ctx, c, st)) {
+    for part in crate::par::par_map(chunks, |c| apply_keys(spec, &ctx, c)) {
         if out.rejected.is_some() {
             break;
         }
@@ -61,17 +67,16 @@ pub fn apply(
     out
 }
 
+/// A key to apply: its rows, what it needed and its stored state (when
+/// its need asked for one and the table had it).
+type Keyed = (Key, Vec<InRow>, Need, Option<KeyState>);
+
 /// Applies the strategy to a run of keys, in order; stops at a rejection.
-fn apply_keys(
-    spec: &Spec,
-    ctx: &RunCtx,
-    keys: Vec<(Key, Vec<InRow>, Need)>,
-    mut states: KeyMap<KeyState>,
-) -> Output {
+fn apply_keys(spec: &Spec, ctx: &RunCtx, keys: Vec<Keyed>) -> Output {
     let ctx = *ctx;
     let mut out = Output::default();
-    for (key, mut rows, need) in keys {
-        let state = states.remove(&key).unwrap_or_else(|| KeyState {
+    for (key, mut rows, need, state) in keys {
+        let state = state.unwrap_or_else(|| KeyState {
             replace: need == Need::Replace,
             // A new key has no closed versions.
             brief: (need == Need::Nothing && ctx.briefs.is_some()).then(Vec::new),

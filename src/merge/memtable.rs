@@ -61,7 +61,7 @@ impl MemTable {
             states.insert(k.clone(), st);
         }
         let ctx = RunCtx { exec: self.exec + 1, now: self.now, briefs: None };
-        let mut out = apply(&spec, ctx, keys, states, absent);
+        let mut out = apply(&spec, ctx, keys, states, vec![], absent);
         stats.add(&out.stats);
         out.stats = stats;
         if out.rejected.is_some() {

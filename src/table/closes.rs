@@ -10,9 +10,11 @@
 //! `_execution_id`, surrogate key) is carried over untouched.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::sync::Arc;
 
 use deltalake::arrow::array::{BooleanArray, RecordBatch, TimestampMicrosecondArray};
+use deltalake::arrow::compute::interleave_record_batch;
 
 use super::commit::OutFile;
 use super::files::SelectedRows;
@@ -22,6 +24,7 @@ use super::state::ClosingRows;
 use super::Result;
 use super::TableStore;
 use crate::merge::Key;
+use crate::par::par_map;
 
 /// One close: the stored row, the new `_valid_to` and whether the closed
 /// version is marked deleted.
@@ -58,68 +61,74 @@ impl TableStore {
             want.insert(id, rows.iter().map(|c| c.row).collect::<Vec<u32>>());
             closes.insert(id, rows);
         }
-        let mut got = self.take_closing_rows(closing, &mut want)?;
+        let mut got = self.take_closing_rows(closing, &mut want);
         for sel in self.read_selected(want).await? {
-            got.push((sel.file, sel.batch));
+            let all = (0..sel.batch.num_rows() as u32).collect();
+            got.push((sel.file, sel.batch, all));
         }
-        let (mut closed, mut keys) = (vec![], vec![]);
+        // Rows read before this run added columns lack them: NULL there.
         let current = self.arrow_schema();
-        for (id, batch) in got {
-            let here = &closes[&id];
-            // Rows read before this run added columns lack them: NULL there.
-            let batch = with_schema(batch, &current).map_err(|e| self.data_err(e))?;
-            let schema = batch.schema();
-            let mut cols = batch.columns().to_vec();
-            let at = |name: &str| schema.index_of(name).map_err(|e| self.data_err(e.to_string()));
-            cols[at(&r.valid_to)?] = Arc::new(
-                TimestampMicrosecondArray::from_iter_values(here.iter().map(|c| c.valid_to))
-                    .with_timezone("UTC"),
-            );
-            cols[at(&r.is_deleted)?] =
-                Arc::new(BooleanArray::from_iter(here.iter().map(|c| Some(c.deleted))));
-            closed.push(
-                RecordBatch::try_new(schema, cols).map_err(|e| self.data_err(e.to_string()))?,
-            );
-            keys.extend(here.iter().map(|c| c.key.clone()));
+        let mut sources = Vec::with_capacity(got.len());
+        // (source, row) per closed version, in file and row order, with
+        // its close and key.
+        let (mut order, mut here, mut keys) = (vec![], vec![], vec![]);
+        for (id, batch, pos) in got {
+            let source = sources.len();
+            sources.push(with_schema(batch, &current).map_err(|e| self.data_err(e))?);
+            for (c, p) in closes[&id].iter().zip(pos) {
+                order.push((source, p as usize));
+                here.push((c.valid_to, c.deleted));
+                keys.push(c.key.clone());
+            }
         }
-        if closed.is_empty() {
+        if order.is_empty() {
             return Ok(vec![]);
         }
-        let all = deltalake::arrow::compute::concat_batches(&self.arrow_schema(), &closed)
-            .map_err(|e| self.data_err(e.to_string()))?;
-        let chunk = plan::even_chunk(all.num_rows(), self.meta.layout.file_rows);
-        Ok(plan::slices(all.num_rows(), chunk)
-            .map(|r| OutFile {
-                current: false,
-                keys: keys[r.clone()].to_vec(),
-                batch: all.slice(r.start, r.len()),
-                briefs: None,
-            })
-            .collect())
+        // Each history file is gathered straight from the rows read (one
+        // copy, on all cores), with `_valid_to` and `_is_deleted` replaced;
+        // every other column is carried over untouched.
+        let (valid_to, is_deleted) = (
+            current.index_of(&r.valid_to).map_err(|e| self.data_err(e.to_string()))?,
+            current.index_of(&r.is_deleted).map_err(|e| self.data_err(e.to_string()))?,
+        );
+        let sources: Vec<&RecordBatch> = sources.iter().collect();
+        let chunk = plan::even_chunk(order.len(), self.meta.layout.file_rows);
+        let files = par_map(plan::slices(order.len(), chunk).collect(), |r: Range<usize>| {
+            let batch = interleave_record_batch(&sources, &order[r.clone()])
+                .map_err(|e| self.data_err(e.to_string()))?;
+            let mut cols = batch.columns().to_vec();
+            let here = &here[r.clone()];
+            cols[valid_to] = Arc::new(
+                TimestampMicrosecondArray::from_iter_values(here.iter().map(|c| c.0))
+                    .with_timezone("UTC"),
+            );
+            cols[is_deleted] = Arc::new(BooleanArray::from_iter(here.iter().map(|c| Some(c.1))));
+            let batch = RecordBatch::try_new(batch.schema(), cols)
+                .map_err(|e| self.data_err(e.to_string()))?;
+            Ok(OutFile { current: false, keys: keys[r].to_vec(), batch, briefs: None })
+        });
+        files.into_iter().collect()
     }
 
     /// The wanted rows `load_states` already read, per file (a file is taken
-    /// from them only when all its wanted rows are there); what is taken
-    /// leaves `want`.
+    /// from them only when all its wanted rows are there): the batch read
+    /// and where each wanted row is in it. What is taken leaves `want`.
     fn take_closing_rows(
         &self,
         closing: ClosingRows,
         want: &mut BTreeMap<u32, Vec<u32>>,
-    ) -> Result<Vec<(u32, RecordBatch)>> {
+    ) -> Vec<(u32, RecordBatch, Vec<u32>)> {
         let mut got = vec![];
         for SelectedRows { file, rows, batch, .. } in closing.0 {
             let Some(need) = want.get(&file) else { continue };
             let pos: Option<Vec<u32>> =
                 need.iter().map(|r| rows.binary_search(r).ok().map(|p| p as u32)).collect();
             if let Some(pos) = pos {
-                let idx = deltalake::arrow::array::UInt32Array::from(pos);
-                let taken = deltalake::arrow::compute::take_record_batch(&batch, &idx)
-                    .map_err(|e| self.data_err(e.to_string()))?;
-                got.push((file, taken));
+                got.push((file, batch, pos));
                 want.remove(&file);
             }
         }
-        Ok(got)
+        got
     }
 }
 

@@ -204,10 +204,11 @@ impl TableStore {
             .collect();
         let encoded = encode_all(batches, &key_columns(spec), &self.stats_columns)
             .map_err(|e| self.data_err(e))?;
+        phases.mark("encode");
         let companions = crate::par::par_map(files.iter().collect(), |f: &OutFile| {
             self.companion(f.current, &f.batch, f.briefs.as_ref())
         });
-        phases.mark("encode");
+        phases.mark("companions");
         for (((f, codec), (bytes, stats)), companion) in
             files.into_iter().zip(codecs).zip(encoded).zip(companions)
         {
