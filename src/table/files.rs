@@ -222,7 +222,7 @@ impl TableStore {
         };
         // With a selection, the offset index (where a file has one) lets
         // the reader skip the pages without a selected row instead of
-        // decompressing them (history files have pages of 1,024 rows:
+        // decompressing them (history files have pages of 4,096 rows:
         // `plan::HISTORY_PAGE_ROWS`).
         let options = ArrowReaderOptions::new()
             .with_column_index_policy(PageIndexPolicy::Skip)

@@ -142,8 +142,11 @@ pub(super) const HISTORY_GROUP_ROWS: usize = 8192;
 
 /// Rows per data page of a history file: the versions found by key are
 /// then decoded from the pages holding them (located by the offset index)
-/// instead of from whole column chunks of 8,192 rows.
-pub(super) const HISTORY_PAGE_ROWS: usize = 1024;
+/// instead of from whole column chunks of 8,192 rows. Smaller pages cost
+/// every run's history encode more (1,024 rows: +30 ms a run on the wide
+/// bench shape, a compression frame per page and column) for lookups that
+/// only keys without a brief make (docs/performance.md, session 21).
+pub(super) const HISTORY_PAGE_ROWS: usize = 4096;
 
 /// How a new data file is cut (current files: parquet's defaults).
 pub(super) fn cuts(current: bool) -> Cuts {
