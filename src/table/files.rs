@@ -159,9 +159,13 @@ impl TableStore {
             // With chosen groups, every chunk's offset index (a few bytes a
             // page), which `decode_groups` reads to skip pages without a
             // selected row.
-            for c in rg.columns().iter().filter(|_| groups.is_some()) {
-                if let (Some(at), Some(len)) = (c.offset_index_offset(), c.offset_index_length()) {
-                    ranges.push(at as u64..at as u64 + len as u64);
+            if groups.is_some() {
+                for c in rg.columns() {
+                    if let (Some(at), Some(len)) =
+                        (c.offset_index_offset(), c.offset_index_length())
+                    {
+                        ranges.push(at as u64..at as u64 + len as u64);
+                    }
                 }
             }
             if groups.is_some_and(|chosen| !chosen.contains(&g)) {
@@ -233,32 +237,35 @@ impl TableStore {
         let mut b = ParquetRecordBatchReaderBuilder::try_new_with_options(bytes, options)
             .map_err(parquet_err)?
             .with_batch_size(64 * 1024);
-        // Where each physical row lands among the rows the reader reads:
-        // the chosen groups' rows, one group after another.
-        let mut read_at: Box<dyn Fn(usize) -> Option<usize>> = Box::new(Some);
+        // (first physical row, rows, first row read) per chosen group: the
+        // reader reads the chosen groups' rows, one group after another.
+        let mut spans = None;
         if let Some(chosen) = groups {
             let sizes: Vec<usize> =
                 b.metadata().row_groups().iter().map(|g| g.num_rows() as usize).collect();
             if chosen.windows(2).any(|w| w[0] >= w[1]) || chosen.iter().any(|&g| g >= sizes.len()) {
                 return Err(data_err(format!("parquet {}: row groups {chosen:?}", f.path)));
             }
-            // (first physical row, rows, first row read) per chosen group.
-            let mut spans = Vec::with_capacity(chosen.len());
-            let (mut first, mut read) = (0usize, 0usize);
+            let (mut first, mut read, mut found) = (0usize, 0usize, vec![]);
             for (g, &n) in sizes.iter().enumerate() {
                 if chosen.contains(&g) {
-                    spans.push((first, n, read));
+                    found.push((first, n, read));
                     read += n;
                 }
                 first += n;
             }
-            read_at = Box::new(move |r| {
+            spans = Some(found);
+            b = b.with_row_groups(chosen.to_vec());
+        }
+        // Where a physical row lands among the rows the reader reads.
+        let read_at = |r: usize| match &spans {
+            None => Some(r),
+            Some(spans) => {
                 let i = spans.partition_point(|&(first, _, _)| first <= r).checked_sub(1)?;
                 let (first, n, read) = spans[i];
                 (r < first + n).then_some(read + r - first)
-            });
-            b = b.with_row_groups(chosen.to_vec());
-        }
+            }
+        };
         if let Some(rows) = selection {
             let mut sel = vec![];
             let mut at = 0usize;

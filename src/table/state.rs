@@ -253,7 +253,7 @@ impl TableStore {
         needs: &KeyMap<Need>,
         closing: &[&Key],
     ) -> Result<LoadedStates> {
-        let start = std::time::Instant::now();
+        let mut phases = crate::phases::Phases::new();
         let mut states: KeyMap<KeyState> = KeyMap::default();
         let closing_at: FxMap<(u32, u32), usize> = (self.index.locate(closing, |k| k).into_iter())
             .enumerate()
@@ -268,26 +268,19 @@ impl TableStore {
             self.build_missing_companions(files).await;
         }
         let reads = self.plan_state_reads(needs, &closing_at, &mut states);
-        let t0 = std::time::Instant::now();
+        phases.mark("plan");
         let read = self.read_current_rows(reads.rows).await?;
-        let t1 = std::time::Instant::now();
+        phases.mark("read");
         self.take_current_versions(&read, &reads.keys_at, &mut states)?;
         let mut closing_briefs = vec![None; closing.len()];
         let (keys_at, briefs) = (&reads.keys_at, &mut closing_briefs);
         self.take_briefs(spec, &read, keys_at, &closing_at, &mut states, briefs);
-        let t2 = std::time::Instant::now();
+        phases.mark("versions");
         if reads.late_rows {
             self.load_late_history(spec, needs, &mut states).await?;
         }
-        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-        tracing::debug!(
-            target: "changelake::table",
-            plan_ms = ms(t0 - start),
-            read_ms = ms(t1 - t0),
-            versions_ms = ms(t2 - t1),
-            history_ms = ms(t2.elapsed()),
-            "load_states phases"
-        );
+        phases.mark("history");
+        tracing::debug!(target: "changelake::table", phases_ms = ?phases.done(), "load_states phases");
         let closing = if closing.is_empty() { ClosingRows::default() } else { ClosingRows(read) };
         Ok(LoadedStates { states, closing, closing_briefs })
     }
