@@ -193,9 +193,11 @@ Writes bench.json, bench.md and bench.svg (seconds per run, both engines) to --d
         /// with `op` and `lsn` columns (`format: json`, `delete_when: op = 'd'`).
         #[arg(long, default_value = "debezium")]
         format: String,
-        /// How the timed batches are encoded: `json`, or `avro` (Avro in the
-        /// schema registry's wire format, decoded as the Kafka source
-        /// decodes it; the writer schema follows the generated values).
+        /// How the timed batches are encoded: `json`; `json-schema`
+        /// (Debezium envelopes with the JSON converter's schema wrapper);
+        /// `csv` (flat rows with a header, `--format json`); or `avro` (Avro
+        /// in the schema registry's wire format, decoded as the Kafka source
+        /// decodes it). Schemas follow the generated values.
         #[arg(long, default_value = "json")]
         encoding: String,
         /// Percent shares besides updates: insert=5,delete=2,late=3,duplicate=5

@@ -13,7 +13,8 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
 use serde::Deserialize;
 
 use super::envelope::key_fallback;
-use super::{store_envelope, Decoded, Fields, Layout, Name, Op};
+use super::wrapped::{self, Record};
+use super::{store_envelope, DeclaredTypes, Decoded, Fields, Layout, Name, Op};
 use crate::config::Format;
 use crate::value::Value;
 
@@ -189,66 +190,86 @@ fn listed(paths: &[String], prefix: &str, k: &str) -> bool {
     })
 }
 
-/// A top-level envelope field: an object is flattened one level (`source.lsn`).
-struct EnvField<'k>(String, Option<&'k [String]>);
+/// A top-level envelope field: an object is flattened one level
+/// (`source.lsn`). Its values go straight into the envelope's list (no
+/// list per field).
+struct EnvField<'k, 'o> {
+    name: String,
+    keep: Option<&'k [String]>,
+    out: &'o mut Vec<(String, Value)>,
+}
 
-impl<'de> DeserializeSeed<'de> for EnvField<'_> {
-    type Value = Vec<(String, Value)>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+impl<'de> DeserializeSeed<'de> for EnvField<'_, '_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_any(self)
     }
 }
 
-impl<'de> Visitor<'de> for EnvField<'_> {
-    type Value = Vec<(String, Value)>;
+impl EnvField<'_, '_> {
+    fn one(self, v: Value) {
+        self.out.push((self.name, v));
+    }
+}
+
+impl<'de> Visitor<'de> for EnvField<'_, '_> {
+    type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a JSON value")
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<(), A::Error> {
         // An object is flattened one level (`source.lsn`); with `Some(paths)`
         // only the fields listed there are kept.
-        let mut out = vec![];
         while let Some(k) = m.next_key_seed(KeySeed)? {
-            if self.1.is_some_and(|p| !listed(p, &self.0, &k)) {
+            if self.keep.is_some_and(|p| !listed(p, &self.name, &k)) {
                 m.next_value::<IgnoredAny>()?;
                 continue;
             }
             let v: Cell = m.next_value()?;
-            let mut name = String::with_capacity(self.0.len() + 1 + k.len());
-            name.push_str(&self.0);
+            let mut name = String::with_capacity(self.name.len() + 1 + k.len());
+            name.push_str(&self.name);
             name.push('.');
             name.push_str(&k);
-            out.push((name, v.0));
+            self.out.push((name, v.0));
         }
-        Ok(out)
+        Ok(())
     }
-    fn visit_bool<E>(self, v: bool) -> Result<Self::Value, E> {
-        Ok(vec![(self.0, Value::Bool(v))])
+    fn visit_bool<E>(self, v: bool) -> Result<(), E> {
+        self.one(Value::Bool(v));
+        Ok(())
     }
-    fn visit_i64<E>(self, v: i64) -> Result<Self::Value, E> {
-        Ok(vec![(self.0, Value::Int(v))])
+    fn visit_i64<E>(self, v: i64) -> Result<(), E> {
+        self.one(Value::Int(v));
+        Ok(())
     }
-    fn visit_u64<E>(self, v: u64) -> Result<Self::Value, E> {
-        Ok(vec![(self.0, i64::try_from(v).map(Value::Int).unwrap_or(Value::Float(v as f64)))])
+    fn visit_u64<E>(self, v: u64) -> Result<(), E> {
+        self.one(i64::try_from(v).map(Value::Int).unwrap_or(Value::Float(v as f64)));
+        Ok(())
     }
-    fn visit_f64<E>(self, v: f64) -> Result<Self::Value, E> {
-        Ok(vec![(self.0, Value::Float(v))])
+    fn visit_f64<E>(self, v: f64) -> Result<(), E> {
+        self.one(Value::Float(v));
+        Ok(())
     }
-    fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
-        Ok(vec![(self.0, Value::Str(v.to_string()))])
+    fn visit_str<E>(self, v: &str) -> Result<(), E> {
+        self.one(Value::Str(v.to_string()));
+        Ok(())
     }
-    fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
-        Ok(vec![(self.0, Value::Str(v))])
+    fn visit_string<E>(self, v: String) -> Result<(), E> {
+        self.one(Value::Str(v));
+        Ok(())
     }
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(vec![(self.0, Value::Null)])
+    fn visit_unit<E>(self) -> Result<(), E> {
+        self.one(Value::Null);
+        Ok(())
     }
-    fn visit_none<E>(self) -> Result<Self::Value, E> {
-        Ok(vec![(self.0, Value::Null)])
+    fn visit_none<E>(self) -> Result<(), E> {
+        self.one(Value::Null);
+        Ok(())
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, s: A) -> Result<Self::Value, A::Error> {
-        let name = self.0;
-        Ok(vec![(name, CellVisitor.visit_seq(s)?.0)])
+    fn visit_seq<A: SeqAccess<'de>>(self, s: A) -> Result<(), A::Error> {
+        let cell = CellVisitor.visit_seq(s)?.0;
+        self.one(cell);
+        Ok(())
     }
 }
 
@@ -304,7 +325,9 @@ impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
         f.write_str("a Debezium envelope")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Envelope, A::Error> {
-        let mut e = Envelope::default();
+        // Room for the fields kept (`op` and the table's paths): one allocation.
+        let env = Vec::with_capacity(self.0.map_or(8, <[String]>::len) + 1);
+        let mut e = Envelope { env, ..Envelope::default() };
         while let Some(k) = m.next_key_seed(KeySeed)? {
             match k.as_ref() {
                 "before" if self.1 == Before::Keep || e.op() == Some("d") => {
@@ -332,8 +355,8 @@ impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
                 }
                 _ => {
                     let keep = self.0.filter(|_| k.as_ref() != "op");
-                    let f = m.next_value_seed(EnvField(k.into_owned(), keep))?;
-                    e.env.extend(f);
+                    let name = k.into_owned();
+                    m.next_value_seed(EnvField { name, keep, out: &mut e.env })?;
                 }
             }
         }
@@ -424,6 +447,9 @@ pub(super) fn object_fields(value: &[u8]) -> Option<Fields> {
     with_simd(value, |de| RowObject.deserialize(de).ok().flatten())
 }
 
+/// Decodes a message on the fast path; None: the general path decides.
+/// A message with the JSON converter's schema wrapper is split from its
+/// schema and typed by it ([`wrapped`](super::wrapped)).
 pub fn decode(
     format: Format,
     key: Option<&[u8]>,
@@ -431,14 +457,23 @@ pub fn decode(
     store_paths: &[String],
     keep: Option<&[String]>,
 ) -> Option<Result<Decoded, String>> {
+    let (schema, value) = match value.starts_with(wrapped::PREFIX) {
+        true => wrapped::split(value).map(|(s, p)| (Some(s), p))?,
+        false => (None, value),
+    };
+    let typed = |record: Record, data: Fields| match &schema {
+        Some(s) => Some((s.type_row(record, data)?, s.declared(record))),
+        None => Some((data, DeclaredTypes::default())),
+    };
     match format {
         Format::Json => {
             let data = object_fields(value)?;
             if data.len() == 2 && data.names().iter().all(|n| &**n == "schema" || &**n == "payload")
             {
-                return None; // the schema wrapper: the general path types it
+                return None; // the schema wrapper in another shape: the general path types it
             }
-            Some(Ok(Decoded::Row { data, env: vec![], declared: Default::default() }))
+            let (data, declared) = typed(Record::Row, data)?;
+            Some(Ok(Decoded::Row { data, env: vec![], declared }))
         }
         Format::Debezium => {
             let mut e = simd_envelope(value, keep, Before::IfDelete)?;
@@ -449,22 +484,27 @@ pub fn decode(
                 e = simd_envelope(value, keep, Before::Keep)?;
             }
             let op = e.op()?.to_string();
-            let (section, is_delete) = match Op::parse(&op)? {
-                Op::Upsert => (e.after, false),
-                Op::Delete => (e.before, true),
+            let (section, record) = match Op::parse(&op)? {
+                Op::Upsert => (e.after, Record::After),
+                Op::Delete => (e.before, Record::Before),
                 Op::Truncate => return Some(Ok(Decoded::Truncate)),
                 Op::Message => return Some(Ok(Decoded::Tombstone)),
             };
-            let mut data = match section {
+            let is_delete = record == Record::Before;
+            let data = match section {
                 Some(d) => d,
                 None if is_delete => Fields::default(),
                 None => return None,
             };
+            let (mut data, mut declared) = typed(record, data)?;
             if is_delete {
-                key_fallback(&mut data, &mut vec![], key);
+                // The message key's schema declares its columns too.
+                let mut with_key = declared.to_vec();
+                key_fallback(&mut data, &mut with_key, key);
+                declared = with_key.into();
             }
             store_envelope(&mut data, &e.env, store_paths);
-            Some(Ok(Decoded::Row { data, env: e.env, declared: Default::default() }))
+            Some(Ok(Decoded::Row { data, env: e.env, declared }))
         }
     }
 }

@@ -24,6 +24,7 @@ mod json;
 mod schema;
 #[cfg(test)]
 mod tests;
+mod wrapped;
 
 use serde_json::Value as J;
 

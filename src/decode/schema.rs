@@ -43,7 +43,7 @@ pub(super) fn field_schema<'a>(fields: &'a [J], name: &str) -> Option<&'a J> {
 }
 
 /// A schema parameter as an integer (Kafka Connect writes them as strings).
-fn parameter(s: &J, name: &str) -> Option<i64> {
+pub(super) fn parameter(s: &J, name: &str) -> Option<i64> {
     let p = s.get("parameters")?.get(name)?;
     p.as_str().and_then(|x| x.trim().parse().ok()).or_else(|| p.as_i64())
 }

@@ -449,3 +449,127 @@ fn bad_input_the_simd_path_decodes_as_the_general_parser_does() {
         assert!(decode(format, None, Some(nested(129 - extra).as_bytes()), &[]).is_err());
     }
 }
+
+/// A message as the JSON converter writes it with schemas enabled: the
+/// schema first, no whitespace (the wrapped fast path's shape).
+fn wrapped(schema: &serde_json::Value, payload: &serde_json::Value) -> String {
+    format!(r#"{{"schema":{schema},"payload":{payload}}}"#)
+}
+
+/// The wrapped fast path types every logical and primitive type as the
+/// general path does, values that do not fit their schema included; where
+/// the parsed cell cannot tell (a float in a text column) it hands the
+/// message to the general path.
+#[test]
+fn types_the_schema_wrapper_on_the_fast_path_as_the_general_path_does() {
+    use serde_json::json;
+    let field = |ty: &str, name: Option<&str>, field: &str| {
+        let mut f = json!({"type": ty, "optional": true, "field": field});
+        if let Some(n) = name {
+            f["name"] = json!(n);
+        }
+        f
+    };
+    let mut dec = field("bytes", Some("org.apache.kafka.connect.data.Decimal"), "dec");
+    dec["parameters"] = json!({"scale": "2", "connect.decimal.precision": "10"});
+    let mut huge = field("bytes", Some("org.apache.kafka.connect.data.Decimal"), "huge");
+    huge["parameters"] = json!({"scale": "0", "connect.decimal.precision": "50"});
+    let fields = json!([
+        field("int64", None, "id"),
+        field("int32", None, "i"),
+        field("float64", None, "f"),
+        field("boolean", None, "b"),
+        field("string", None, "s"),
+        field("bytes", None, "bin"),
+        field("int64", Some("io.debezium.time.Timestamp"), "ts"),
+        field("int64", Some("io.debezium.time.MicroTimestamp"), "mts"),
+        field("int64", Some("io.debezium.time.NanoTimestamp"), "nts"),
+        field("string", Some("io.debezium.time.ZonedTimestamp"), "z"),
+        field("int32", Some("io.debezium.time.Date"), "d"),
+        field("int32", Some("io.debezium.time.Time"), "t"),
+        field("int64", Some("io.debezium.time.MicroTime"), "mt"),
+        field("int64", Some("io.debezium.time.NanoTime"), "nt"),
+        dec,
+        huge,
+        field("struct", Some("io.debezium.data.VariableScaleDecimal"), "vsd"),
+        field("string", Some("io.debezium.data.Json"), "j"),
+    ]);
+    let rows = [
+        json!({"id": 1, "i": 7, "f": 1.5, "b": true, "s": "text", "bin": "AQI=",
+               "ts": 1_700_000_000_000i64, "mts": 1_700_000_000_000_000i64, "nts": -1500,
+               "z": "2026-03-01T10:00:00.5+01:00", "d": -165, "t": 3_600_000, "mt": 36_930_123_456i64,
+               "nt": 1_000_000_001i64, "dec": "ESIQ9H3pgRU=", "huge": "AQ==",
+               "vsd": {"scale": 5, "value": "BMsv"}, "j": "{\"a\":1}", "extra": 3}),
+        // Values that do not have their schema's shape are kept as sent.
+        json!({"id": 2, "i": 1.5, "f": 3, "b": "x", "s": 12, "bin": "not base64!",
+               "ts": i64::MAX, "mts": "soon", "nts": 2.5, "z": "garbage", "d": 99_999_999_999i64,
+               "t": "noon", "mt": true, "nt": null, "dec": "@@", "huge": null,
+               "vsd": "text", "j": [1, 2], "extra": {"k": [1]}}),
+        json!({"id": 3, "s": true, "i": u64::MAX, "f": u64::MAX, "vsd": {"scale": 1}}),
+        json!({"id": 4, "s": {"nested": [1, {"b": 2}]}, "dec": {"a": 1}, "bin": [1]}),
+        // A float or a decimal's object in a text column: the general path.
+        json!({"id": 5, "s": 1.0}),
+        json!({"id": 6, "s": 18_446_744_073_709_551_615u64}),
+        json!({"id": 7, "s": {"scale": 1, "value": "AQ=="}}),
+    ];
+    let paths = vec!["source.lsn".to_string()];
+    let envelope = json!({"type": "struct", "name": "crm.Envelope", "fields": [
+        {"type": "struct", "optional": true, "field": "before", "fields": fields},
+        {"type": "struct", "optional": true, "field": "after", "fields": fields},
+        {"type": "struct", "field": "source", "fields": [field("int64", None, "lsn")]},
+        {"type": "string", "field": "op"}]});
+    let flat = json!({"type": "struct", "name": "crm.Value", "fields": fields});
+    let key = wrapped(
+        &json!({"type": "struct", "fields": [field("int64", None, "id")]}),
+        &json!({"id": 9}),
+    );
+    let mut fast_taken = 0;
+    for (n, row) in rows.iter().enumerate() {
+        let messages = [
+            (
+                Format::Debezium,
+                wrapped(
+                    &envelope,
+                    &json!({"before": null, "after": row, "source": {"lsn": n}, "op": "u"}),
+                ),
+            ),
+            (
+                Format::Debezium,
+                wrapped(
+                    &envelope,
+                    &json!({"before": row, "after": null, "source": {"lsn": n}, "op": "d"}),
+                ),
+            ),
+            (
+                Format::Debezium,
+                wrapped(
+                    &envelope,
+                    &json!({"before": {"id": null}, "after": null, "source": {"lsn": n}, "op": "d"}),
+                ),
+            ),
+            (Format::Json, wrapped(&flat, row)),
+        ];
+        for (format, msg) in messages {
+            let v: serde_json::Value = serde_json::from_str(&msg).unwrap();
+            let general = match format {
+                Format::Debezium => debezium(v, Some(key.as_bytes()), &paths),
+                Format::Json => json::flat_row(v),
+            };
+            let fast = fast::decode(format, Some(key.as_bytes()), msg.as_bytes(), &paths, None);
+            match fast {
+                Some(fast) => {
+                    fast_taken += 1;
+                    assert_eq!(fast, general, "{msg}");
+                }
+                None => assert!(
+                    n >= 4,
+                    "only a number or object in a text column needs the general path: {msg}"
+                ),
+            }
+            let decoded = decode(format, Some(key.as_bytes()), Some(msg.as_bytes()), &paths);
+            assert_eq!(decoded.map_err(|r| r.error), general, "{msg}");
+        }
+    }
+    // Rows 1-4 in all four messages, rows 5-7 only in their key-only deletes.
+    assert_eq!(fast_taken, 4 * 4 + 3, "messages the fast path decoded");
+}

@@ -36,10 +36,10 @@ fn kind(v: &J) -> Option<&'static str> {
 /// Field types of the records found at `path` in the events (`after` and
 /// `before` of envelopes, `source`, or the flat row itself).
 #[derive(Default)]
-struct Record(BTreeMap<String, (usize, &'static str)>);
+pub(super) struct Record(BTreeMap<String, (usize, &'static str)>);
 
 impl Record {
-    fn observe(&mut self, m: &serde_json::Map<String, J>) {
+    pub(super) fn observe(&mut self, m: &serde_json::Map<String, J>) {
         for (k, v) in m {
             let next = self.0.len();
             let e = self.0.entry(k.clone()).or_insert((next, "string"));
@@ -52,7 +52,7 @@ impl Record {
         }
     }
 
-    fn fields(&self) -> Vec<(&str, &'static str)> {
+    pub(super) fn fields(&self) -> Vec<(&str, &'static str)> {
         let mut f: Vec<_> = self.0.iter().map(|(n, (i, t))| (n.as_str(), *i, *t)).collect();
         f.sort_by_key(|(_, i, _)| *i);
         f.into_iter().map(|(n, _, t)| (n, t)).collect()
@@ -115,7 +115,7 @@ impl Schemas for AvroBatches {
     }
 }
 
-fn lines(bytes: &[u8]) -> impl Iterator<Item = J> + '_ {
+pub(super) fn lines(bytes: &[u8]) -> impl Iterator<Item = J> + '_ {
     bytes
         .split(|b| *b == b'\n')
         .filter(|l| !l.is_empty())

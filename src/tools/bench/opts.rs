@@ -42,6 +42,10 @@ pub enum Encoding {
     Json,
     /// Avro in the schema registry's wire format (`format: debezium-avro` / `avro`).
     Avro,
+    /// Flat rows as CSV text with a header (`type: csv`).
+    Csv,
+    /// Debezium envelopes with the JSON converter's schema wrapper.
+    JsonSchema,
 }
 
 impl Encoding {
@@ -49,9 +53,11 @@ impl Encoding {
         match s {
             "json" => Ok(Encoding::Json),
             "avro" => Ok(Encoding::Avro),
-            other => {
-                Err(changelake::error::Error::Usage(format!("--encoding: `{other}` (json, avro)")))
-            }
+            "csv" => Ok(Encoding::Csv),
+            "json-schema" => Ok(Encoding::JsonSchema),
+            other => Err(changelake::error::Error::Usage(format!(
+                "--encoding: `{other}` (json, json-schema, csv, avro)"
+            ))),
         }
     }
 }
