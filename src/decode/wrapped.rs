@@ -202,10 +202,13 @@ impl Section {
             *cached = Some((layout.clone(), rules.collect()));
         }
         let rules = &cached.as_ref().map_or(&[][..], |(_, r)| r.as_slice());
-        let values = data.into_values();
-        let typed: Result<Vec<Value>, General> =
-            values.into_iter().zip(rules.iter()).map(|(v, r)| r.apply(v)).collect();
-        Ok(Fields::new(layout, typed?))
+        // Typed in place: the row keeps its vector and the room it leaves
+        // for stored envelope columns.
+        let mut values = data.into_values();
+        for (v, r) in values.iter_mut().zip(rules.iter()) {
+            *v = r.apply(std::mem::replace(v, Value::Null))?;
+        }
+        Ok(Fields::new(layout, values))
     }
 }
 
