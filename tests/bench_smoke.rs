@@ -126,6 +126,58 @@ fn bench_runs_flat_json_rows_through_both_engines_and_they_agree() {
     }
 }
 
+/// Every decode path the bench times (`--encoding`): the same events as a
+/// CSV extract, as Debezium envelopes with the JSON converter's schema
+/// wrapper, and as Avro frames each merge exactly what delta-rs merges
+/// from the plain JSON batches, and each reports its decode rate.
+#[test]
+fn bench_times_every_decode_path_and_each_merges_what_delta_rs_merges() {
+    for (format, encoding) in [("json", "csv"), ("debezium", "json-schema"), ("debezium", "avro")] {
+        let dir = tempfile::tempdir().unwrap();
+        let args = [
+            "--keys",
+            "2000",
+            "--batch",
+            "1000",
+            "--runs",
+            "2",
+            "--columns",
+            "narrow",
+            "--format",
+            format,
+            "--encoding",
+            encoding,
+            "--strategies",
+            "scd1,scd2",
+        ];
+        let j = bench(dir.path(), &args);
+        let text = std::fs::read_to_string(dir.path().join("bench.md")).unwrap();
+        assert!(
+            text.contains("Same (key, sequence) pairs in both tables: yes"),
+            "{encoding}: {text}"
+        );
+        for strategy in ["account_scd1", "account_scd2"] {
+            let runs = j[strategy]["runs"].as_array().unwrap();
+            assert_eq!(runs.len(), 2, "{encoding} {strategy}: {j}");
+            for r in runs {
+                assert!(r["decode_events_per_cpu_second"].as_f64().unwrap() > 0.0, "{r}");
+            }
+        }
+        assert_eq!(j["account_scd1"]["deltars"]["same_result"], serde_json::json!(true), "{j}");
+    }
+    // An encoding that does not fit the format is refused up front.
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_changelake"))
+        .args(["bench", "--dir"])
+        .arg(dir.path())
+        .args(["--keys", "100", "--batch", "10", "--runs", "1", "--format", "debezium"])
+        .args(["--encoding", "csv", "--no-deltars"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--encoding csv needs --format json"));
+}
+
 #[test]
 fn bench_streams_through_the_in_process_broker() {
     let dir = tempfile::tempdir().unwrap();

@@ -183,6 +183,8 @@ fn bench_opts(cmd: Cmd) -> Result<BenchOpts> {
             })
         })
         .transpose()?;
+    let format = changelake::config::Format::parse(&format)
+        .ok_or_else(|| Error::Usage(format!("--format: `{format}` (debezium, json)")))?;
     Ok(BenchOpts {
         dir,
         keys,
@@ -196,9 +198,8 @@ fn bench_opts(cmd: Cmd) -> Result<BenchOpts> {
         distribution,
         shape: Shape::parse(&columns)?,
         changes: Changes::parse(&changed_columns)?,
-        format: changelake::config::Format::parse(&format)
-            .ok_or_else(|| Error::Usage(format!("--format: `{format}` (debezium, json)")))?,
-        encoding: bench::Encoding::parse(&encoding)?,
+        format,
+        encoding: bench::Encoding::parse(&encoding)?.fitting(format)?,
         mix: Mix::parse(&mix)?,
         seed,
         deltars: !no_deltars,

@@ -337,7 +337,7 @@ async fn load(
             .with_format(opts.format)
             .load_chunk(from, to);
         n += 1;
-        let load = (opts.format, Encoding::Json);
+        let load = Input { format: opts.format, encoding: Encoding::Json };
         apply(&mut runner, &format!("load-{n:05}"), &text.into(), paths, load).await?;
         from = to;
     }
@@ -395,10 +395,8 @@ async fn timed_runs(
         _ => None,
     };
     let text = match opts.encoding {
-        Encoding::Csv => Some(text::TextBatches::csv(&slices(&all()?), opts.format)?),
-        Encoding::JsonSchema => {
-            Some(text::TextBatches::json_schema(&slices(&all()?), opts.format)?)
-        }
+        Encoding::Csv => Some(text::TextBatches::csv(&slices(&all()?))),
+        Encoding::JsonSchema => Some(text::TextBatches::json_schema(&slices(&all()?))),
         _ => None,
     };
     for (i, f) in files.iter().enumerate() {
@@ -419,7 +417,10 @@ async fn timed_runs(
             (Some(a), Some(frames)) => {
                 apply_avro(runner, &name, a, frames, content_version(&bytes), paths).await?
             }
-            _ => apply(runner, &name, &input, paths, (opts.format, opts.encoding)).await?,
+            _ => {
+                let how = Input { format: opts.format, encoding: opts.encoding };
+                apply(runner, &name, &input, paths, how).await?
+            }
         };
         let Decode { seconds: decode, cpu_seconds: decode_cpu } = decode;
         let secs = t0.elapsed().as_secs_f64();
@@ -492,6 +493,14 @@ async fn apply_avro(
     Ok((r, decode))
 }
 
+/// How a batch file's events are written: the events' format, and the
+/// text form they are in (JSON lines, CSV, the schema wrapper).
+#[derive(Debug, Clone, Copy)]
+struct Input {
+    format: Format,
+    encoding: Encoding,
+}
+
 /// Decodes one batch file's bytes and runs it as `changelake run` would;
 /// returns the run's report and what the decode took.
 async fn apply(
@@ -499,7 +508,7 @@ async fn apply(
     name: &str,
     bytes: &bytes::Bytes,
     paths: &[String],
-    (format, encoding): (Format, Encoding),
+    Input { format, encoding }: Input,
 ) -> Result<(RunReport, Decode)> {
     let t0 = Instant::now();
     let cpu0 = process_cpu_seconds();

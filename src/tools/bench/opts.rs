@@ -49,6 +49,24 @@ pub enum Encoding {
 }
 
 impl Encoding {
+    /// This encoding, if it can carry events of `format`: CSV holds flat
+    /// rows, the schema wrapper is measured on Debezium envelopes.
+    pub fn fitting(self, format: Format) -> changelake::error::Result<Encoding> {
+        let needs = match self {
+            Encoding::Csv => Format::Json,
+            Encoding::JsonSchema => Format::Debezium,
+            Encoding::Json | Encoding::Avro => return Ok(self),
+        };
+        if format != needs {
+            let (e, f) =
+                if needs == Format::Json { ("csv", "json") } else { ("json-schema", "debezium") };
+            return Err(changelake::error::Error::Usage(format!(
+                "--encoding {e} needs --format {f}"
+            )));
+        }
+        Ok(self)
+    }
+
     pub fn parse(s: &str) -> changelake::error::Result<Encoding> {
         match s {
             "json" => Ok(Encoding::Json),
