@@ -450,6 +450,7 @@ pub(super) fn object_fields(value: &[u8]) -> Option<Fields> {
 /// Decodes a message on the fast path; None: the general path decides.
 /// A message with the JSON converter's schema wrapper is split from its
 /// schema and typed by it ([`wrapped`](super::wrapped)).
+#[cfg(test)]
 pub fn decode(
     format: Format,
     key: Option<&[u8]>,
@@ -457,9 +458,23 @@ pub fn decode(
     store_paths: &[String],
     keep: Option<&[String]>,
 ) -> Option<Result<Decoded, String>> {
-    let (schema, value) = match value.starts_with(wrapped::PREFIX) {
-        true => wrapped::split(value).map(|(s, p)| (Some(s), p))?,
-        false => (None, value),
+    let split = wrapped::split(value);
+    decode_split(format, key, value, split, store_paths, keep)
+}
+
+/// [`decode`] of a message whose schema wrapper, if any, is already split
+/// off (`split`); with None, `value` is parsed whole.
+pub fn decode_split(
+    format: Format,
+    key: Option<&[u8]>,
+    value: &[u8],
+    split: Option<wrapped::Split<'_>>,
+    store_paths: &[String],
+    keep: Option<&[String]>,
+) -> Option<Result<Decoded, String>> {
+    let (schema, value) = match split {
+        Some(s) => (Some(s.schema), s.payload),
+        None => (None, value),
     };
     let typed = |record: Record, data: Fields| match &schema {
         Some(s) => Some((s.type_row(record, data)?, s.declared(record))),

@@ -184,7 +184,12 @@ impl std::fmt::Display for Rejected {
 /// brackets first (a vectorised scan) clears almost every message at once:
 /// a message with fewer of them cannot nest deeper.
 fn check_depth(v: &[u8]) -> Result<(), String> {
-    if memchr::memchr2_iter(b'[', b'{', v).count() <= MAX_DEPTH {
+    check_depth_within(v, MAX_DEPTH)
+}
+
+/// [`check_depth`] for a part of a message already `MAX_DEPTH - max` levels deep.
+fn check_depth_within(v: &[u8], max: usize) -> Result<(), String> {
+    if memchr::memchr2_iter(b'[', b'{', v).count() <= max {
         return Ok(());
     }
     let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
@@ -202,7 +207,7 @@ fn check_depth(v: &[u8]) -> Result<(), String> {
             b'"' => in_string = true,
             b'[' | b'{' => {
                 depth += 1;
-                if depth > MAX_DEPTH {
+                if depth > max {
                     return Err(format!("nested deeper than {MAX_DEPTH} levels"));
                 }
             }
@@ -258,8 +263,17 @@ pub fn decode_keeping(
     if value.len() > MAX_MESSAGE_BYTES {
         return Err(Rejected::too_large(value.len()));
     }
-    check_depth(value).map_err(|e| Rejected::malformed(format!("not decoded: {e}")))?;
-    if has_nul(value) {
+    // A wrapped message whose schema is known needs only its payload
+    // checked: the schema, most of its bytes, was checked when it was
+    // first seen (`wrapped::split` caches no schema that fails the checks).
+    let split = std::panic::catch_unwind(|| wrapped::split(value)).ok().flatten();
+    let (checked, max_depth) = match &split {
+        Some(s) => (s.payload, MAX_DEPTH - 1),
+        None => (value, MAX_DEPTH),
+    };
+    check_depth_within(checked, max_depth)
+        .map_err(|e| Rejected::malformed(format!("not decoded: {e}")))?;
+    if has_nul(checked) {
         // Text with NUL breaks readers that hand strings to C (and it is
         // never CRM data): refused whole, raw or escaped.
         return Err(Rejected::malformed("not decoded: contains a NUL character"));
@@ -267,10 +281,17 @@ pub fn decode_keeping(
     if let Some(k) = key {
         // The key is parsed only as a fallback for deletes; a hostile key must not reach it.
         if check_depth(k).is_err() {
-            return decode_guarded(format, None, value, store_paths, keep);
+            return decode_guarded(format, None, Message { value, split }, store_paths, keep);
         }
     }
-    decode_guarded(format, key, value, store_paths, keep)
+    decode_guarded(format, key, Message { value, split }, store_paths, keep)
+}
+
+/// A message's value, and its payload apart from its schema when the
+/// schema wrapper was split off (see `wrapped`).
+struct Message<'a> {
+    value: &'a [u8],
+    split: Option<wrapped::Split<'a>>,
 }
 
 /// Decodes with a panic guard: a decoder bug costs one message (dead
@@ -278,12 +299,14 @@ pub fn decode_keeping(
 fn decode_guarded(
     format: Format,
     key: Option<&[u8]>,
-    value: &[u8],
+    Message { value, split }: Message<'_>,
     store_paths: &[String],
     keep: Option<&[String]>,
 ) -> Result<Decoded, Rejected> {
-    let attempt = std::panic::catch_unwind(|| {
-        if let Some(d) = fast::decode(format, key, value, store_paths, keep) {
+    // Unwind-safe in fact: a compiled schema's only mutable part is its
+    // per-layout rule cache, replaced whole, so a panic leaves it valid.
+    let attempt = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if let Some(d) = fast::decode_split(format, key, value, split, store_paths, keep) {
             return d;
         }
         let v: J = serde_json::from_slice(value).map_err(|e| format!("not JSON: {e}"))?;
@@ -291,7 +314,7 @@ fn decode_guarded(
             Format::Json => json::flat_row(v),
             Format::Debezium => debezium(v, key, store_paths),
         }
-    });
+    }));
     match attempt {
         Ok(Ok(Decoded::Row { data, .. })) if data.has_duplicate() => {
             Err(Rejected::malformed("a field appears twice in the row"))

@@ -573,3 +573,34 @@ fn types_the_schema_wrapper_on_the_fast_path_as_the_general_path_does() {
     // Rows 1-4 in all four messages, rows 5-7 only in their key-only deletes.
     assert_eq!(fast_taken, 4 * 4 + 3, "messages the fast path decoded");
 }
+
+/// A wrapped message whose schema is known is checked in its payload only
+/// (the schema was checked when first seen): it is refused or kept exactly
+/// as when the whole message is checked, at the depth limit too, and a
+/// schema that fails the checks refuses its message every time.
+#[test]
+fn bad_input_wrapped_messages_are_refused_as_whole_messages_are() {
+    let schema = r#"{"type":"struct","fields":[{"type":"int64","field":"id"},{"type":"string","field":"v"}]}"#;
+    let message = |payload: &str| format!(r#"{{"schema":{schema},"payload":{payload}}}"#);
+    let ok = message(r#"{"id":1,"v":"a"}"#);
+    // Twice: the second finds the schema cached.
+    for _ in 0..2 {
+        assert!(decode(Format::Json, None, Some(ok.as_bytes()), &[]).is_ok());
+        for nul in [r#"{"id":1,"v":"a\u0000b"}"#, "{\"id\":1,\"v\":\"a\0b\"}"] {
+            let e = decode(Format::Json, None, Some(message(nul).as_bytes()), &[]).unwrap_err();
+            assert!(e.error.contains("NUL"), "{}", e.error);
+        }
+        // The wrapper is a level: a payload 127 deep makes a message 128 deep (the limit).
+        let deep = |d: usize| {
+            message(&format!(r#"{{"id":1,"v":{}1{}}}"#, "[".repeat(d - 1), "]".repeat(d - 1)))
+        };
+        assert!(decode(Format::Json, None, Some(deep(MAX_DEPTH - 1).as_bytes()), &[]).is_ok());
+        let e = decode(Format::Json, None, Some(deep(MAX_DEPTH).as_bytes()), &[]).unwrap_err();
+        assert!(e.error.contains("nested deeper than 128"), "{}", e.error);
+    }
+    let bad_schema = r#"{"schema":{"doc":"a\u0000b","fields":[]},"payload":{"id":1}}"#;
+    for _ in 0..2 {
+        let e = decode(Format::Json, None, Some(bad_schema.as_bytes()), &[]).unwrap_err();
+        assert!(e.error.contains("NUL"), "{}", e.error);
+    }
+}

@@ -266,10 +266,20 @@ thread_local! {
     static SCHEMAS: RefCell<Vec<Rc<Compiled>>> = const { RefCell::new(Vec::new()) };
 }
 
+/// A wrapped message apart: its schema, compiled, and its payload's bytes.
+pub(super) struct Split<'a> {
+    pub schema: Rc<Compiled>,
+    pub payload: &'a [u8],
+}
+
 /// A wrapped message's compiled schema and its payload's bytes; None when
 /// `value` is not exactly `{"schema":S,"payload":P}` with S a JSON object
-/// (the general path decides what it is).
-pub(super) fn split(value: &[u8]) -> Option<(Rc<Compiled>, &[u8])> {
+/// that passes the bad-input checks (the general path decides what it is).
+///
+/// A schema is cached only once its bytes pass the checks every message
+/// gets (nesting depth, NUL): a message with a cached schema then needs
+/// only its payload checked (`decode_keeping`).
+pub(super) fn split(value: &[u8]) -> Option<Split<'_>> {
     let rest = value.strip_prefix(PREFIX)?;
     let payload = |len: usize| {
         let p = rest.get(len..)?.strip_prefix(PAYLOAD)?.trim_ascii_end().strip_suffix(b"}")?;
@@ -277,22 +287,26 @@ pub(super) fn split(value: &[u8]) -> Option<(Rc<Compiled>, &[u8])> {
         (!p.starts_with(PREFIX)).then_some(p)
     };
     let hit = SCHEMAS.with_borrow(|cache| {
-        cache
-            .iter()
-            .find(|c| rest.starts_with(&c.text))
-            .and_then(|c| Some((c.clone(), payload(c.text.len())?)))
+        let c = cache.iter().find(|c| rest.starts_with(&c.text))?;
+        Some(Split { schema: c.clone(), payload: payload(c.text.len())? })
     });
     if hit.is_some() {
         return hit;
     }
     let len = object_len(rest)?;
     let p = payload(len)?;
-    let compiled = Rc::new(Compiled::compile(&rest[..len])?);
+    let text = &rest[..len];
+    // Inside the wrapper, one level deeper than the message.
+    super::check_depth_within(text, super::MAX_DEPTH - 1).ok()?;
+    if super::has_nul(text) {
+        return None;
+    }
+    let compiled = Rc::new(Compiled::compile(text)?);
     SCHEMAS.with_borrow_mut(|cache| {
         cache.insert(0, compiled.clone());
         cache.truncate(CACHED);
     });
-    Some((compiled, p))
+    Some(Split { schema: compiled, payload: p })
 }
 
 /// The length of the JSON object `v` starts with (brackets matched outside
@@ -341,13 +355,22 @@ mod tests {
     #[test]
     fn split_reuses_the_compiled_schema_and_refuses_other_shapes() {
         let msg = br#"{"schema":{"type":"struct","fields":[{"type":"int64","field":"id"}]},"payload":{"id":1}}"#;
-        let (a, p) = split(msg).unwrap();
-        assert_eq!(p, br#"{"id":1}"#);
-        let (b, _) = split(msg).unwrap();
-        assert!(Rc::ptr_eq(&a, &b), "the second message reuses the compiled schema");
+        let a = split(msg).unwrap();
+        assert_eq!(a.payload, br#"{"id":1}"#);
+        let b = split(msg).unwrap();
+        assert!(Rc::ptr_eq(&a.schema, &b.schema), "the second message reuses the compiled schema");
         assert!(split(br#"{"payload":{"id":1},"schema":{}}"#).is_none());
-        assert!(split(br#"{"schema":{"fields":[]},"payload":{"id":1},"x":2}"#)
-            .is_some_and(|(_, p)| p == br#"{"id":1},"x":2"#));
+        // Whatever follows the payload stays in it, for its parser to refuse.
+        let extra = split(br#"{"schema":{"fields":[]},"payload":{"id":1},"x":2}"#).unwrap();
+        assert_eq!(extra.payload, br#"{"id":1},"x":2"#);
+        // A schema that fails the bad-input checks is never cached.
+        assert!(split(br#"{"schema":{"doc":"a\u0000b"},"payload":{"id":1}}"#).is_none());
+        let deep = format!(
+            r#"{{"schema":{{"a":{}1{}}},"payload":{{}}}}"#,
+            "[".repeat(127),
+            "]".repeat(127)
+        );
+        assert!(split(deep.as_bytes()).is_none());
         assert!(split(br#"{"schema":{"fields":[]}}"#).is_none());
     }
 }

@@ -132,6 +132,16 @@ impl RawBatch {
     /// batch's columns are the union, in order of first appearance.
     /// Appends another batch's rows (same source), aligning columns by name:
     /// columns only the other batch has are added, NULL in rows already here.
+    /// Moves every row's and dead letter's position on by `lines`: a part
+    /// of a file decoded apart from the lines before it.
+    pub fn shift_positions(&mut self, lines: u64) {
+        if lines == 0 {
+            return;
+        }
+        self.rows.iter_mut().for_each(|r| r.pos += lines);
+        self.unparsable.iter_mut().for_each(|u| u.pos += lines);
+    }
+
     pub fn append(&mut self, other: RawBatch) {
         self.unparsable.extend(other.unparsable);
         if self.rows.is_empty() && self.columns.is_empty() {
