@@ -192,8 +192,18 @@ fn check_depth_within(v: &[u8], max: usize) -> Result<(), String> {
     if memchr::memchr2_iter(b'[', b'{', v).count() <= max {
         return Ok(());
     }
+    match brackets(v).any(|(_, depth)| depth > max) {
+        true => Err(format!("nested deeper than {MAX_DEPTH} levels")),
+        false => Ok(()),
+    }
+}
+
+/// The brackets of JSON text outside its strings, each as (position, depth
+/// after it); a closing bracket at depth 0 leaves it at 0. The walk the
+/// depth check and the schema wrapper's splitter share.
+fn brackets(v: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
     let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    for &b in v {
+    v.iter().enumerate().filter_map(move |(i, &b)| {
         if in_string {
             match b {
                 _ if escaped => escaped = false,
@@ -201,21 +211,22 @@ fn check_depth_within(v: &[u8], max: usize) -> Result<(), String> {
                 b'"' => in_string = false,
                 _ => {}
             }
-            continue;
+            return None;
         }
         match b {
             b'"' => in_string = true,
             b'[' | b'{' => {
                 depth += 1;
-                if depth > max {
-                    return Err(format!("nested deeper than {MAX_DEPTH} levels"));
-                }
+                return Some((i, depth));
             }
-            b']' | b'}' => depth = depth.saturating_sub(1),
+            b']' | b'}' => {
+                depth = depth.saturating_sub(1);
+                return Some((i, depth));
+            }
             _ => {}
         }
-    }
-    Ok(())
+        None
+    })
 }
 
 pub fn decode(

@@ -48,23 +48,85 @@ pub(super) fn parameter(s: &J, name: &str) -> Option<i64> {
     p.as_str().and_then(|x| x.trim().parse().ok()).or_else(|| p.as_i64())
 }
 
+/// The Kafka Connect and Debezium logical types, by schema name
+/// (docs/types.md): what a value of each means. One table for every path
+/// that reads them (the general path here, the schema wrapper's fast path,
+/// Avro's column plan).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Logical {
+    /// Milliseconds, microseconds or nanoseconds since the epoch.
+    TsMillis,
+    TsMicros,
+    TsNanos,
+    /// ISO-8601 text with an offset.
+    ZonedTs,
+    /// Days since the epoch.
+    Date,
+    /// Time of day in milli-, micro- or nanoseconds.
+    TimeMillis,
+    TimeMicros,
+    TimeNanos,
+    /// Unscaled bytes at the schema's `scale` parameter.
+    Decimal,
+    /// A record of scale and unscaled bytes.
+    VariableScaleDecimal,
+}
+
+impl Logical {
+    pub(super) fn of(name: &str) -> Option<Logical> {
+        Some(match name {
+            "io.debezium.time.Timestamp" | "org.apache.kafka.connect.data.Timestamp" => {
+                Logical::TsMillis
+            }
+            "io.debezium.time.MicroTimestamp" => Logical::TsMicros,
+            "io.debezium.time.NanoTimestamp" => Logical::TsNanos,
+            "io.debezium.time.ZonedTimestamp" => Logical::ZonedTs,
+            "io.debezium.time.Date" | "org.apache.kafka.connect.data.Date" => Logical::Date,
+            "io.debezium.time.Time" | "org.apache.kafka.connect.data.Time" => Logical::TimeMillis,
+            "io.debezium.time.MicroTime" => Logical::TimeMicros,
+            "io.debezium.time.NanoTime" => Logical::TimeNanos,
+            "org.apache.kafka.connect.data.Decimal" => Logical::Decimal,
+            "io.debezium.data.VariableScaleDecimal" => Logical::VariableScaleDecimal,
+            _ => return None,
+        })
+    }
+
+    /// A value of this type from the JSON integer or text it was sent as
+    /// (None when the value does not have that shape). A decimal's unscaled
+    /// bytes are at `scale`. A VariableScaleDecimal is an object, read by
+    /// [`variable_scale_decimal`], not here.
+    pub(super) fn cell(self, scale: i32, int: Option<i64>, text: Option<&str>) -> Option<Value> {
+        match self {
+            Logical::TsMillis => int.and_then(|ms| ms.checked_mul(1000)).map(Value::Ts),
+            Logical::TsMicros => int.map(Value::Ts),
+            Logical::TsNanos => int.map(|ns| Value::Ts(ns.div_euclid(1000))),
+            Logical::ZonedTs => text.and_then(parse_ts).map(Value::Ts),
+            Logical::Date => int.and_then(|d| i32::try_from(d).ok()).map(Value::Date),
+            Logical::TimeMillis => {
+                int.and_then(|ms| ms.checked_mul(1000)).map(|us| Value::Str(format_time(us)))
+            }
+            Logical::TimeMicros => int.map(|us| Value::Str(format_time(us))),
+            Logical::TimeNanos => int.map(|ns| Value::Str(format_time(ns.div_euclid(1000)))),
+            Logical::Decimal => {
+                text.and_then(decimal::from_base64).map(|u| Value::Decimal(u, scale))
+            }
+            Logical::VariableScaleDecimal => None,
+        }
+    }
+}
+
 /// What a field's schema declares: its column type (None when the schema
 /// names no type this table can hold, e.g. a nested struct kept as text).
 pub(super) fn declared(s: &J) -> Result<Declared, String> {
     let name = s.get("name").and_then(J::as_str).unwrap_or("");
     let ty = s.get("type").and_then(J::as_str).unwrap_or("");
-    Ok(Declared::Exact(match name {
-        "io.debezium.time.Timestamp"
-        | "io.debezium.time.MicroTimestamp"
-        | "io.debezium.time.NanoTimestamp"
-        | "io.debezium.time.ZonedTimestamp"
-        | "org.apache.kafka.connect.data.Timestamp" => DType::Ts,
-        "io.debezium.time.Date" | "org.apache.kafka.connect.data.Date" => DType::Date,
-        "io.debezium.time.Time"
-        | "io.debezium.time.MicroTime"
-        | "io.debezium.time.NanoTime"
-        | "org.apache.kafka.connect.data.Time" => DType::Time,
-        "org.apache.kafka.connect.data.Decimal" => {
+    Ok(Declared::Exact(match Logical::of(name) {
+        Some(Logical::TsMillis | Logical::TsMicros | Logical::TsNanos | Logical::ZonedTs) => {
+            DType::Ts
+        }
+        Some(Logical::Date) => DType::Date,
+        Some(Logical::TimeMillis | Logical::TimeMicros | Logical::TimeNanos) => DType::Time,
+        Some(Logical::Decimal) => {
             let scale = parameter(s, "scale").unwrap_or(0);
             let precision =
                 parameter(s, "connect.decimal.precision").unwrap_or(decimal::MAX_PRECISION as i64);
@@ -72,8 +134,8 @@ pub(super) fn declared(s: &J) -> Result<Declared, String> {
                 format!("declared decimal({precision},{scale}) cannot be stored exactly: {e}")
             })?
         }
-        "io.debezium.data.VariableScaleDecimal" => return Ok(Declared::VariableScaleDecimal),
-        _ => match ty {
+        Some(Logical::VariableScaleDecimal) => return Ok(Declared::VariableScaleDecimal),
+        None => match ty {
             "int8" | "int16" | "int32" | "int64" => DType::Int,
             "float" | "float32" | "float64" | "double" => DType::Float,
             "boolean" => DType::Bool,
@@ -103,27 +165,13 @@ pub(super) fn typed(v: &J, schema: Option<&J>) -> Value {
     }
     let name = s.get("name").and_then(J::as_str).unwrap_or("");
     let int = v.as_i64();
-    let cell = match name {
-        "io.debezium.time.Timestamp" | "org.apache.kafka.connect.data.Timestamp" => {
-            int.and_then(|ms| ms.checked_mul(1000)).map(Value::Ts)
-        }
-        "io.debezium.time.MicroTimestamp" => int.map(Value::Ts),
-        "io.debezium.time.NanoTimestamp" => int.map(|ns| Value::Ts(ns.div_euclid(1000))),
-        "io.debezium.time.ZonedTimestamp" => v.as_str().and_then(parse_ts).map(Value::Ts),
-        "io.debezium.time.Date" | "org.apache.kafka.connect.data.Date" => {
-            int.and_then(|d| i32::try_from(d).ok()).map(Value::Date)
-        }
-        "io.debezium.time.Time" | "org.apache.kafka.connect.data.Time" => {
-            int.and_then(|ms| ms.checked_mul(1000)).map(|us| Value::Str(format_time(us)))
-        }
-        "io.debezium.time.MicroTime" => int.map(|us| Value::Str(format_time(us))),
-        "io.debezium.time.NanoTime" => int.map(|ns| Value::Str(format_time(ns.div_euclid(1000)))),
-        "org.apache.kafka.connect.data.Decimal" => {
+    let cell = match Logical::of(name) {
+        Some(Logical::VariableScaleDecimal) => variable_scale_decimal(v),
+        Some(l) => {
             let scale = parameter(s, "scale").unwrap_or(0) as i32;
-            v.as_str().and_then(decimal::from_base64).map(|u| Value::Decimal(u, scale))
+            l.cell(scale, int, v.as_str())
         }
-        "io.debezium.data.VariableScaleDecimal" => variable_scale_decimal(v),
-        _ => None,
+        None => None,
     };
     let cell = cell.or_else(|| match &decl {
         Declared::Exact(DType::Float) => v.as_f64().map(Value::Float),

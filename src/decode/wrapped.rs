@@ -24,10 +24,9 @@ use base64::Engine;
 use rustc_hash::FxHashMap;
 use serde_json::Value as J;
 
-use super::schema::{declaration, declared, parameter, section_fields};
+use super::schema::{declaration, declared, parameter, section_fields, Logical};
 use super::{Declared, DeclaredTypes, Fields, Layout};
-use crate::value::temporal::format_time;
-use crate::value::{decimal, parse_ts, DType, Value};
+use crate::value::{DType, Value};
 
 /// How a wrapped message starts (the converter writes no whitespace).
 pub(super) const PREFIX: &[u8] = b"{\"schema\":";
@@ -35,21 +34,6 @@ const PAYLOAD: &[u8] = b",\"payload\":";
 /// Distinct schemas remembered per thread (a topic's schema changes
 /// rarely; a file or a fetch may hold a few versions side by side).
 const CACHED: usize = 4;
-
-/// Which typing a field's schema asks for, by its logical name.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Logical {
-    None,
-    TsMillis,
-    TsMicros,
-    TsNanos,
-    Zoned,
-    Date,
-    TimeMillis,
-    TimeMicros,
-    TimeNanos,
-    Decimal(i32),
-}
 
 /// What a field's declared type makes of a value its logical name did not type.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -70,7 +54,9 @@ enum Rule {
     /// A type no Delta column holds: the value is NULL (its declaration
     /// dead-letters the row).
     Unstorable,
-    Typed(Logical, Fallback),
+    /// By the logical type, if any (with a decimal's scale), then by the
+    /// declared type.
+    Typed { logical: Option<Logical>, scale: i32, fallback: Fallback },
 }
 
 /// Marker: the cell cannot be typed from its parsed value alone.
@@ -81,22 +67,8 @@ impl Rule {
         if declared(s).is_err() {
             return Rule::Unstorable;
         }
-        let logical = match s.get("name").and_then(J::as_str).unwrap_or("") {
-            "io.debezium.time.Timestamp" | "org.apache.kafka.connect.data.Timestamp" => {
-                Logical::TsMillis
-            }
-            "io.debezium.time.MicroTimestamp" => Logical::TsMicros,
-            "io.debezium.time.NanoTimestamp" => Logical::TsNanos,
-            "io.debezium.time.ZonedTimestamp" => Logical::Zoned,
-            "io.debezium.time.Date" | "org.apache.kafka.connect.data.Date" => Logical::Date,
-            "io.debezium.time.Time" | "org.apache.kafka.connect.data.Time" => Logical::TimeMillis,
-            "io.debezium.time.MicroTime" => Logical::TimeMicros,
-            "io.debezium.time.NanoTime" => Logical::TimeNanos,
-            "org.apache.kafka.connect.data.Decimal" => {
-                Logical::Decimal(parameter(s, "scale").unwrap_or(0) as i32)
-            }
-            _ => Logical::None,
-        };
+        let logical = Logical::of(s.get("name").and_then(J::as_str).unwrap_or(""));
+        let scale = parameter(s, "scale").unwrap_or(0) as i32;
         let fallback = match declaration(s) {
             Declared::Exact(DType::Float) => Fallback::Float,
             Declared::Exact(DType::Int) => Fallback::Int,
@@ -105,7 +77,7 @@ impl Rule {
             Declared::Exact(DType::Str) => Fallback::Str,
             _ => Fallback::Keep,
         };
-        Rule::Typed(logical, fallback)
+        Rule::Typed { logical, scale, fallback }
     }
 
     /// The cell `schema::typed` makes of the JSON value this cell was
@@ -113,10 +85,10 @@ impl Rule {
     /// integer, float, text; nested values as their JSON text, which no
     /// logical type reads) except where noted.
     fn apply(self, v: Value) -> Result<Value, General> {
-        let (logical, fallback) = match self {
+        let (logical, scale, fallback) = match self {
             Rule::Untyped => return Ok(v),
             Rule::Unstorable => return Ok(Value::Null),
-            Rule::Typed(l, f) => (l, f),
+            Rule::Typed { logical, scale, fallback } => (logical, scale, fallback),
         };
         if v.is_null() {
             return Ok(v);
@@ -129,22 +101,9 @@ impl Rule {
             Value::Str(s) => Some(s.as_str()),
             _ => None,
         };
-        let cell = match logical {
-            Logical::None => None,
-            Logical::TsMillis => int.and_then(|ms| ms.checked_mul(1000)).map(Value::Ts),
-            Logical::TsMicros => int.map(Value::Ts),
-            Logical::TsNanos => int.map(|ns| Value::Ts(ns.div_euclid(1000))),
-            Logical::Zoned => text.and_then(parse_ts).map(Value::Ts),
-            Logical::Date => int.and_then(|d| i32::try_from(d).ok()).map(Value::Date),
-            Logical::TimeMillis => {
-                int.and_then(|ms| ms.checked_mul(1000)).map(|us| Value::Str(format_time(us)))
-            }
-            Logical::TimeMicros => int.map(|us| Value::Str(format_time(us))),
-            Logical::TimeNanos => int.map(|ns| Value::Str(format_time(ns.div_euclid(1000)))),
-            Logical::Decimal(scale) => {
-                text.and_then(decimal::from_base64).map(|u| Value::Decimal(u, scale))
-            }
-        };
+        // A VariableScaleDecimal object was made a decimal cell as it was
+        // parsed (`json_cell`); anything else in its column stays as parsed.
+        let cell = logical.and_then(|l| l.cell(scale, int, text));
         if let Some(c) = cell {
             return Ok(c);
         }
@@ -315,30 +274,7 @@ fn object_len(v: &[u8]) -> Option<usize> {
     if v.first() != Some(&b'{') {
         return None;
     }
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    for (i, &b) in v.iter().enumerate() {
-        if in_string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'{' | b'[' => depth += 1,
-            b'}' | b']' => {
-                depth = depth.checked_sub(1)?;
-                if depth == 0 {
-                    return Some(i + 1);
-                }
-            }
-            _ => {}
-        }
-    }
-    None
+    super::brackets(v).find(|&(_, depth)| depth == 0).map(|(at, _)| at + 1)
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value as J};
 
-use crate::decode::schema::declaration;
+use crate::decode::schema::{declaration, Logical};
 use crate::decode::Declared;
 
 /// How a field's Avro value becomes a cell.
@@ -173,21 +173,21 @@ fn field_type(t: &J) -> (Declared, Conv) {
     if let Declared::Unstorable(_) = declared {
         return (declared, Conv::Unstorable);
     }
-    let conv = match connect.get("name").and_then(J::as_str).unwrap_or("") {
-        "io.debezium.time.Timestamp" | "org.apache.kafka.connect.data.Timestamp" => Conv::TsMillis,
-        "io.debezium.time.MicroTimestamp" => Conv::TsMicros,
-        "io.debezium.time.NanoTimestamp" => Conv::TsNanos,
-        "io.debezium.time.ZonedTimestamp" => Conv::ZonedTs,
-        "io.debezium.time.Date" | "org.apache.kafka.connect.data.Date" => Conv::Date,
-        "io.debezium.time.Time" | "org.apache.kafka.connect.data.Time" => Conv::TimeMillis,
-        "io.debezium.time.MicroTime" => Conv::TimeMicros,
-        "io.debezium.time.NanoTime" => Conv::TimeNanos,
-        "org.apache.kafka.connect.data.Decimal" => {
+    let conv = match Logical::of(connect.get("name").and_then(J::as_str).unwrap_or("")) {
+        None => Conv::Plain,
+        Some(Logical::TsMillis) => Conv::TsMillis,
+        Some(Logical::TsMicros) => Conv::TsMicros,
+        Some(Logical::TsNanos) => Conv::TsNanos,
+        Some(Logical::ZonedTs) => Conv::ZonedTs,
+        Some(Logical::Date) => Conv::Date,
+        Some(Logical::TimeMillis) => Conv::TimeMillis,
+        Some(Logical::TimeMicros) => Conv::TimeMicros,
+        Some(Logical::TimeNanos) => Conv::TimeNanos,
+        Some(Logical::Decimal) => {
             let scale = connect["parameters"]["scale"].as_str().and_then(|s| s.parse().ok());
             Conv::Decimal(scale.unwrap_or(0))
         }
-        "io.debezium.data.VariableScaleDecimal" => Conv::VariableScaleDecimal,
-        _ => Conv::Plain,
+        Some(Logical::VariableScaleDecimal) => Conv::VariableScaleDecimal,
     };
     (declared, conv)
 }
