@@ -1,8 +1,8 @@
 //! The JSON converter's schema wrapper (`{"schema": S, "payload": P}`,
 //! `schemas.enable=true`) on the fast path.
 //!
-//! Why: the schema is most of such a message (a narrow envelope's schema
-//! is three to ten times its payload) and it is the same text in every
+//! Why: the schema is most of such a message (the bench's narrow
+//! envelope: 1.3 KB of schema, 0.4 KB of payload) and it is the same text in every
 //! message of a table until the table changes. Parsing it per message, as
 //! the general path does, held the wrapped decode to ~65,000 events/s per
 //! core. Here a message whose schema bytes equal a recently seen schema's
@@ -35,13 +35,17 @@ const PAYLOAD: &[u8] = b",\"payload\":";
 /// rarely; a file or a fetch may hold a few versions side by side).
 const CACHED: usize = 4;
 
-/// What a field's declared type makes of a value its logical name did not type.
+/// What a field's declared type makes of a value its logical name did not
+/// type. Other declared types (integer and boolean included) keep the value
+/// as parsed: a value of another kind is kept as sent, for the batch to
+/// dead-letter.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Fallback {
+    /// An integer becomes a float.
     Float,
-    Int,
-    Bool,
+    /// Base64 text becomes bytes.
     Binary,
+    /// An integer or a boolean becomes its JSON text.
     Str,
     Keep,
 }
@@ -71,8 +75,6 @@ impl Rule {
         let scale = parameter(s, "scale").unwrap_or(0) as i32;
         let fallback = match declaration(s) {
             Declared::Exact(DType::Float) => Fallback::Float,
-            Declared::Exact(DType::Int) => Fallback::Int,
-            Declared::Exact(DType::Bool) => Fallback::Bool,
             Declared::Exact(DType::Binary) => Fallback::Binary,
             Declared::Exact(DType::Str) => Fallback::Str,
             _ => Fallback::Keep,
