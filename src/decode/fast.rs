@@ -513,10 +513,15 @@ pub fn decode_split(
             };
             let (mut data, mut declared) = typed(record, data)?;
             if is_delete {
-                // The message key's schema declares its columns too.
-                let mut with_key = declared.to_vec();
-                key_fallback(&mut data, &mut with_key, key);
-                declared = with_key.into();
+                // The message key's schema declares its columns too, those
+                // the row's schema does not; the shared list is copied
+                // only then.
+                let mut from_key = vec![];
+                key_fallback(&mut data, &mut from_key, key);
+                from_key.retain(|(n, _)| !declared.iter().any(|(m, _)| m == n));
+                if !from_key.is_empty() {
+                    declared = declared.iter().cloned().chain(from_key).collect();
+                }
             }
             store_envelope(&mut data, &e.env, store_paths);
             Some(Ok(Decoded::Row { data, env: e.env, declared }))

@@ -82,6 +82,11 @@ impl Fields {
         &self.values
     }
 
+    /// The values, to change in place (the names stay as they are).
+    pub fn values_mut(&mut self) -> &mut [Value] {
+        &mut self.values
+    }
+
     pub fn into_values(self) -> Vec<Value> {
         self.values
     }

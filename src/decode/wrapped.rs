@@ -154,22 +154,21 @@ impl Section {
     }
 
     /// Types a row's cells; Err: the row needs the general path.
-    fn type_row(&self, data: Fields) -> Result<Fields, General> {
-        let Some(layout) = data.layout().cloned() else { return Ok(data) };
+    fn type_row(&self, data: &mut Fields) -> Result<(), General> {
+        let Some(layout) = data.layout() else { return Ok(()) };
         let mut cached = self.by_layout.borrow_mut();
-        if !cached.as_ref().is_some_and(|(l, _)| Arc::ptr_eq(l, &layout)) {
+        if !cached.as_ref().is_some_and(|(l, _)| Arc::ptr_eq(l, layout)) {
             let rules =
                 layout.iter().map(|n| self.rules.get(&**n).copied().unwrap_or(Rule::Untyped));
             *cached = Some((layout.clone(), rules.collect()));
         }
-        let rules = &cached.as_ref().map_or(&[][..], |(_, r)| r.as_slice());
-        // Typed in place: the row keeps its vector and the room it leaves
-        // for stored envelope columns.
-        let mut values = data.into_values();
-        for (v, r) in values.iter_mut().zip(rules.iter()) {
+        let rules = cached.as_ref().map_or(&[][..], |(_, r)| r.as_slice());
+        // Typed in place: the row keeps its vector (and the room it leaves
+        // for stored envelope columns) and its layout.
+        for (v, r) in data.values_mut().iter_mut().zip(rules) {
             *v = r.apply(std::mem::replace(v, Value::Null))?;
         }
-        Ok(Fields::new(layout, values))
+        Ok(())
     }
 }
 
@@ -217,8 +216,9 @@ impl Compiled {
 
     /// A row of `record` typed by its field schemas; None: the general
     /// path must decode the message.
-    pub(super) fn type_row(&self, record: Record, data: Fields) -> Option<Fields> {
-        self.section(record).type_row(data).ok()
+    pub(super) fn type_row(&self, record: Record, mut data: Fields) -> Option<Fields> {
+        self.section(record).type_row(&mut data).ok()?;
+        Some(data)
     }
 }
 
