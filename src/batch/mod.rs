@@ -12,7 +12,6 @@
 pub mod declared;
 
 use std::borrow::Cow;
-use std::sync::Arc;
 
 use crate::config::SchemaPolicy;
 use crate::source::{RawBatch, RawRow, Unparsable};
@@ -25,7 +24,7 @@ pub struct TypedRow {
     pub partition: i32,
     pub raw: crate::source::RawText,
     /// Raw cells of columns not stored in the table (still visible to predicates).
-    pub extra: Vec<(String, Value)>,
+    pub extra: crate::decode::Env,
     pub replayed: bool,
     /// Columns whose value the source left out as unchanged (Debezium's
     /// unavailable-value placeholder, PostgreSQL TOAST): NULL in `data`
@@ -480,7 +479,7 @@ fn type_rows(
 /// moved out of an owned row or copied from a kept one.
 struct Taken {
     cells: Vec<Value>,
-    extra: Vec<(String, Value)>,
+    extra: crate::decode::Env,
     raw: crate::source::RawText,
 }
 
@@ -523,8 +522,7 @@ impl Typer<'_> {
             }
         }
         // Rows of one schema share their declarations: a pointer compare.
-        if !r.declared.is_empty() && !Arc::ptr_eq(&r.declared, accepted) && r.declared != *accepted
-        {
+        if !r.declared.is_empty() && !r.declared.ptr_eq(accepted) && r.declared != *accepted {
             if let Some(e) = declarations_refused(&r.declared, plan, self.index, table.exact) {
                 return Err(dead("type", e));
             }
@@ -557,7 +555,7 @@ impl Typer<'_> {
                     Ok(v) => data[i] = v,
                     Err(e) => return Err(dead("type", format!("column `{}`: {e}", columns[i].0))),
                 },
-                None => extra.push((names[ci].clone(), v)),
+                None => extra.push((names[ci].as_str().into(), v)),
             }
         }
         Ok(TypedRow {
@@ -579,7 +577,7 @@ pub fn lookup(columns: &[(String, DType)], row: &TypedRow, text: bool, path: &[S
     if let Some(i) = columns.iter().position(|(n, _)| *n == name) {
         return row.data[i].clone();
     }
-    match row.extra.iter().find(|(n, _)| *n == name) {
+    match row.extra.iter().find(|(n, _)| **n == *name) {
         Some((_, Value::Str(s))) if text => {
             infer(s).and_then(|t| parse_as(s, t)).unwrap_or(Value::Null)
         }

@@ -7,8 +7,7 @@ use serde_json::{Map, Value as J};
 
 use super::json::json_cell;
 use super::schema::{declaration, field_schema, section_fields, typed, unwrap_schema};
-use super::{store_envelope, Declared, Decoded, Fields, Name, Op};
-use crate::value::Value;
+use super::{env_name, store_envelope, Declared, Decoded, Env, Fields, Name, Op};
 
 /// An envelope: `after` (or `before` for deletes) as the row, the other
 /// fields flattened one level (`source.lsn`) as `env`, and the `store_paths`
@@ -84,15 +83,14 @@ pub(super) fn key_fallback(
     }
 }
 
-fn flatten(m: &Map<String, J>, prefix: &str, out: &mut Vec<(String, Value)>) {
+fn flatten(m: &Map<String, J>, prefix: &str, out: &mut Env) {
     for (k, v) in m {
         if prefix.is_empty() && (k == "before" || k == "after") {
             continue;
         }
-        let name = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
         match v {
-            J::Object(inner) if prefix.is_empty() => flatten(inner, &name, out),
-            other => out.push((name, json_cell(other))),
+            J::Object(inner) if prefix.is_empty() => flatten(inner, k, out),
+            other => out.push((env_name(prefix, k), json_cell(other))),
         }
     }
 }

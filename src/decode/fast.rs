@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use super::envelope::key_fallback;
 use super::wrapped::{self, Record};
-use super::{store_envelope, DeclaredTypes, Decoded, Fields, Layout, Name, Op};
+use super::{env_name, store_envelope, DeclaredTypes, Decoded, Env, Fields, Layout, Name, Op};
 use crate::config::Format;
 use crate::value::Value;
 
@@ -193,26 +193,26 @@ fn listed(paths: &[String], prefix: &str, k: &str) -> bool {
 /// A top-level envelope field: an object is flattened one level
 /// (`source.lsn`). Its values go straight into the envelope's list (no
 /// list per field).
-struct EnvField<'k, 'o> {
-    name: String,
+struct EnvField<'n, 'k, 'o> {
+    name: &'n str,
     keep: Option<&'k [String]>,
-    out: &'o mut Vec<(String, Value)>,
+    out: &'o mut Env,
 }
 
-impl<'de> DeserializeSeed<'de> for EnvField<'_, '_> {
+impl<'de> DeserializeSeed<'de> for EnvField<'_, '_, '_> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_any(self)
     }
 }
 
-impl EnvField<'_, '_> {
+impl EnvField<'_, '_, '_> {
     fn one(self, v: Value) {
-        self.out.push((self.name, v));
+        self.out.push((env_name("", self.name), v));
     }
 }
 
-impl<'de> Visitor<'de> for EnvField<'_, '_> {
+impl<'de> Visitor<'de> for EnvField<'_, '_, '_> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a JSON value")
@@ -221,16 +221,12 @@ impl<'de> Visitor<'de> for EnvField<'_, '_> {
         // An object is flattened one level (`source.lsn`); with `Some(paths)`
         // only the fields listed there are kept.
         while let Some(k) = m.next_key_seed(KeySeed)? {
-            if self.keep.is_some_and(|p| !listed(p, &self.name, &k)) {
+            if self.keep.is_some_and(|p| !listed(p, self.name, &k)) {
                 m.next_value::<IgnoredAny>()?;
                 continue;
             }
             let v: Cell = m.next_value()?;
-            let mut name = String::with_capacity(self.name.len() + 1 + k.len());
-            name.push_str(&self.name);
-            name.push('.');
-            name.push_str(&k);
-            self.out.push((name, v.0));
+            self.out.push((env_name(self.name, &k), v.0));
         }
         Ok(())
     }
@@ -277,7 +273,7 @@ impl<'de> Visitor<'de> for EnvField<'_, '_> {
 struct Envelope {
     before: Option<Fields>,
     after: Option<Fields>,
-    env: Vec<(String, Value)>,
+    env: Env,
     /// `schema`/`payload` wrapper present: the general path handles it.
     wrapped: bool,
     /// A `before` image was skipped unread because `op` had not been seen
@@ -288,7 +284,7 @@ struct Envelope {
 impl Envelope {
     fn op(&self) -> Option<&str> {
         self.env.iter().find_map(|(n, v)| match v {
-            Value::Str(op) if n == "op" => Some(op.as_str()),
+            Value::Str(op) if **n == *"op" => Some(op.as_str()),
             _ => None,
         })
     }
@@ -355,8 +351,7 @@ impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
                 }
                 _ => {
                     let keep = self.0.filter(|_| k.as_ref() != "op");
-                    let name = k.into_owned();
-                    m.next_value_seed(EnvField { name, keep, out: &mut e.env })?;
+                    m.next_value_seed(EnvField { name: &k, keep, out: &mut e.env })?;
                 }
             }
         }
@@ -498,8 +493,7 @@ pub fn decode_split(
             if e.before_skipped && e.op() == Some("d") {
                 e = simd_envelope(value, keep, Before::Keep)?;
             }
-            let op = e.op()?.to_string();
-            let (section, record) = match Op::parse(&op)? {
+            let (section, record) = match Op::parse(e.op()?)? {
                 Op::Upsert => (e.after, Record::After),
                 Op::Delete => (e.before, Record::Before),
                 Op::Truncate => return Some(Ok(Decoded::Truncate)),

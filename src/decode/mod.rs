@@ -29,7 +29,7 @@ mod wrapped;
 use serde_json::Value as J;
 
 use self::envelope::debezium;
-pub use self::fields::{Fields, Layout};
+pub use self::fields::{env_name, Fields, Layout};
 pub use self::json::json_cell;
 pub use self::schema::variable_scale_decimal;
 use crate::config::Format;
@@ -40,11 +40,15 @@ use crate::value::{DType, Value};
 /// comparing two of them compares pointers first.
 pub type Name = std::sync::Arc<str>;
 
+/// A decoded message's envelope fields (`op`, `source.lsn`, ...) by
+/// dotted name, in message order. Names come from [`env_name`].
+pub type Env = Vec<(Name, Value)>;
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decoded {
     Row {
         data: Fields,
-        env: Vec<(String, Value)>,
+        env: Env,
         /// Column types the message's schema declares (empty without one).
         declared: DeclaredTypes,
     },
@@ -57,7 +61,42 @@ pub enum Decoded {
 /// The column types a message's schema declares, shared by the rows of one
 /// schema (an Avro writer schema's rows share one list: comparing two rows'
 /// declarations is then a pointer comparison).
-pub type DeclaredTypes = std::sync::Arc<[(String, Declared)]>;
+///
+/// Rows without a schema hold no list at all, not a shared empty one: the
+/// standard library's empty `Arc<[T]>` is one process-wide value, and two
+/// cores cloning it for every decoded row fought over its reference count
+/// (a fourteenth of the Debezium decode's samples).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeclaredTypes(Option<std::sync::Arc<[(String, Declared)]>>);
+
+impl DeclaredTypes {
+    /// The same list (or none on both sides): equal without comparing.
+    pub fn ptr_eq(&self, other: &DeclaredTypes) -> bool {
+        match (&self.0, &other.0) {
+            (Some(a), Some(b)) => std::sync::Arc::ptr_eq(a, b),
+            (a, b) => a.is_none() && b.is_none(),
+        }
+    }
+}
+
+impl std::ops::Deref for DeclaredTypes {
+    type Target = [(String, Declared)];
+    fn deref(&self) -> &Self::Target {
+        self.0.as_deref().unwrap_or(&[])
+    }
+}
+
+impl From<Vec<(String, Declared)>> for DeclaredTypes {
+    fn from(list: Vec<(String, Declared)>) -> DeclaredTypes {
+        DeclaredTypes((!list.is_empty()).then(|| list.into()))
+    }
+}
+
+impl FromIterator<(String, Declared)> for DeclaredTypes {
+    fn from_iter<I: IntoIterator<Item = (String, Declared)>>(list: I) -> DeclaredTypes {
+        list.into_iter().collect::<Vec<_>>().into()
+    }
+}
 
 /// A column type a message's schema declares (docs/types.md, declared types win).
 #[derive(Debug, Clone, PartialEq)]
@@ -79,18 +118,18 @@ pub fn stored_name(path: &str) -> String {
 /// Adds a table's stored envelope fields to a decoded row as columns
 /// (`source.lsn` -> `source_lsn`, see [`store_paths`]), unless the row
 /// already has such a column.
-pub fn store_envelope(data: &mut Fields, env: &[(String, Value)], paths: &[String]) {
+pub fn store_envelope(data: &mut Fields, env: &[(Name, Value)], paths: &[String]) {
     for path in paths {
         // Compared without building the stored name: this runs per message.
-        let stored_as = |n: &Name| {
+        let stored_as = |n: &str| {
             n.len() == path.len()
                 && n.bytes().zip(path.bytes()).all(|(a, b)| a == if b == b'.' { b'_' } else { b })
         };
-        if data.names().iter().any(stored_as) {
+        if data.names().iter().any(|n| stored_as(n)) {
             continue;
         }
-        if let Some((_, v)) = env.iter().find(|(n, _)| n == path) {
-            data.push(&stored_name(path), v.clone());
+        if let Some((_, v)) = env.iter().find(|(n, _)| **n == **path) {
+            data.push_named(stored_as, || stored_name(path).into(), v.clone());
         }
     }
 }

@@ -17,9 +17,9 @@ impl<'a> From<&'a Fields> for Pairs<'a> {
     }
 }
 
-impl<'a> From<&'a Vec<(String, Value)>> for Pairs<'a> {
-    fn from(p: &'a Vec<(String, Value)>) -> Self {
-        Pairs(p.iter().map(|(n, v)| (n.as_str(), v)).collect())
+impl<'a> From<&'a Env> for Pairs<'a> {
+    fn from(p: &'a Env) -> Self {
+        Pairs(p.iter().map(|(n, v)| (&**n, v)).collect())
     }
 }
 
@@ -217,7 +217,7 @@ fn decode_keeping_drops_only_unread_envelope_fields() {
         panic!("rows")
     };
     assert_eq!(d1, d2);
-    let names: Vec<&str> = e2.iter().map(|(n, _)| n.as_str()).collect();
+    let names: Vec<&str> = e2.iter().map(|(n, _)| &**n).collect();
     assert_eq!(names, vec!["source.lsn", "op", "ts_ms"]);
     for (n, v) in &e2 {
         assert_eq!(Some(v), e1.iter().find(|(m, _)| m == n).map(|(_, v)| v), "{n}");

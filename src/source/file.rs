@@ -215,6 +215,7 @@ fn decode_debezium_lines(
     keep: Option<&[String]>,
 ) -> (RawBatch, usize) {
     use crate::decode::{decode_keeping, Decoded};
+    let file = &RawText::job_buffer(file);
     let mut rows = Vec::with_capacity(lines.len());
     let mut unparsable = vec![];
     let mut truncates = 0;
@@ -266,6 +267,7 @@ pub fn read_jsonl(path: &Path, bytes: &bytes::Bytes) -> Result<RawBatch, FileErr
 /// Decodes some lines of a flat JSONL file (positions within them). Text that is not UTF-8 is
 /// read with replacement characters, as it always was.
 fn decode_json_lines(Lines { source, file, lines }: Lines<'_>) -> RawBatch {
+    let file = &RawText::job_buffer(file);
     let mut objects = Vec::with_capacity(lines.len());
     let mut unparsable = vec![];
     for (i, line) in lines.iter().enumerate() {

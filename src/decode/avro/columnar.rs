@@ -31,7 +31,7 @@ use deltalake::arrow::datatypes::{DataType, Fields as ArrowFields};
 use super::columns::{Column, Rows};
 use super::plan::Conv;
 use super::{key_fallback, Envelope, RowPlan, Schemas, WriterSchema};
-use crate::decode::{DeclaredTypes, Decoded, Fields, Op, Rejected};
+use crate::decode::{env_name, DeclaredTypes, Decoded, Fields, Name, Op, Rejected};
 use crate::value::Value;
 
 /// Most messages one run decodes (the decoder's batch holds one more).
@@ -169,15 +169,15 @@ pub(super) fn envelopes(
 /// table reads (`keep`; `op` always).
 enum EnvColumn<'a> {
     Field {
-        name: &'a str,
+        name: Name,
         column: Column<'a>,
     },
     Record {
-        name: &'a str,
+        name: Name,
         /// The record's own entry (a null `transaction`), when kept.
         whole: bool,
         nulls: &'a dyn Array,
-        children: Vec<(String, Column<'a>)>,
+        children: Vec<(Name, Column<'a>)>,
     },
 }
 
@@ -211,18 +211,19 @@ impl<'a> EnvelopeColumns<'a> {
                     let s = array.as_struct();
                     let mut children = vec![];
                     for (f, child) in fields.iter().zip(s.columns()) {
-                        let path = format!("{name}.{}", f.name());
+                        let path = env_name(name, f.name());
                         let column = Column::of(child, Conv::Plain)?;
                         if wanted(&path) {
                             children.push((path, column));
                         }
                     }
-                    env.push(EnvColumn::Record { name, whole: wanted(name), nulls: s, children });
+                    let (whole, name) = (wanted(name), env_name("", name));
+                    env.push(EnvColumn::Record { name, whole, nulls: s, children });
                 }
                 _ => {
                     let column = Column::of(array, Conv::Plain)?;
                     if wanted(name) {
-                        env.push(EnvColumn::Field { name, column });
+                        env.push(EnvColumn::Field { name: env_name("", name), column });
                     }
                 }
             }
@@ -246,10 +247,10 @@ impl<'a> EnvelopeColumns<'a> {
         let mut env = Vec::with_capacity(self.env.len() + 4);
         for e in &self.env {
             match e {
-                EnvColumn::Field { name, column } => env.push((name.to_string(), column.cell(i)?)),
+                EnvColumn::Field { name, column } => env.push((name.clone(), column.cell(i)?)),
                 EnvColumn::Record { name, whole, nulls, .. } if nulls.is_null(i) => {
                     if *whole {
-                        env.push((name.to_string(), Value::Null));
+                        env.push((name.clone(), Value::Null));
                     }
                 }
                 EnvColumn::Record { children, .. } => {

@@ -23,7 +23,9 @@ use serde_json::Value as J;
 use self::columnar::Columnar;
 pub use self::columnar::MAX_RUN;
 use self::plan::{record_plan, FieldPlan, Names};
-use super::{DeclaredTypes, Decoded, Fields, Layout, Name, Op, Rejected, MAX_MESSAGE_BYTES};
+use super::{
+    env_name, DeclaredTypes, Decoded, Env, Fields, Layout, Name, Op, Rejected, MAX_MESSAGE_BYTES,
+};
 use crate::config::Format;
 use crate::value::Value;
 
@@ -335,7 +337,7 @@ fn envelope(
             _ => flatten(name, v, &mut env, keep),
         }
     }
-    let op = match env.iter().find(|(n, _)| n == "op") {
+    let op = match env.iter().find(|(n, _)| **n == *"op") {
         Some((_, Value::Str(op))) => op.clone(),
         _ => return Err("not a Debezium envelope: no `op` field".into()),
     };
@@ -360,7 +362,7 @@ fn envelope(
 
 /// An envelope field: records (`source`, `transaction`) one level deep;
 /// only the paths in `keep` (all without it; `op` always).
-fn flatten(name: String, v: A, env: &mut Vec<(String, Value)>, keep: Option<&[String]>) {
+fn flatten(name: String, v: A, env: &mut Env, keep: Option<&[String]>) {
     let v = match v {
         A::Union(_, inner) => *inner,
         v => v,
@@ -378,12 +380,12 @@ fn flatten(name: String, v: A, env: &mut Vec<(String, Value)>, keep: Option<&[St
                     })
                 });
                 if wanted {
-                    env.push((format!("{name}.{k}"), cells::plain(fv)));
+                    env.push((env_name(&name, &k), cells::plain(fv)));
                 }
             }
         }
         v if name == "op" || keep.is_none_or(|keep| keep.contains(&name)) => {
-            env.push((name, cells::plain(v)))
+            env.push((env_name("", &name), cells::plain(v)))
         }
         _ => {}
     }

@@ -227,6 +227,7 @@ impl AvroBatches {
         let chunks: Vec<(usize, &[&[u8]])> =
             all.chunks(CHUNK).enumerate().map(|(i, c)| (i * CHUNK, c)).collect();
         let parts = changelake::par::par_map(chunks, |(first, chunk)| {
+            let buf = &RawText::job_buffer(&frames.buf);
             let mut rows = Vec::with_capacity(chunk.len());
             let mut unparsable = vec![];
             let messages: Vec<Message<'_>> =
@@ -237,7 +238,7 @@ impl AvroBatches {
                 match decoded {
                     Ok(Decoded::Row { mut data, env, declared }) => {
                         store_envelope(&mut data, &env, store_paths);
-                        let raw = RawText::within(&frames.buf, frame);
+                        let raw = RawText::within(buf, frame);
                         rows.push((data, RawRow::decoded(0, pos, raw, env, declared)));
                     }
                     Ok(_) => {}
