@@ -13,8 +13,10 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
 use serde::Deserialize;
 
 use super::envelope::key_fallback;
-use super::wrapped::{self, Record};
-use super::{env_name, store_envelope, DeclaredTypes, Decoded, Env, Fields, Layout, Name, Op};
+use super::wrapped::Record;
+use super::{
+    env_name, store_envelope, DeclaredTypes, Decoded, Env, Fields, Layout, Message, Name, Op,
+};
 use crate::config::Format;
 use crate::value::Value;
 
@@ -100,7 +102,12 @@ impl<'de> Visitor<'de> for KeySeed {
 
 /// A row: a JSON object's fields as cells, in document order; None for
 /// JSON null (a missing `before` image).
-struct RowObject;
+#[derive(Clone, Copy)]
+struct RowObject {
+    /// Room for this many more cells: the envelope columns a table stores
+    /// beside the fields (`store_envelope` adds them), with no reallocation.
+    spare: usize,
+}
 
 impl<'de> DeserializeSeed<'de> for RowObject {
     type Value = Option<Fields>;
@@ -127,9 +134,7 @@ impl<'de> Visitor<'de> for RowObject {
         Ok(None)
     }
     fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
-        // Room for the envelope columns a table stores beside the fields
-        // (`store_envelope` adds them): no reallocation per row.
-        let mut values: Vec<Value> = Vec::with_capacity(m.size_hint().unwrap_or(24) + 4);
+        let mut values: Vec<Value> = Vec::with_capacity(m.size_hint().unwrap_or(24) + self.spare);
         // Taken out while the fields are read, so nothing can hold it twice.
         let cached = ROW_LAYOUT.take();
         let known: &[Name] = cached.as_deref().unwrap_or(&[]);
@@ -302,44 +307,48 @@ enum Before {
     Keep,
 }
 
-/// An envelope; with `Some(paths)` only those envelope fields (and `op`)
-/// are kept, the others are skipped without building values.
-struct EnvelopeSeed<'k>(Option<&'k [String]>, Before);
+/// An envelope; with `Some(paths)` in `keep` only those envelope fields
+/// (and `op`) are kept, the others are skipped without building values.
+#[derive(Clone, Copy)]
+struct EnvelopeSeed<'k> {
+    keep: Option<&'k [String]>,
+    before: Before,
+    /// The row image's room for stored envelope columns.
+    row: RowObject,
+}
 
 impl<'de> DeserializeSeed<'de> for EnvelopeSeed<'_> {
     type Value = Envelope;
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Envelope, D::Error> {
-        d.deserialize_map(EnvelopeVisitor(self.0, self.1))
+        d.deserialize_map(self)
     }
 }
 
-struct EnvelopeVisitor<'k>(Option<&'k [String]>, Before);
-
-impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
+impl<'de> Visitor<'de> for EnvelopeSeed<'_> {
     type Value = Envelope;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a Debezium envelope")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Envelope, A::Error> {
         // Room for the fields kept (`op` and the table's paths): one allocation.
-        let env = Vec::with_capacity(self.0.map_or(8, <[String]>::len) + 1);
+        let env = Vec::with_capacity(self.keep.map_or(8, <[String]>::len) + 1);
         let mut e = Envelope { env, ..Envelope::default() };
         while let Some(k) = m.next_key_seed(KeySeed)? {
             match k.as_ref() {
-                "before" if self.1 == Before::Keep || e.op() == Some("d") => {
-                    e.before = m.next_value_seed(RowObject)?
+                "before" if self.before == Before::Keep || e.op() == Some("d") => {
+                    e.before = m.next_value_seed(self.row)?
                 }
                 "before" => {
                     // Parsed (so invalid JSON is still refused), not built.
                     e.before_skipped = m.next_value::<Option<IgnoredAny>>()?.is_some();
                 }
-                "after" => e.after = m.next_value_seed(RowObject)?,
+                "after" => e.after = m.next_value_seed(self.row)?,
                 "schema" | "payload" => {
                     e.wrapped = true;
                     m.next_value::<IgnoredAny>()?;
                 }
                 _ if k.as_ref() != "op"
-                    && self.0.is_some_and(|p| {
+                    && self.keep.is_some_and(|p| {
                         !p.iter().any(|p| {
                             p.as_str() == k.as_ref()
                                 || (p.starts_with(k.as_ref())
@@ -350,7 +359,7 @@ impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
                     m.next_value::<IgnoredAny>()?;
                 }
                 _ => {
-                    let keep = self.0.filter(|_| k.as_ref() != "op");
+                    let keep = self.keep.filter(|_| k.as_ref() != "op");
                     m.next_value_seed(EnvField { name: &k, keep, out: &mut e.env })?;
                 }
             }
@@ -364,25 +373,17 @@ impl<'de> Visitor<'de> for EnvelopeVisitor<'_> {
 /// input is copied into a per-thread buffer (simd-json parses in place)
 /// and the parser's buffers are reused across messages. Anything it
 /// refuses takes the general path, which decides and reports.
-fn simd_envelope(value: &[u8], keep: Option<&[String]>, before: Before) -> Option<Envelope> {
-    with_simd(value, |de| EnvelopeSeed(keep, before).deserialize(de).ok())
+fn simd_envelope(value: &[u8], seed: EnvelopeSeed<'_>) -> Option<Envelope> {
+    with_simd(value, |de| seed.deserialize(de).ok())
 }
 
-/// Runs `parse` on a simd-json deserializer over a per-thread copy of `value`.
-///
-/// Input simd-json reads differently from serde_json (the general path,
-/// which decides what is valid) is left to the general path: a lone
-/// surrogate escape (simd-json turns it into NUL, which would slip past the
-/// NUL refusal; serde_json refuses it) and a bare `-0` (serde_json reads a
-/// float -0.0, simd-json the integer 0). Each check is a vectorised scan
-/// that finds nothing in almost every message.
+/// Runs `parse` on a simd-json deserializer over a per-thread copy of
+/// `value`, which [`scan`](super::scan::scan) found free of what simd-json
+/// reads differently from serde_json.
 fn with_simd<R>(
     value: &[u8],
     parse: impl FnOnce(&mut simd_json::Deserializer<'_>) -> Option<R>,
 ) -> Option<R> {
-    if lone_surrogate_escape(value) || bare_negative_zero(value) {
-        return None;
-    }
     thread_local!(static BUF: std::cell::RefCell<(Vec<u8>, simd_json::Buffers)> = std::cell::RefCell::new((Vec::new(), simd_json::Buffers::new(1024))));
     BUF.with_borrow_mut(|(input, buffers)| {
         input.clear();
@@ -392,54 +393,11 @@ fn with_simd<R>(
     })
 }
 
-/// The searchers of the scans that run on every message, built once
-/// (building one per message was 3% of a flat JSON decode).
-static UNICODE_ESCAPE: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
-    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\\u"));
-static MINUS_ZERO: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
-    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"-0"));
-
-/// A `\u` escape of a UTF-16 surrogate that is not half of a pair: a high
-/// one (D800-DBFF) not directly followed by an escaped low one (DC00-DFFF),
-/// or a low one on its own. (An escaped backslash before `u` counts too: a
-/// false alarm only sends the message to the general path.)
-fn lone_surrogate_escape(v: &[u8]) -> bool {
-    let surrogate = |at: usize| -> Option<bool> {
-        // Some(true): high, Some(false): low, None: not a surrogate escape.
-        let h = v.get(at..at + 4)?;
-        if !(v.get(at - 2..at)? == b"\\u" && matches!(h[0], b'd' | b'D')) {
-            return None;
-        }
-        match h[1] {
-            b'8' | b'9' | b'a' | b'b' | b'A' | b'B' => Some(true),
-            b'c'..=b'f' | b'C'..=b'F' => Some(false),
-            _ => None,
-        }
-    };
-    let mut paired_low = None;
-    for i in UNICODE_ESCAPE.find_iter(v) {
-        match surrogate(i + 2) {
-            Some(true) if surrogate(i + 8) == Some(false) => paired_low = Some(i + 6),
-            Some(true) => return true,
-            Some(false) if paired_low == Some(i) => {}
-            Some(false) => return true,
-            None => {}
-        }
-    }
-    false
-}
-
-/// `-0` not followed by a digit, a fraction or an exponent (dates such as
-/// `2026-03-01` always have a digit after it).
-fn bare_negative_zero(v: &[u8]) -> bool {
-    MINUS_ZERO.find_iter(v).any(|i| !matches!(v.get(i + 2), Some(b'0'..=b'9' | b'.' | b'e' | b'E')))
-}
-
 /// A flat JSON object's fields as cells, in document order, parsed with
 /// simd-json; None for anything else (not an object, invalid JSON), which
-/// the caller's general path reports.
+/// the caller's general path reports. `value` passed [`scan`](super::scan::scan).
 pub(super) fn object_fields(value: &[u8]) -> Option<Fields> {
-    with_simd(value, |de| RowObject.deserialize(de).ok().flatten())
+    with_simd(value, |de| RowObject { spare: 0 }.deserialize(de).ok().flatten())
 }
 
 /// Decodes a message on the fast path; None: the general path decides.
@@ -453,20 +411,24 @@ pub fn decode(
     store_paths: &[String],
     keep: Option<&[String]>,
 ) -> Option<Result<Decoded, String>> {
-    let split = wrapped::split(value);
-    decode_split(format, key, value, split, store_paths, keep)
+    let split = super::wrapped::split(value);
+    let parsed = split.as_ref().map_or(value, |s| s.payload);
+    let simd_differs = super::scan::scan(parsed).simd_differs;
+    decode_split(format, key, Message { value, split, simd_differs }, store_paths, keep)
 }
 
 /// [`decode`] of a message whose schema wrapper, if any, is already split
-/// off (`split`); with None, `value` is parsed whole.
+/// off; without one, the value is parsed whole.
 pub fn decode_split(
     format: Format,
     key: Option<&[u8]>,
-    value: &[u8],
-    split: Option<wrapped::Split<'_>>,
+    Message { value, split, simd_differs }: Message<'_>,
     store_paths: &[String],
     keep: Option<&[String]>,
 ) -> Option<Result<Decoded, String>> {
+    if simd_differs {
+        return None;
+    }
     let (schema, value) = match split {
         Some(s) => (Some(s.schema), s.payload),
         None => (None, value),
@@ -486,12 +448,14 @@ pub fn decode_split(
             Some(Ok(Decoded::Row { data, env: vec![], declared }))
         }
         Format::Debezium => {
-            let mut e = simd_envelope(value, keep, Before::IfDelete)?;
+            let row = RowObject { spare: store_paths.len() };
+            let seed = EnvelopeSeed { keep, before: Before::IfDelete, row };
+            let mut e = simd_envelope(value, seed)?;
             if e.wrapped {
                 return None;
             }
             if e.before_skipped && e.op() == Some("d") {
-                e = simd_envelope(value, keep, Before::Keep)?;
+                e = simd_envelope(value, EnvelopeSeed { before: Before::Keep, ..seed })?;
             }
             let (section, record) = match Op::parse(e.op()?)? {
                 Op::Upsert => (e.after, Record::After),

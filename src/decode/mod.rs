@@ -21,6 +21,7 @@ mod envelope;
 mod fast;
 mod fields;
 mod json;
+mod scan;
 mod schema;
 #[cfg(test)]
 mod tests;
@@ -31,6 +32,7 @@ use serde_json::Value as J;
 use self::envelope::debezium;
 pub use self::fields::{env_name, Fields, Layout};
 pub use self::json::json_cell;
+use self::scan::{brackets, check_depth, check_depth_within, has_nul};
 pub use self::schema::variable_scale_decimal;
 use crate::config::Format;
 use crate::value::{DType, Value};
@@ -219,55 +221,6 @@ impl std::fmt::Display for Rejected {
     }
 }
 
-/// Refuses a message nested deeper than [`MAX_DEPTH`]. Counting opening
-/// brackets first (a vectorised scan) clears almost every message at once:
-/// a message with fewer of them cannot nest deeper.
-fn check_depth(v: &[u8]) -> Result<(), String> {
-    check_depth_within(v, MAX_DEPTH)
-}
-
-/// [`check_depth`] for a part of a message already `MAX_DEPTH - max` levels deep.
-fn check_depth_within(v: &[u8], max: usize) -> Result<(), String> {
-    if memchr::memchr2_iter(b'[', b'{', v).count() <= max {
-        return Ok(());
-    }
-    match brackets(v).any(|(_, depth)| depth > max) {
-        true => Err(format!("nested deeper than {MAX_DEPTH} levels")),
-        false => Ok(()),
-    }
-}
-
-/// The brackets of JSON text outside its strings, each as (position, depth
-/// after it); a closing bracket at depth 0 leaves it at 0. The walk the
-/// depth check and the schema wrapper's splitter share.
-fn brackets(v: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
-    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
-    v.iter().enumerate().filter_map(move |(i, &b)| {
-        if in_string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => in_string = false,
-                _ => {}
-            }
-            return None;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'[' | b'{' => {
-                depth += 1;
-                return Some((i, depth));
-            }
-            b']' | b'}' => {
-                depth = depth.saturating_sub(1);
-                return Some((i, depth));
-            }
-            _ => {}
-        }
-        None
-    })
-}
-
 pub fn decode(
     format: Format,
     key: Option<&[u8]>,
@@ -296,6 +249,9 @@ pub fn env_paths(t: &crate::config::TableConfig, format: Format) -> Vec<String> 
 /// general parser to decide and report.
 pub fn flat_object(value: &[u8]) -> Option<Fields> {
     check_depth(value).ok()?;
+    if scan::scan(value).simd_differs {
+        return None;
+    }
     fast::object_fields(value)
 }
 
@@ -323,18 +279,20 @@ pub fn decode_keeping(
     };
     check_depth_within(checked, max_depth)
         .map_err(|e| Rejected::malformed(format!("not decoded: {e}")))?;
-    if has_nul(checked) {
+    let scanned = scan::scan(checked);
+    if scanned.nul {
         // Text with NUL breaks readers that hand strings to C (and it is
         // never CRM data): refused whole, raw or escaped.
         return Err(Rejected::malformed("not decoded: contains a NUL character"));
     }
+    let message = Message { value, split, simd_differs: scanned.simd_differs };
     if let Some(k) = key {
         // The key is parsed only as a fallback for deletes; a hostile key must not reach it.
         if check_depth(k).is_err() {
-            return decode_guarded(format, None, Message { value, split }, store_paths, keep);
+            return decode_guarded(format, None, message, store_paths, keep);
         }
     }
-    decode_guarded(format, key, Message { value, split }, store_paths, keep)
+    decode_guarded(format, key, message, store_paths, keep)
 }
 
 /// A message's value, and its payload apart from its schema when the
@@ -342,6 +300,9 @@ pub fn decode_keeping(
 struct Message<'a> {
     value: &'a [u8],
     split: Option<wrapped::Split<'a>>,
+    /// The part parsed holds what simd-json reads differently from
+    /// serde_json (see [`scan::Scan`]): the general path decodes it.
+    simd_differs: bool,
 }
 
 /// Decodes with a panic guard: a decoder bug costs one message (dead
@@ -349,14 +310,15 @@ struct Message<'a> {
 fn decode_guarded(
     format: Format,
     key: Option<&[u8]>,
-    Message { value, split }: Message<'_>,
+    message: Message<'_>,
     store_paths: &[String],
     keep: Option<&[String]>,
 ) -> Result<Decoded, Rejected> {
+    let value = message.value;
     // Unwind-safe in fact: a compiled schema's only mutable part is its
     // per-layout rule cache, replaced whole, so a panic leaves it valid.
     let attempt = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        if let Some(d) = fast::decode_split(format, key, value, split, store_paths, keep) {
+        if let Some(d) = fast::decode_split(format, key, message, store_paths, keep) {
             return d;
         }
         let v: J = serde_json::from_slice(value).map_err(|e| format!("not JSON: {e}"))?;
@@ -372,14 +334,6 @@ fn decode_guarded(
         Ok(d) => d.map_err(Rejected::malformed),
         Err(panic) => Err(Rejected::panicked(&panic)),
     }
-}
-
-/// A raw NUL byte or the JSON escape for one.
-fn has_nul(v: &[u8]) -> bool {
-    // One searcher for every message (building it was a hundredth of a decode).
-    static ESCAPED: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
-        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\\u0000"));
-    memchr::memchr(0, v).is_some() || ESCAPED.find(v).is_some()
 }
 
 /// The message of a caught panic.

@@ -187,12 +187,11 @@ pub fn read_debezium_jsonl(
         decode_debezium_lines(Lines { source, file: bytes, lines: chunk }, store_paths, keep)
     });
     let mut truncates = 0;
-    let mut batch = RawBatch { source: source.to_string(), ..Default::default() };
-    for (first, (mut part, t)) in parts {
+    let parts = parts.into_iter().map(|(first, (part, t))| {
         truncates += t;
-        part.shift_positions(first as u64);
-        batch.append(part);
-    }
+        (first as u64, part)
+    });
+    let batch = RawBatch::joined(source.to_string(), parts.collect());
     if truncates > 0 {
         tracing::warn!(source, truncates, "truncate events in a file source are skipped");
     }
@@ -256,12 +255,8 @@ pub fn read_jsonl(path: &Path, bytes: &bytes::Bytes) -> Result<RawBatch, FileErr
     let parts = in_line_chunks(bytes, |lines| {
         decode_json_lines(Lines { source: &source, file: bytes, lines })
     });
-    let mut batch = RawBatch { source: source.clone(), ..Default::default() };
-    for (first, mut part) in parts {
-        part.shift_positions(first as u64);
-        batch.append(part);
-    }
-    Ok(batch)
+    let parts = parts.into_iter().map(|(first, part)| (first as u64, part)).collect();
+    Ok(RawBatch::joined(source, parts))
 }
 
 /// Decodes some lines of a flat JSONL file (positions within them). Text that is not UTF-8 is

@@ -255,10 +255,7 @@ impl AvroBatches {
             b.unparsable = unparsable;
             b
         });
-        let mut batch = RawBatch { source: source.to_string(), ..Default::default() };
-        for p in parts {
-            batch.append(p);
-        }
-        batch
+        // Positions are already the batch's.
+        RawBatch::joined(source.to_string(), parts.into_iter().map(|p| (0, p)).collect())
     }
 }
