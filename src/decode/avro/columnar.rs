@@ -30,7 +30,7 @@ use deltalake::arrow::datatypes::{DataType, Fields as ArrowFields};
 
 use super::columns::{Column, Rows};
 use super::plan::Conv;
-use super::{key_fallback, Envelope, RowPlan, Schemas, WriterSchema};
+use super::{key_fallback, Envelope, RowPlan, RunCopy, Schemas, WriterSchema};
 use crate::decode::{env_name, DeclaredTypes, Decoded, Fields, Name, Op, Rejected};
 use crate::value::Value;
 
@@ -141,10 +141,11 @@ impl Columnar {
 pub(super) fn flat(writer: &WriterSchema, batch: &RecordBatch) -> Option<Vec<Decoded>> {
     let plan = writer.row.as_ref()?;
     let rows = Rows::of(batch.columns(), plan)?;
+    let RunCopy { layout, declared } = plan.for_run();
     (0..batch.num_rows())
         .map(|i| {
-            let data = Fields::new(plan.layout.clone(), rows.values(i)?);
-            Some(Decoded::Row { data, env: vec![], declared: plan.declared.clone() })
+            let data = Fields::new(layout.clone(), rows.values(i)?);
+            Some(Decoded::Row { data, env: vec![], declared: declared.clone() })
         })
         .collect()
 }
@@ -184,8 +185,8 @@ enum EnvColumn<'a> {
 /// A run's envelope columns, read by the schema's plans.
 struct EnvelopeColumns<'a> {
     op: &'a deltalake::arrow::array::StringArray,
-    before: (&'a dyn Array, Rows<'a>, &'a RowPlan),
-    after: (&'a dyn Array, Rows<'a>, &'a RowPlan),
+    before: (&'a dyn Array, Rows<'a>, RunCopy),
+    after: (&'a dyn Array, Rows<'a>, RunCopy),
     env: Vec<EnvColumn<'a>>,
 }
 
@@ -199,7 +200,7 @@ impl<'a> EnvelopeColumns<'a> {
         let section = |name: &str, plan: &'a Option<RowPlan>| {
             let s = batch.column(schema.index_of(name).ok()?).as_struct_opt()?;
             let plan = plan.as_ref()?;
-            Some((s as &dyn Array, Rows::of(s.columns(), plan)?, plan))
+            Some((s as &dyn Array, Rows::of(s.columns(), plan)?, plan.for_run()))
         };
         let wanted = |path: &str| path == "op" || keep.is_none_or(|k| k.iter().any(|p| p == path));
         let mut env = vec![];

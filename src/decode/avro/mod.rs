@@ -81,6 +81,13 @@ impl std::fmt::Debug for WriterSchema {
     }
 }
 
+/// A plan's layout and declarations as the rows of one run share them
+/// ([`RowPlan::for_run`]).
+struct RunCopy {
+    layout: Layout,
+    declared: DeclaredTypes,
+}
+
 /// A record's fields: their plans, the layout rows share, and the
 /// declarations every row of the schema carries.
 struct RowPlan {
@@ -95,6 +102,17 @@ impl RowPlan {
         let layout: Layout = fields.iter().map(|f| Name::from(f.name.as_str())).collect();
         let declared = fields.iter().map(|f| (f.name.clone(), f.declared.clone())).collect();
         RowPlan { fields, layout, declared }
+    }
+
+    /// The layout and declarations for the rows of one run of messages
+    /// (`columnar`), copied from the plan's: the plan is shared by every
+    /// core, and each of them bumping its lists' reference counts for every
+    /// row made the cores fight over them (5% of a Debezium Avro decode).
+    fn for_run(&self) -> RunCopy {
+        RunCopy {
+            layout: self.layout.iter().cloned().collect(),
+            declared: self.declared.iter().cloned().collect(),
+        }
     }
 
     /// A record value's fields as a row (values in the schema's order).
