@@ -32,7 +32,7 @@ use serde_json::Value as J;
 use self::envelope::debezium;
 pub use self::fields::{env_name, Fields, Layout};
 pub use self::json::json_cell;
-use self::scan::{brackets, check_depth, check_depth_within, has_nul};
+use self::scan::{check_depth, check_depth_within};
 pub use self::schema::variable_scale_decimal;
 use crate::config::Format;
 use crate::value::{DType, Value};
@@ -245,7 +245,7 @@ pub fn env_paths(t: &crate::config::TableConfig, format: Format) -> Vec<String> 
 
 /// A flat JSON object's fields as cells (file sources' `type: jsonl`), by
 /// the SIMD parser; None when it is anything else or anything the SIMD
-/// parser reads differently (see `fast::with_simd`), for the caller's
+/// parser reads differently (see [`scan::Scan`]), for the caller's
 /// general parser to decide and report.
 pub fn flat_object(value: &[u8]) -> Option<Fields> {
     check_depth(value).ok()?;

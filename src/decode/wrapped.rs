@@ -25,7 +25,7 @@ use rustc_hash::FxHashMap;
 use serde_json::Value as J;
 
 use super::schema::{declaration, declared, parameter, section_fields, Logical};
-use super::{Declared, DeclaredTypes, Fields, Layout};
+use super::{scan, Declared, DeclaredTypes, Fields, Layout};
 use crate::value::{DType, Value};
 
 /// How a wrapped message starts (the converter writes no whitespace).
@@ -258,8 +258,8 @@ pub(super) fn split(value: &[u8]) -> Option<Split<'_>> {
     let p = payload(len)?;
     let text = &rest[..len];
     // Inside the wrapper, one level deeper than the message.
-    super::check_depth_within(text, super::MAX_DEPTH - 1).ok()?;
-    if super::has_nul(text) {
+    scan::check_depth_within(text, super::MAX_DEPTH - 1).ok()?;
+    if scan::has_nul(text) {
         return None;
     }
     let compiled = Rc::new(Compiled::compile(text)?);
@@ -276,7 +276,7 @@ fn object_len(v: &[u8]) -> Option<usize> {
     if v.first() != Some(&b'{') {
         return None;
     }
-    super::brackets(v).find(|&(_, depth)| depth == 0).map(|(at, _)| at + 1)
+    scan::brackets(v).find(|&(_, depth)| depth == 0).map(|(at, _)| at + 1)
 }
 
 #[cfg(test)]
