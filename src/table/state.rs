@@ -271,7 +271,7 @@ impl TableStore {
         phases.mark("plan");
         let read = self.read_current_rows(reads.rows).await?;
         phases.mark("read");
-        self.take_current_versions(&read, &reads.keys_at, &mut states)?;
+        self.take_current_versions(&read, &reads.keys_at, &mut states);
         let mut closing_briefs = vec![None; closing.len()];
         let (keys_at, briefs) = (&reads.keys_at, &mut closing_briefs);
         self.take_briefs(spec, &read, keys_at, &closing_at, &mut states, briefs);
@@ -332,7 +332,7 @@ impl TableStore {
         read: &[SelectedRows],
         keys_at: &FxMap<(u32, u32), &Key>,
         states: &mut KeyMap<KeyState>,
-    ) -> Result<()> {
+    ) {
         for sel in read {
             let id = sel.file;
             // (row in the batch read, physical row) of the rows wanted as
@@ -348,7 +348,6 @@ impl TableStore {
                 states.entry(k.clone()).or_default().current = Some(v);
             }
         }
-        Ok(())
     }
 
     /// Reads every row of the table (for `show` and tests).
