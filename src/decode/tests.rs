@@ -248,6 +248,18 @@ fn fast_decode_equals_the_general_path() {
         (Format::Debezium, None, PG_UPDATE_NO_SCHEMA),
         (Format::Debezium, Some(&br#"{"id":1}"#[..]), PG_DELETE_KEY_ONLY),
         (Format::Debezium, None, nested),
+        // `op` before the image a delete stores, and an update that
+        // carries its `before` image (full replica identity).
+        (
+            Format::Debezium,
+            None,
+            r#"{"op":"d","before":{"id":2,"x":"a"},"after":null,"source":{"lsn":3}}"#,
+        ),
+        (
+            Format::Debezium,
+            None,
+            r#"{"before":{"id":2,"x":"a"},"after":{"id":2,"x":"b"},"source":{"lsn":4},"op":"u"}"#,
+        ),
         (Format::Json, None, r#"{"id":1,"op":"U","amount":2.5,"n":null,"nested":{"a":[1,2]}}"#),
         (
             Format::Debezium,
@@ -271,6 +283,11 @@ fn fast_decode_equals_the_general_path() {
     .is_none());
     assert!(fast::decode(Format::Debezium, None, b"{not json", &paths, None).is_none());
     assert!(fast::decode(Format::Debezium, None, br#"{"op":"x"}"#, &paths, None).is_none());
+    // An image that is not an object is the general path's to report.
+    let not_a_row = br#"{"op":"c","after":5,"source":{"lsn":1}}"#;
+    assert!(fast::decode(Format::Debezium, None, not_a_row, &paths, None).is_none());
+    let not_a_row = br#"{"before":[1],"after":null,"source":{"lsn":1},"op":"d"}"#;
+    assert!(fast::decode(Format::Debezium, None, not_a_row, &paths, None).is_none());
 }
 
 #[test]
