@@ -5,10 +5,10 @@
 //!
 //! Why a module of their own, and one pass for most of them: they run on
 //! every message, before any parsing. Five searches (NUL, the NUL escape,
-//! `\u`, `-0`, brackets) were 8% of the Debezium decode; the three that
-//! look for a backslash, a minus or a NUL are now one vectorised search
-//! for those bytes, which are rare in CRM text, and a look at what follows
-//! each.
+//! `\u`, `-0`, brackets) were 8% of the Debezium decode; the four that
+//! start at a NUL, a backslash or a minus are now one vectorised search
+//! for those three bytes, which are rare in CRM text, and a look at what
+//! follows each.
 
 use super::MAX_DEPTH;
 
