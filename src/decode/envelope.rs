@@ -52,7 +52,7 @@ pub(super) fn debezium(
         key_fallback(&mut data, &mut declared, key);
     }
     let mut env = vec![];
-    flatten(p, "", &mut env);
+    flatten(p, None, &mut env);
     store_envelope(&mut data, &env, store_paths);
     Ok(Decoded::Row { data, env, declared: declared.into() })
 }
@@ -83,14 +83,16 @@ pub(super) fn key_fallback(
     }
 }
 
-fn flatten(m: &Map<String, J>, prefix: &str, out: &mut Env) {
+/// The envelope's fields (`record` None) or those of its record `record`
+/// (one level deep), by dotted name.
+fn flatten(m: &Map<String, J>, record: Option<&str>, out: &mut Env) {
     for (k, v) in m {
-        if prefix.is_empty() && (k == "before" || k == "after") {
+        if record.is_none() && (k == "before" || k == "after") {
             continue;
         }
         match v {
-            J::Object(inner) if prefix.is_empty() => flatten(inner, k, out),
-            other => out.push((env_name(prefix, k), json_cell(other))),
+            J::Object(inner) if record.is_none() => flatten(inner, Some(k), out),
+            other => out.push((env_name(record, k), json_cell(other))),
         }
     }
 }

@@ -169,11 +169,11 @@ fn env_field(name: &str, value: &[Node<'_>], keep: Option<&[String]>, out: &mut 
         Some(Node::Object { .. }) => {
             for (k, v) in fields(value) {
                 if keep.is_none_or(|p| listed(p, name, k)) {
-                    out.push((env_name(name, k), cell(v)));
+                    out.push((env_name(Some(name), k), cell(v)));
                 }
             }
         }
-        _ => out.push((env_name("", name), cell(value))),
+        _ => out.push((env_name(None, name), cell(value))),
     }
 }
 

@@ -49,25 +49,28 @@ thread_local! {
 const ENV_NAMES_KEPT: usize = 64;
 
 /// The name of envelope field `key` (`op`), or of `key` inside the
-/// envelope record `prefix` (`source.lsn`). Every message carries the same
-/// few names: each thread names each once and hands out that name again
-/// (two allocations fewer per Debezium message), without building the
-/// dotted name to compare it.
-pub fn env_name(prefix: &str, key: &str) -> Name {
-    let len = if prefix.is_empty() { key.len() } else { prefix.len() + 1 + key.len() };
+/// envelope record `record` (`source.lsn`; a record named `""` gives
+/// `.lsn`, never a bare name that could pass for a top-level field).
+/// Every message carries the same few names: each thread names each once
+/// and hands out that name again (two allocations fewer per Debezium
+/// message), without building the dotted name to compare it.
+pub fn env_name(record: Option<&str>, key: &str) -> Name {
+    let len = record.map_or(key.len(), |r| r.len() + 1 + key.len());
     let is = |n: &str| {
         n.len() == len
-            && if prefix.is_empty() {
-                n == key
-            } else {
-                n.starts_with(prefix) && n.as_bytes()[prefix.len()] == b'.' && n.ends_with(key)
+            && match record {
+                None => n == key,
+                Some(r) => n.starts_with(r) && n.as_bytes()[r.len()] == b'.' && n.ends_with(key),
             }
     };
     ENV_NAMES.with_borrow_mut(|names| {
         if let Some(n) = names.iter().find(|n| is(n)) {
             return n.clone();
         }
-        let n: Name = if prefix.is_empty() { key.into() } else { format!("{prefix}.{key}").into() };
+        let n: Name = match record {
+            None => key.into(),
+            Some(r) => format!("{r}.{key}").into(),
+        };
         if names.len() == ENV_NAMES_KEPT {
             names.clear();
         }
@@ -226,19 +229,22 @@ mod tests {
 
     #[test]
     fn envelope_names_are_named_once_per_thread_and_dotted_inside_records() {
-        let (op, lsn) = (env_name("", "op"), env_name("source", "lsn"));
+        let (op, lsn) = (env_name(None, "op"), env_name(Some("source"), "lsn"));
         assert_eq!((&*op, &*lsn), ("op", "source.lsn"));
-        assert!(Arc::ptr_eq(&op, &env_name("", "op")));
-        assert!(Arc::ptr_eq(&lsn, &env_name("source", "lsn")));
+        assert!(Arc::ptr_eq(&op, &env_name(None, "op")));
+        assert!(Arc::ptr_eq(&lsn, &env_name(Some("source"), "lsn")));
         // Same letters, other split: another name.
-        assert_eq!(&*env_name("sourc", "e.lsn"), "sourc.e.lsn");
-        assert_eq!(&*env_name("", "source.lsn"), "source.lsn");
+        assert_eq!(&*env_name(Some("sourc"), "e.lsn"), "sourc.e.lsn");
+        assert_eq!(&*env_name(None, "source.lsn"), "source.lsn");
+        // A record without a name still dots its fields.
+        assert_eq!(&*env_name(Some(""), "op"), ".op");
+        assert_eq!(&*env_name(None, "op"), "op");
         // Ever new names start the list again instead of growing it.
         for i in 0..3 * ENV_NAMES_KEPT {
-            assert_eq!(&*env_name("t", &i.to_string()), format!("t.{i}"));
+            assert_eq!(&*env_name(Some("t"), &i.to_string()), format!("t.{i}"));
         }
         assert!(ENV_NAMES.with_borrow(Vec::len) <= ENV_NAMES_KEPT);
-        assert_eq!(&*env_name("", "op"), "op");
+        assert_eq!(&*env_name(None, "op"), "op");
     }
 
     #[test]

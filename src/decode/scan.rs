@@ -76,9 +76,11 @@ pub(super) struct Scan {
 }
 
 /// One pass over `v` for NUL, the NUL escape and what simd-json reads
-/// differently. Every backslash is taken as the start of an escape, even
-/// an escaped one: a false alarm refuses text that merely spells `\u0000`
-/// or sends a message to the general path, never lets one through.
+/// differently, to its end: a caller that does not refuse NUL (the flat
+/// file reader) still needs to know the rest. Every backslash is taken as
+/// the start of an escape, even an escaped one: a false alarm refuses
+/// text that merely spells `\u0000` or sends a message to the general
+/// path, never lets one through.
 pub(super) fn scan(v: &[u8]) -> Scan {
     let mut found = Scan::default();
     // The last escaped low surrogate that completed a pair, by position.
@@ -99,10 +101,6 @@ pub(super) fn scan(v: &[u8]) -> Scan {
                     None => {}
                 }
             }
-        }
-        if found.nul {
-            // Refused whatever else it holds.
-            return found;
         }
     }
     found
@@ -155,6 +153,9 @@ mod tests {
         // An escaped backslash before it counts too (refused, never let through).
         assert_eq!(found(r#"{"a":"x\\u0000"}"#), (true, false));
         assert_eq!(found(r#"{"a":"x\u0001","b":"\\n"}"#), (false, false));
+        // What follows a NUL is still looked at.
+        assert_eq!(found(r#"{"a":"\u0000","b":-0}"#), (true, true));
+        assert_eq!(found("{\"a\":\"\0\",\"b\":\"\\ud800\"}"), (true, true));
     }
 
     #[test]

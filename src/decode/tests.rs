@@ -260,6 +260,12 @@ fn fast_decode_equals_the_general_path() {
             None,
             r#"{"before":{"id":2,"x":"a"},"after":{"id":2,"x":"b"},"source":{"lsn":4},"op":"u"}"#,
         ),
+        // A record named "" names its fields `.op`, never a second `op`.
+        (
+            Format::Debezium,
+            None,
+            r#"{"":{"op":"d"},"before":{"id":1},"after":{"id":1,"x":2},"op":"u","source":{"lsn":5}}"#,
+        ),
         (Format::Json, None, r#"{"id":1,"op":"U","amount":2.5,"n":null,"nested":{"a":[1,2]}}"#),
         (
             Format::Debezium,
@@ -283,6 +289,17 @@ fn fast_decode_equals_the_general_path() {
     .is_none());
     assert!(fast::decode(Format::Debezium, None, b"{not json", &paths, None).is_none());
     assert!(fast::decode(Format::Debezium, None, br#"{"op":"x"}"#, &paths, None).is_none());
+    let shadow = br#"{"":{"op":"d"},"after":{"id":1,"x":2},"op":"u","source":{"lsn":5}}"#;
+    match fast::decode(Format::Debezium, None, shadow, &paths, None) {
+        Some(Ok(Decoded::Row { data, env, .. })) => {
+            assert_eq!(data.get("x"), Some(&Value::Int(2)), "an update, not a delete");
+            assert_eq!(get(&env, ".op"), &Value::Str("d".into()));
+        }
+        other => panic!("{other:?}"),
+    }
+    // A flat line holding a NUL is still checked for what simd-json reads
+    // differently (the file reader does not refuse NUL).
+    assert!(flat_object(br#"{"a":"\u0000","b":-0}"#).is_none());
     // An image that is not an object is the general path's to report.
     let not_a_row = br#"{"op":"c","after":5,"source":{"lsn":1}}"#;
     assert!(fast::decode(Format::Debezium, None, not_a_row, &paths, None).is_none());

@@ -212,19 +212,19 @@ impl<'a> EnvelopeColumns<'a> {
                     let s = array.as_struct();
                     let mut children = vec![];
                     for (f, child) in fields.iter().zip(s.columns()) {
-                        let path = env_name(name, f.name());
+                        let path = env_name(Some(name), f.name());
                         let column = Column::of(child, Conv::Plain)?;
                         if wanted(&path) {
                             children.push((path, column));
                         }
                     }
-                    let (whole, name) = (wanted(name), env_name("", name));
+                    let (whole, name) = (wanted(name), env_name(None, name));
                     env.push(EnvColumn::Record { name, whole, nulls: s, children });
                 }
                 _ => {
                     let column = Column::of(array, Conv::Plain)?;
                     if wanted(name) {
-                        env.push(EnvColumn::Field { name: env_name("", name), column });
+                        env.push(EnvColumn::Field { name: env_name(None, name), column });
                     }
                 }
             }

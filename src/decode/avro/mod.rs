@@ -398,12 +398,12 @@ fn flatten(name: String, v: A, env: &mut Env, keep: Option<&[String]>) {
                     })
                 });
                 if wanted {
-                    env.push((env_name(&name, &k), cells::plain(fv)));
+                    env.push((env_name(Some(&name), &k), cells::plain(fv)));
                 }
             }
         }
         v if name == "op" || keep.is_none_or(|keep| keep.contains(&name)) => {
-            env.push((env_name("", &name), cells::plain(v)))
+            env.push((env_name(None, &name), cells::plain(v)))
         }
         _ => {}
     }
