@@ -40,8 +40,7 @@ fn cell(nodes: &[Node<'_>]) -> Value {
     match nodes.first() {
         Some(Node::String(s)) => Value::Str((*s).to_string()),
         Some(Node::Static(s)) => static_cell(*s),
-        Some(Node::Object { .. }) => super::json_cell(&json(nodes)),
-        Some(Node::Array { .. }) => Value::Str(json(nodes).to_string()),
+        Some(Node::Object { .. } | Node::Array { .. }) => super::json_cell(&json(nodes)),
         None => Value::Null,
     }
 }
