@@ -180,8 +180,9 @@ Writes bench.json, bench.md and bench.svg (seconds per run, both engines) to --d
         /// skewed (power law towards the newest keys: half of the updates on the newest 6%).
         #[arg(long, default_value = "uniform")]
         distribution: String,
-        /// Column mix: crm (20 columns, mostly text), narrow (6, mostly
-        /// numbers and timestamps), wide (44: crm plus 24 custom fields).
+        /// Column mix: crm (20 columns, mostly text), narrow (10, mostly
+        /// numbers and timestamps; 12 with `op` and `lsn` as flat JSON),
+        /// wide (44: crm plus 24 custom fields).
         #[arg(long, default_value = "crm")]
         columns: String,
         /// What an update changes: `all` columns, or N of them (chosen per

@@ -40,7 +40,9 @@ impl Distribution {
 pub enum Shape {
     /// About 20 columns, mostly short text (the CRM account entity).
     Crm,
-    /// 6 columns, mostly numbers and timestamps (a ledger-like entity).
+    /// 10 columns, mostly numbers and timestamps (a ledger-like entity):
+    /// as flat JSON with `op` and `lsn`, the 12-column row of issue 20's
+    /// narrow workload.
     Narrow,
     /// The CRM columns plus 24 custom fields (text, numbers, flags, dates): 44 columns.
     Wide,
@@ -162,6 +164,9 @@ const CITIES: [&str; 12] = [
     "Nuremberg",
     "Essen",
 ];
+/// The narrow shape's currencies.
+const CURRENCIES: [&str; 4] = ["EUR", "USD", "GBP", "CHF"];
+
 const WORDS: [&str; 8] =
     ["solutions", "logistics", "retail", "energy", "health", "software", "foods", "mobility"];
 
@@ -215,7 +220,7 @@ impl Workload {
     /// Columns an update may change, besides `modifiedon` and `versionnumber`.
     fn editable(shape: Shape) -> u64 {
         match shape {
-            Shape::Narrow => 3,
+            Shape::Narrow => 5,
             Shape::Crm => 12,
             Shape::Wide => 36,
         }
@@ -255,11 +260,17 @@ impl Workload {
         if shape == Shape::Narrow {
             let _ = write!(
                 out,
-                "{{\"accountid\":{key},\"statecode\":{},\"balance\":{}.{:02},\"creditlimit\":{}.0,\"modifiedon\":\"2026-{:02}-{:02}T{:02}:{:02}:00Z\",\"versionnumber\":{version}}}",
+                "{{\"accountid\":{key},\"accountnumber\":\"AC-{key:08}\",\"statecode\":{},\"balance\":{}.{:02},\"creditlimit\":{}.0,\
+                 \"currency\":\"{}\",\"openinvoices\":{},\"createdon\":\"2024-{:02}-{:02}T08:00:00Z\",\
+                 \"modifiedon\":\"2026-{:02}-{:02}T{:02}:{:02}:00Z\",\"versionnumber\":{version}}}",
                 (s[0] >> 40) % 2,
                 (s[1] >> 24) % 50_000_000,
                 (s[1] >> 30) % 100,
                 ((s[2] >> 28) % 1_000) * 1_000,
+                CURRENCIES[((s[3] >> 20) % 4) as usize],
+                (s[4] >> 36) % 40,
+                1 + key % 12,
+                1 + key % 28,
                 1 + (h >> 44) % 12,
                 1 + (h >> 48) % 28,
                 (h >> 52) % 24,
@@ -520,8 +531,8 @@ mod tests {
             text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
         for r in &rows {
             let o = r.as_object().unwrap();
-            // The 6 narrow columns plus op and lsn, no envelope.
-            assert_eq!(o.len(), 8, "{r}");
+            // The 10 narrow columns plus op and lsn, no envelope.
+            assert_eq!(o.len(), 12, "{r}");
             assert!(["c", "u", "d"].contains(&o["op"].as_str().unwrap()), "{r}");
             assert!(o["lsn"].is_u64() && o["accountid"].is_u64(), "{r}");
         }
@@ -537,7 +548,7 @@ mod tests {
 
     #[test]
     fn column_shapes_have_their_column_counts_and_decode() {
-        for (shape, n) in [(Shape::Crm, 20), (Shape::Narrow, 6), (Shape::Wide, 44)] {
+        for (shape, n) in [(Shape::Crm, 20), (Shape::Narrow, 10), (Shape::Wide, 44)] {
             let text = Workload::new(5, 100, Mix::parse("").unwrap(), Distribution::Uniform)
                 .with_shape(shape)
                 .batch(50);
