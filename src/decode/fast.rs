@@ -35,32 +35,42 @@ fn size(nodes: &[Node<'_>]) -> usize {
 }
 
 /// One JSON value as a cell, as `json_cell` maps it (nested values become
-/// JSON text).
-fn cell(nodes: &[Node<'_>]) -> Value {
-    match nodes.first() {
+/// JSON text); None for what simd-json reads differently from serde_json
+/// (see [`static_cell`]): the general path decodes the message.
+fn cell(nodes: &[Node<'_>]) -> Option<Value> {
+    Some(match nodes.first() {
         Some(Node::String(s)) => Value::Str((*s).to_string()),
-        Some(Node::Static(s)) => static_cell(*s),
-        Some(Node::Object { .. } | Node::Array { .. }) => super::json_cell(&json(nodes)),
+        Some(Node::Static(s)) => static_cell(*s)?,
+        Some(Node::Object { .. } | Node::Array { .. }) => super::json_cell(&json(nodes)?),
         None => Value::Null,
-    }
+    })
 }
 
-fn static_cell(s: StaticNode) -> Value {
-    match s {
+/// A scalar as a cell; None for `-0`. simd-json reads every integer
+/// without a minus as `U64` and `-0` as the integer `I64(0)`, where
+/// serde_json (the general path, the reference) reads the float -0.0: an
+/// `I64(0)` on the tape is that text and nothing else. Checked here, on
+/// the values a row keeps, rather than by a byte scan for minus signs
+/// before parsing, which stopped at every date (`2026-03-01`).
+fn static_cell(s: StaticNode) -> Option<Value> {
+    Some(match s {
+        StaticNode::I64(0) => return None,
         StaticNode::I64(v) => Value::Int(v),
         StaticNode::U64(v) => i64::try_from(v).map(Value::Int).unwrap_or(Value::Float(v as f64)),
         StaticNode::F64(v) => Value::Float(v),
         StaticNode::Bool(v) => Value::Bool(v),
         StaticNode::Null => Value::Null,
-    }
+    })
 }
 
 /// The value starting at `nodes[0]` as a `serde_json` value (nested cells
-/// only, which `json_cell` maps as the general path does).
-fn json(nodes: &[Node<'_>]) -> serde_json::Value {
+/// only, which `json_cell` maps as the general path does); None where
+/// [`static_cell`] says so.
+fn json(nodes: &[Node<'_>]) -> Option<serde_json::Value> {
     use serde_json::Value as J;
-    match nodes.first() {
+    Some(match nodes.first() {
         Some(Node::String(s)) => J::String((*s).to_string()),
+        Some(Node::Static(StaticNode::I64(0))) => return None,
         Some(Node::Static(StaticNode::I64(v))) => J::from(*v),
         Some(Node::Static(StaticNode::U64(v))) => J::from(*v),
         Some(Node::Static(StaticNode::F64(v))) => J::from(*v),
@@ -68,24 +78,24 @@ fn json(nodes: &[Node<'_>]) -> serde_json::Value {
         Some(Node::Static(StaticNode::Null)) | None => J::Null,
         Some(Node::Array { len, .. }) => {
             let mut at = 1;
-            let items = (0..*len).map(|_| {
-                let v = json(&nodes[at..]);
+            let mut items = Vec::with_capacity(*len);
+            for _ in 0..*len {
+                items.push(json(&nodes[at..])?);
                 at += size(&nodes[at..]);
-                v
-            });
-            J::Array(items.collect())
+            }
+            J::Array(items)
         }
         Some(Node::Object { len, .. }) => {
             let mut at = 1;
             let mut map = serde_json::Map::new();
             for _ in 0..*len {
                 let Some(Node::String(k)) = nodes.get(at) else { break };
-                map.insert((*k).to_string(), json(&nodes[at + 1..]));
+                map.insert((*k).to_string(), json(&nodes[at + 1..])?);
                 at += 1 + size(&nodes[at + 1..]);
             }
             J::Object(map)
         }
-    }
+    })
 }
 
 /// The fields of an object, as (key, value's nodes), in document order.
@@ -136,7 +146,7 @@ fn row(nodes: &[Node<'_>], spare: usize) -> Option<Option<Fields>> {
             }
             Some(n) => n.push(Name::from(k)),
         }
-        values.push(cell(v));
+        values.push(cell(v)?);
     }
     let layout: Layout = match names {
         Some(n) => n.into(),
@@ -162,18 +172,19 @@ fn listed(paths: &[String], prefix: &str, k: &str) -> bool {
 
 /// Envelope field `name` into `out`: an object is flattened one level
 /// (`source.lsn`), with `Some(paths)` in `keep` only its fields listed
-/// there.
-fn env_field(name: &str, value: &[Node<'_>], keep: Option<&[String]>, out: &mut Env) {
+/// there. None where [`cell`] says so.
+fn env_field(name: &str, value: &[Node<'_>], keep: Option<&[String]>, out: &mut Env) -> Option<()> {
     match value.first() {
         Some(Node::Object { .. }) => {
             for (k, v) in fields(value) {
                 if keep.is_none_or(|p| listed(p, name, k)) {
-                    out.push((env_name(Some(name), k), cell(v)));
+                    out.push((env_name(Some(name), k), cell(v)?));
                 }
             }
         }
-        _ => out.push((env_name(None, name), cell(value))),
+        _ => out.push((env_name(None, name), cell(value)?)),
     }
+    Some(())
 }
 
 #[derive(Default)]
@@ -219,7 +230,7 @@ fn envelope(nodes: &[Node<'_>], keep: Option<&[String]>, spare: usize) -> Option
                             || (p.starts_with(k) && p.as_bytes().get(k.len()) == Some(&b'.'))
                     })
                 }) => {}
-            _ => env_field(k, v, keep.filter(|_| k != "op"), &mut e.env),
+            _ => env_field(k, v, keep.filter(|_| k != "op"), &mut e.env)?,
         }
     }
     if let (Some(b), Some("d")) = (before, e.op()) {

@@ -299,7 +299,7 @@ fn fast_decode_equals_the_general_path() {
     }
     // A flat line holding a NUL is still checked for what simd-json reads
     // differently (the file reader does not refuse NUL).
-    assert!(flat_object(br#"{"a":"\u0000","b":-0}"#).is_none());
+    assert!(flat_object(br#"{"a":"\u0000","b":"\ud800"}"#).is_none());
     // An image that is not an object is the general path's to report.
     let not_a_row = br#"{"op":"c","after":5,"source":{"lsn":1}}"#;
     assert!(fast::decode(Format::Debezium, None, not_a_row, &paths, None).is_none());
@@ -441,6 +441,42 @@ fn types_a_variable_scale_decimal_without_its_schema_is_still_exact() {
         panic!()
     };
     assert_eq!(get(&data, "price"), &Value::Decimal(314159, 5));
+}
+
+/// A bare `-0` (serde_json: the float -0.0, simd-json: the integer 0) is
+/// found on the parsed values, not by a byte scan: any value the fast path
+/// would keep sends the message to the general path; a value it skips
+/// does not matter, and neither do `-0.0`, negative numbers or dates.
+#[test]
+fn bare_negative_zero_takes_the_general_path_wherever_it_is_kept() {
+    let paths = vec!["source.lsn".to_string()];
+    let fast = |v: &str| fast::decode(Format::Debezium, None, v.as_bytes(), &paths, Some(&paths));
+    for kept in [
+        r#"{"op":"c","after":{"id":1,"z":-0},"source":{"lsn":1}}"#,
+        r#"{"op":"c","after":{"id":1,"t":[1,{"x":-0}]},"source":{"lsn":1}}"#,
+        r#"{"op":"c","after":{"id":1},"source":{"lsn":-0}}"#,
+        r#"{"op":"d","before":{"id":-0},"after":null,"source":{"lsn":1}}"#,
+    ] {
+        assert!(fast(kept).is_none(), "{kept}");
+    }
+    let skipped = r#"{"op":"c","after":{"id":1},"source":{"lsn":1,"txId":-0},"ts_ms":-0}"#;
+    match fast(skipped) {
+        Some(Ok(Decoded::Row { env, .. })) => assert_eq!(get(&env, "source.lsn"), &Value::Int(1)),
+        other => panic!("{other:?}"),
+    }
+    let fine = r#"{"op":"c","after":{"id":0,"a":-0.0,"b":-0e1,"c":-10,"d":"2026-03-01","e":-1},"source":{"lsn":1}}"#;
+    match fast(fine) {
+        Some(Ok(Decoded::Row { data, .. })) => {
+            assert_eq!(data.get("id"), Some(&Value::Int(0)));
+            assert!(
+                matches!(data.get("a"), Some(Value::Float(z)) if *z == 0.0 && z.is_sign_negative())
+            );
+            assert_eq!(data.get("c"), Some(&Value::Int(-10)));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(flat_object(br#"{"id":1,"z":-0}"#).is_none());
+    assert_eq!(flat_object(br#"{"id":1,"z":0}"#).unwrap().get("z"), Some(&Value::Int(0)));
 }
 
 /// Input the SIMD parser reads differently from serde_json takes the
