@@ -37,11 +37,10 @@ pub fn drop_later<T: Send + 'static>(v: T) {
     });
 }
 
-/// Waits until every value handed to [`drop_later`] has been dropped. For
-/// a measurement that must not be charged with the frees of the work
-/// before it (the bench's decode timer: the last run's merge output is
-/// freed on the same cores the next decode runs on). Not to be called on
-/// the pool itself.
+/// Waits until every value handed to [`drop_later`] has been dropped: the
+/// bench's runs count the freeing of their own output, and the next run's
+/// decode clock (CPU time of the whole process) is not charged with it.
+/// Not to be called on the pool itself.
 pub fn settle_drops() {
     while PENDING_DROPS.load(Ordering::Acquire) > 0 {
         std::thread::sleep(std::time::Duration::from_micros(200));

@@ -31,7 +31,8 @@ pub struct RunStat {
     pub bytes_read: u64,
     pub bytes_written: u64,
     /// Milliseconds per phase of the run after decoding (the engine's
-    /// `batch phases`: conform ... commit, then upkeep).
+    /// `batch phases`: conform ... commit, then upkeep), and the wait for
+    /// the run's output to be freed after it (not in `seconds`).
     pub phases_ms: Vec<(String, f64)>,
 }
 
