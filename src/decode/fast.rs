@@ -19,6 +19,7 @@
 use simd_json::{Node, StaticNode};
 
 use super::envelope::key_fallback;
+use super::fields::is_dotted;
 use super::wrapped::Record;
 use super::{
     env_name, store_envelope, DeclaredTypes, Decoded, Env, Fields, Layout, Message, Name, Op,
@@ -162,12 +163,7 @@ fn row(nodes: &[Node<'_>], spare: usize) -> Option<Option<Fields>> {
 
 /// Is `prefix.k` one of `paths`?
 fn listed(paths: &[String], prefix: &str, k: &str) -> bool {
-    paths.iter().any(|p| {
-        p.len() == prefix.len() + 1 + k.len()
-            && p.starts_with(prefix)
-            && p.as_bytes()[prefix.len()] == b'.'
-            && p.ends_with(k)
-    })
+    paths.iter().any(|p| is_dotted(p, prefix, k))
 }
 
 /// Envelope field `name` into `out`: an object is flattened one level
@@ -243,9 +239,10 @@ fn envelope(nodes: &[Node<'_>], keep: Option<&[String]>, spare: usize) -> Option
 /// nodes) and runs `read` on the tape: about a third faster than
 /// serde_json on CRM envelopes. The input is copied into a per-thread
 /// buffer (simd-json parses in place) and the parser's buffers are reused
-/// across messages. `value` passed [`scan`](super::scan::scan): nothing in
-/// it reads differently from serde_json. Anything it refuses takes the
-/// general path, which decides and reports.
+/// across messages. `value` passed [`scan`](super::scan::scan), and
+/// [`cell`] refuses `-0`: nothing `read` keeps reads differently from
+/// serde_json. Anything it refuses takes the general path, which decides
+/// and reports.
 fn with_tape<R>(value: &[u8], read: impl FnOnce(&[Node<'_>]) -> Option<R>) -> Option<R> {
     thread_local!(static BUF: std::cell::RefCell<(Vec<u8>, simd_json::Buffers)> = std::cell::RefCell::new((Vec::new(), simd_json::Buffers::new(1024))));
     BUF.with_borrow_mut(|(input, buffers)| {

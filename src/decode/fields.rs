@@ -55,13 +55,9 @@ const ENV_NAMES_KEPT: usize = 64;
 /// and hands out that name again (two allocations fewer per Debezium
 /// message), without building the dotted name to compare it.
 pub fn env_name(record: Option<&str>, key: &str) -> Name {
-    let len = record.map_or(key.len(), |r| r.len() + 1 + key.len());
-    let is = |n: &str| {
-        n.len() == len
-            && match record {
-                None => n == key,
-                Some(r) => n.starts_with(r) && n.as_bytes()[r.len()] == b'.' && n.ends_with(key),
-            }
+    let is = |n: &str| match record {
+        None => n == key,
+        Some(r) => is_dotted(n, r, key),
     };
     ENV_NAMES.with_borrow_mut(|names| {
         if let Some(n) = names.iter().find(|n| is(n)) {
@@ -77,6 +73,15 @@ pub fn env_name(record: Option<&str>, key: &str) -> Name {
         names.push(n.clone());
         n
     })
+}
+
+/// Is `name` the dotted name `record.key`? Compared without building it
+/// (per message, per envelope field).
+pub(super) fn is_dotted(name: &str, record: &str, key: &str) -> bool {
+    name.len() == record.len() + 1 + key.len()
+        && name.starts_with(record)
+        && name.as_bytes()[record.len()] == b'.'
+        && name.ends_with(key)
 }
 
 impl Fields {

@@ -127,7 +127,7 @@ pub fn read_csv(path: &Path, bytes: &[u8], delimiter: u8) -> Result<RawBatch, Fi
 /// are parsed. Finding every line of the file first read each byte from
 /// memory twice; with the schema wrapper (1.7 KB a message) that second
 /// read was a seventh of the decode.
-fn in_line_chunks<R: Send>(bytes: &[u8], decode: impl Fn(&[&[u8]]) -> R + Sync) -> Vec<(usize, R)> {
+fn in_line_chunks<R: Send>(bytes: &[u8], decode: impl Fn(&[&[u8]]) -> R + Sync) -> Vec<(u64, R)> {
     const CHUNK_BYTES: usize = 256 << 10;
     let mut ranges = vec![];
     let mut start = 0;
@@ -155,7 +155,7 @@ fn in_line_chunks<R: Send>(bytes: &[u8], decode: impl Fn(&[&[u8]]) -> R + Sync) 
         if last {
             lines.push(&chunk[start..]);
         }
-        (lines.len(), decode(&lines))
+        (lines.len() as u64, decode(&lines))
     });
     let mut first = 0;
     parts
@@ -189,7 +189,7 @@ pub fn read_debezium_jsonl(
     let mut truncates = 0;
     let parts = parts.into_iter().map(|(first, (part, t))| {
         truncates += t;
-        (first as u64, part)
+        (first, part)
     });
     let batch = RawBatch::joined(source.to_string(), parts.collect());
     if truncates > 0 {
@@ -255,7 +255,6 @@ pub fn read_jsonl(path: &Path, bytes: &bytes::Bytes) -> Result<RawBatch, FileErr
     let parts = in_line_chunks(bytes, |lines| {
         decode_json_lines(Lines { source: &source, file: bytes, lines })
     });
-    let parts = parts.into_iter().map(|(first, part)| (first as u64, part)).collect();
     Ok(RawBatch::joined(source, parts))
 }
 
