@@ -148,7 +148,7 @@ impl Expr {
                 Lit::Bool(b) => Value::Bool(*b),
                 Lit::Int(i) => Value::Int(*i),
                 Lit::Float(f) => Value::Float(*f),
-                Lit::Str(s) => Value::Str(s.clone()),
+                Lit::Str(s) => Value::Str(s.as_str().into()),
             },
             other => match other.truth(get) {
                 Some(b) => Value::Bool(b),

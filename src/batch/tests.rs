@@ -12,7 +12,7 @@ fn raw(cols: &[&str], rows: &[&[&str]]) -> RawBatch {
             .map(|(i, r)| RawRow {
                 cells: r
                     .iter()
-                    .map(|c| if c.is_empty() { Value::Null } else { Value::Str(c.to_string()) })
+                    .map(|c| if c.is_empty() { Value::Null } else { Value::Str((*c).into()) })
                     .collect(),
                 pos: i as u64,
                 partition: 0,

@@ -34,8 +34,8 @@ pub async fn offsets(c: &Config) -> Result<String> {
                 tokio::task::block_in_place(|| kafka::watermarks(&consumer, &topic, p, brokers))?;
             let lag = high - stored.unwrap_or(low).max(low);
             rows.push(vec![
-                Value::Str(t.name.clone()),
-                Value::Str(topic.clone()),
+                Value::Str(t.name.as_str().into()),
+                Value::Str(topic.as_str().into()),
                 Value::Int(p as i64),
                 stored.map(Value::Int).unwrap_or(Value::Null),
                 Value::Int(high),

@@ -123,7 +123,7 @@ fn as_text(reports: &[Report]) -> String {
     let rows: Vec<Vec<Value>> = reports
         .iter()
         .map(|r| {
-            let mut row = vec![Value::Str(r.table.clone()), Value::Str(r.strategy.into())];
+            let mut row = vec![Value::Str(r.table.as_str().into()), Value::Str(r.strategy.into())];
             match &r.stats {
                 None => {
                     row.push(Value::Str("no data yet".into()));
@@ -134,13 +134,13 @@ fn as_text(reports: &[Report]) -> String {
                         int(s.version),
                         int(s.live_rows as i64),
                         int(s.files as i64),
-                        Value::Str(human_bytes(s.bytes)),
+                        Value::Str(human_bytes(s.bytes).into()),
                         int(s.small_files as i64),
                         int(s.masked_rows as i64),
-                        s.last_commit.clone().map_or(Value::Null, Value::Str),
+                        s.last_commit.as_deref().map_or(Value::Null, |c| Value::Str(c.into())),
                         s.last_checkpoint.map_or(Value::Null, int),
                         int(s.log_files as i64),
-                        Value::Str(positions_text(&r.positions)),
+                        Value::Str(positions_text(&r.positions).into()),
                     ]);
                 }
             }

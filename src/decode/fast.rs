@@ -40,7 +40,7 @@ fn size(nodes: &[Node<'_>]) -> usize {
 /// (see [`static_cell`]): the general path decodes the message.
 fn cell(nodes: &[Node<'_>]) -> Option<Value> {
     Some(match nodes.first() {
-        Some(Node::String(s)) => Value::Str((*s).to_string()),
+        Some(Node::String(s)) => Value::Str((*s).into()),
         Some(Node::Static(s)) => static_cell(*s)?,
         Some(Node::Object { .. } | Node::Array { .. }) => super::json_cell(&json(nodes)?),
         None => Value::Null,

@@ -2,6 +2,7 @@
 //! whose fields are the row's columns. The mapping every other part of the
 //! decoder (and the file sources) shares, hence its own module.
 
+use compact_str::ToCompactString;
 use serde_json::Value as J;
 
 use super::Decoded;
@@ -17,11 +18,10 @@ pub fn json_cell(v: &serde_json::Value) -> Value {
             Some(i) => Value::Int(i),
             None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
         },
-        serde_json::Value::String(s) => Value::Str(s.clone()),
+        serde_json::Value::String(s) => Value::Str(s.as_str().into()),
         // A VariableScaleDecimal without its schema still has its shape.
-        other => {
-            super::variable_scale_decimal(other).unwrap_or_else(|| Value::Str(other.to_string()))
-        }
+        other => super::variable_scale_decimal(other)
+            .unwrap_or_else(|| Value::Str(other.to_compact_string())),
     }
 }
 

@@ -9,12 +9,13 @@
 //! types win).
 
 use base64::Engine;
+use compact_str::ToCompactString;
 use serde_json::Value as J;
 
 use super::json::json_cell;
 use super::Declared;
 use crate::value::temporal::format_time;
-use crate::value::{decimal, decimal_type, parse_ts, DType, Value};
+use crate::value::{decimal, decimal_type, parse_ts, DType, Text, Value};
 
 /// (schema, payload) of a wrapped message; (None, the message) otherwise.
 pub(super) fn unwrap_schema(v: &J) -> (Option<&J>, &J) {
@@ -103,10 +104,10 @@ impl Logical {
             Logical::ZonedTs => text.and_then(parse_ts).map(Value::Ts),
             Logical::Date => int.and_then(|d| i32::try_from(d).ok()).map(Value::Date),
             Logical::TimeMillis => {
-                int.and_then(|ms| ms.checked_mul(1000)).map(|us| Value::Str(format_time(us)))
+                int.and_then(|ms| ms.checked_mul(1000)).map(|us| Value::Str(format_time(us).into()))
             }
-            Logical::TimeMicros => int.map(|us| Value::Str(format_time(us))),
-            Logical::TimeNanos => int.map(|ns| Value::Str(format_time(ns.div_euclid(1000)))),
+            Logical::TimeMicros => int.map(|us| Value::Str(format_time(us).into())),
+            Logical::TimeNanos => int.map(|ns| Value::Str(format_time(ns.div_euclid(1000)).into())),
             Logical::Decimal => {
                 text.and_then(decimal::from_base64).map(|u| Value::Decimal(u, scale))
             }
@@ -182,7 +183,7 @@ pub(super) fn typed(v: &J, schema: Option<&J>) -> Value {
             .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
             .map(Value::Bytes),
         Declared::Exact(DType::Str) => {
-            Some(Value::Str(v.as_str().map_or_else(|| v.to_string(), str::to_string)))
+            Some(Value::Str(v.as_str().map_or_else(|| v.to_compact_string(), Text::from)))
         }
         _ => None,
     });

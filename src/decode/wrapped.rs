@@ -16,6 +16,7 @@
 //! The rows of one schema also share one list of declared types, so the
 //! batch compares declarations by pointer.
 
+use compact_str::ToCompactString;
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -117,8 +118,8 @@ impl Rule {
                     Err(_) => Value::Str(s),
                 }
             }
-            (Fallback::Str, Value::Int(i)) => Value::Str(i.to_string()),
-            (Fallback::Str, Value::Bool(b)) => Value::Str(b.to_string()),
+            (Fallback::Str, Value::Int(i)) => Value::Str(i.to_compact_string()),
+            (Fallback::Str, Value::Bool(b)) => Value::Str(b.to_compact_string()),
             // A float's text as JSON wrote it is gone (`1e3`, an integer
             // beyond 64 bits); a Decimal cell was a nested object.
             (Fallback::Str, Value::Float(_) | Value::Decimal(..)) => return Err(General),

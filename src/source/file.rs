@@ -100,7 +100,7 @@ pub fn read_csv(path: &Path, bytes: &[u8], delimiter: u8) -> Result<RawBatch, Fi
                 }
                 let cells = r
                     .iter()
-                    .map(|c| if c.is_empty() { Value::Null } else { Value::Str(c.to_string()) })
+                    .map(|c| if c.is_empty() { Value::Null } else { Value::Str(c.into()) })
                     .collect();
                 batch.rows.push(RawRow {
                     cells,

@@ -215,11 +215,11 @@ pub fn cell(a: &ArrayRef, i: usize) -> Value {
     } else if let Some(x) = any.downcast_ref::<BooleanArray>() {
         Value::Bool(x.value(i))
     } else if let Some(x) = any.downcast_ref::<StringArray>() {
-        Value::Str(x.value(i).to_string())
+        Value::Str(x.value(i).into())
     } else if let Some(x) = any.downcast_ref::<LargeStringArray>() {
-        Value::Str(x.value(i).to_string())
+        Value::Str(x.value(i).into())
     } else if let Some(x) = any.downcast_ref::<StringViewArray>() {
-        Value::Str(x.value(i).to_string())
+        Value::Str(x.value(i).into())
     } else if let Some(x) = any.downcast_ref::<TimestampMicrosecondArray>() {
         Value::Ts(x.value(i))
     } else if let Some(x) = any.downcast_ref::<TimestampMillisecondArray>() {

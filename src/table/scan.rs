@@ -96,8 +96,8 @@ impl TableStore {
                     (Value::Ts(*s.min_opt()?), Value::Ts(*s.max_opt()?))
                 }
                 (Statistics::ByteArray(s), DType::Str) => (
-                    Value::Str(s.min_opt()?.as_utf8().ok()?.to_string()),
-                    Value::Str(s.max_opt()?.as_utf8().ok()?.to_string()),
+                    Value::Str(s.min_opt()?.as_utf8().ok()?.into()),
+                    Value::Str(s.max_opt()?.as_utf8().ok()?.into()),
                 ),
                 _ => return None,
             };

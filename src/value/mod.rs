@@ -9,6 +9,7 @@
 pub mod decimal;
 pub mod temporal;
 
+use compact_str::ToCompactString;
 use std::cmp::Ordering;
 use std::fmt;
 
@@ -131,6 +132,14 @@ impl fmt::Display for DType {
     }
 }
 
+/// A text cell's string. Most CRM text is short (codes, currencies, names,
+/// ISO timestamps before typing), and a string of up to 24 bytes is held in
+/// the cell itself: no allocation when it is decoded or cloned, no free when
+/// it is dropped, and its bytes sit beside the cell when Arrow columns and
+/// change hashes read them, instead of behind a pointer that missed the
+/// cache for most cells (docs/performance.md, "Text cells inline").
+pub type Text = compact_str::CompactString;
+
 /// One cell. `Null` sorts lowest (docs/batch.md, deduplication and ordering).
 #[derive(Debug, Clone)]
 pub enum Value {
@@ -138,7 +147,8 @@ pub enum Value {
     Bool(bool),
     Int(i64),
     Float(f64),
-    Str(String),
+    /// Text; up to 24 bytes held inline (see [`Text`]).
+    Str(Text),
     Ts(i64),
     /// Days since 1970-01-01.
     Date(i32),
@@ -281,7 +291,7 @@ impl Value {
                 tag::BOOL => Value::Bool(take::<1>(b)?[0] != 0),
                 tag::INT => Value::Int(i64::from_be_bytes(take(b)?)),
                 tag::FLOAT => Value::Float(f64::from_bits(u64::from_be_bytes(take(b)?))),
-                tag::STR => Value::Str(String::from_utf8(take_n(b)?.to_vec()).ok()?),
+                tag::STR => Value::Str(Text::from_utf8(take_n(b)?).ok()?),
                 tag::TS => Value::Ts(i64::from_be_bytes(take(b)?)),
                 tag::DATE => Value::Date(i32::from_be_bytes(take(b)?)),
                 tag::DECIMAL => {
@@ -342,13 +352,15 @@ impl Value {
             (Int(d), DType::Date) => {
                 Date(i32::try_from(d).map_err(|_| format!("{d} days is not a date"))?)
             }
-            (Int(i), DType::Time) => Str(format_time(i)),
+            (Int(i), DType::Time) => Str(format_time(i).into()),
             (Int(i), DType::Ts) => Ts(i),
-            (Bytes(b), DType::Str) => Str(base64::engine::general_purpose::STANDARD.encode(b)),
+            (Bytes(b), DType::Str) => {
+                Str(base64::engine::general_purpose::STANDARD.encode(b).into())
+            }
             (Str(s), t) => {
                 return parse_as(&s, t).ok_or_else(|| format!("{s:?} is not a valid {t}"))
             }
-            (v, DType::Str) => Str(v.to_string()),
+            (v, DType::Str) => Str(v.to_compact_string()),
             (v, t) => return Err(format!("{v} cannot be converted to {t}")),
         };
         Ok(out)
@@ -412,13 +424,13 @@ impl fmt::Display for Value {
 pub fn parse_as(s: &str, t: DType) -> Option<Value> {
     let s = s.trim();
     Some(match t {
-        DType::Str => Value::Str(s.to_string()),
+        DType::Str => Value::Str(s.into()),
         DType::Int => Value::Int(parse_int(s)?),
         DType::Float => Value::Float(parse_float(s)?),
         DType::Bool => Value::Bool(parse_bool(s)?),
         DType::Ts => Value::Ts(parse_ts(s)?),
         DType::Date => Value::Date(parse_date(s).or_else(|| ts_to_date(parse_ts(s)?))?),
-        DType::Time => Value::Str(format_time(parse_time(s)?)),
+        DType::Time => Value::Str(format_time(parse_time(s)?).into()),
         DType::Decimal { precision, scale } => {
             let (v, sc) = decimal::parse(s)?;
             Value::Decimal(decimal::fit(v, sc, precision, scale).ok()?, scale as i32)

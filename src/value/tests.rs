@@ -10,7 +10,7 @@ fn key_encoding_decodes_back() {
         Value::Bool(true),
         Value::Float(2.5),
         Value::Ts(1_700_000_000_000_000),
-        Value::Str(String::new()),
+        Value::Str(Text::new("")),
         Value::Decimal(-1234567890123456789012345678901234567, 2),
         Value::Date(-165),
         Value::Bytes(vec![0, 255]),
@@ -69,7 +69,7 @@ fn encoding_distinguishes_types_and_null() {
         o
     };
     assert_ne!(enc(&Value::Int(1)), enc(&Value::Str("1".into())));
-    assert_ne!(enc(&Value::Null), enc(&Value::Str(String::new())));
+    assert_ne!(enc(&Value::Null), enc(&Value::Str(Text::new(""))));
 }
 
 #[test]
@@ -159,4 +159,13 @@ proptest::proptest! {
         proptest::prop_assert_eq!(temporal::parse_date(&d), Some(days));
         proptest::prop_assert_eq!(temporal::parse_time(&temporal::format_time(us)), Some(us));
     }
+}
+
+#[test]
+fn a_cell_stays_32_bytes_and_short_text_needs_no_allocation() {
+    assert_eq!(std::mem::size_of::<Value>(), 32, "cells are copied per row on the hot path");
+    let Value::Str(code) = Value::Str("AC-00092291".into()) else { unreachable!() };
+    assert!(!code.is_heap_allocated(), "a short text lives in the cell");
+    let ts = Text::from("2026-03-01T21:14:00.123456+00:00".to_string());
+    assert!(ts.is_heap_allocated() && ts == "2026-03-01T21:14:00.123456+00:00");
 }

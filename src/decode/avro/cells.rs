@@ -5,6 +5,7 @@
 
 use apache_avro::types::Value as A;
 use base64::Engine;
+use compact_str::ToCompactString;
 use serde_json::Value as J;
 
 use super::plan::Conv;
@@ -31,13 +32,15 @@ pub(super) fn cell(v: A, conv: Conv) -> Value {
         (Conv::ZonedTs, A::String(s)) => parse_ts(s).map(Value::Ts),
         (Conv::Date, A::Int(d) | A::Date(d)) => Some(Value::Date(*d)),
         (Conv::TimeMillis, A::Int(ms) | A::TimeMillis(ms)) => {
-            Some(Value::Str(format_time(*ms as i64 * 1000)))
+            Some(Value::Str(format_time(*ms as i64 * 1000).into()))
         }
         (Conv::TimeMillis, A::Long(ms)) => {
-            ms.checked_mul(1000).map(|us| Value::Str(format_time(us)))
+            ms.checked_mul(1000).map(|us| Value::Str(format_time(us).into()))
         }
-        (Conv::TimeMicros, A::Long(us) | A::TimeMicros(us)) => Some(Value::Str(format_time(*us))),
-        (Conv::TimeNanos, A::Long(ns)) => Some(Value::Str(format_time(ns.div_euclid(1000)))),
+        (Conv::TimeMicros, A::Long(us) | A::TimeMicros(us)) => {
+            Some(Value::Str(format_time(*us).into()))
+        }
+        (Conv::TimeNanos, A::Long(ns)) => Some(Value::Str(format_time(ns.div_euclid(1000)).into())),
         (Conv::Decimal(scale), A::Bytes(b) | A::Fixed(_, b)) => {
             decimal::from_be_bytes(b).map(|u| Value::Decimal(u, scale))
         }
@@ -83,18 +86,18 @@ pub(super) fn plain(v: A) -> Value {
         // float32 1.1 is 1.1, not 1.100000023841858.
         A::Float(f) => Value::Float(f.to_string().parse().unwrap_or(f as f64)),
         A::Double(f) => Value::Float(f),
-        A::String(s) | A::Enum(_, s) => Value::Str(s),
+        A::String(s) | A::Enum(_, s) => Value::Str(s.into()),
         A::Bytes(b) | A::Fixed(_, b) => Value::Bytes(b),
-        A::Uuid(u) => Value::Str(u.to_string()),
+        A::Uuid(u) => Value::Str(u.to_compact_string()),
         A::Date(d) => Value::Date(d),
-        A::TimeMillis(ms) => Value::Str(format_time(ms as i64 * 1000)),
-        A::TimeMicros(us) => Value::Str(format_time(us)),
+        A::TimeMillis(ms) => Value::Str(format_time(ms as i64 * 1000).into()),
+        A::TimeMicros(us) => Value::Str(format_time(us).into()),
         A::TimestampMillis(ms) | A::LocalTimestampMillis(ms) => {
             ms.checked_mul(1000).map_or(Value::Int(ms), Value::Ts)
         }
         A::TimestampMicros(us) | A::LocalTimestampMicros(us) => Value::Ts(us),
         A::TimestampNanos(ns) | A::LocalTimestampNanos(ns) => Value::Ts(ns.div_euclid(1000)),
-        other => Value::Str(json(other).to_string()),
+        other => Value::Str(json(other).to_compact_string()),
     }
 }
 

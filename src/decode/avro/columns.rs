@@ -121,13 +121,13 @@ impl<'a> Column<'a> {
             }
             Column::Int(v, _, conv) => match conv {
                 Conv::Date => Value::Date(v[i]),
-                Conv::TimeMillis => Value::Str(format_time(v[i] as i64 * 1000)),
+                Conv::TimeMillis => Value::Str(format_time(v[i] as i64 * 1000).into()),
                 _ => Value::Int(v[i] as i64),
             },
             Column::Long(v, _, conv) => long(v[i], *conv),
             Column::Date(v, _) => Value::Date(v[i]),
-            Column::TimeMillis(v, _) => Value::Str(format_time(v[i] as i64 * 1000)),
-            Column::TimeMicros(v, _) => Value::Str(format_time(v[i])),
+            Column::TimeMillis(v, _) => Value::Str(format_time(v[i] as i64 * 1000).into()),
+            Column::TimeMicros(v, _) => Value::Str(format_time(v[i]).into()),
             Column::TsMillis(v, _) => v[i].checked_mul(1000).map_or(Value::Int(v[i]), Value::Ts),
             Column::TsMicros(v, _) => Value::Ts(v[i]),
             Column::TsNanos(v, _) => Value::Ts(v[i].div_euclid(1000)),
@@ -137,9 +137,9 @@ impl<'a> Column<'a> {
             Column::Str(a, _) if a.is_null(i) => Value::Null,
             Column::Str(a, Conv::ZonedTs) => match parse_ts(a.value(i)) {
                 Some(ts) => Value::Ts(ts),
-                None => Value::Str(a.value(i).to_string()),
+                None => Value::Str(a.value(i).into()),
             },
-            Column::Str(a, _) => Value::Str(a.value(i).to_string()),
+            Column::Str(a, _) => Value::Str(a.value(i).into()),
             Column::Bytes(a, _) if a.is_null(i) => Value::Null,
             Column::Bytes(a, Conv::Decimal(scale)) => match decimal::from_be_bytes(a.value(i)) {
                 Some(u) => Value::Decimal(u, *scale),
@@ -172,9 +172,9 @@ fn long(x: i64, conv: Conv) -> Value {
         Conv::TsMillis => x.checked_mul(1000).map(Value::Ts),
         Conv::TsMicros => Some(Value::Ts(x)),
         Conv::TsNanos => Some(Value::Ts(x.div_euclid(1000))),
-        Conv::TimeMillis => x.checked_mul(1000).map(|us| Value::Str(format_time(us))),
-        Conv::TimeMicros => Some(Value::Str(format_time(x))),
-        Conv::TimeNanos => Some(Value::Str(format_time(x.div_euclid(1000)))),
+        Conv::TimeMillis => x.checked_mul(1000).map(|us| Value::Str(format_time(us).into())),
+        Conv::TimeMicros => Some(Value::Str(format_time(x).into())),
+        Conv::TimeNanos => Some(Value::Str(format_time(x.div_euclid(1000)).into())),
         _ => None,
     };
     converted.unwrap_or(Value::Int(x))
