@@ -34,24 +34,11 @@ pub fn apply(
                 Need::Current | Need::History => states.remove(&k),
                 _ => None,
             };
-            (k, rows, need, state)
+            (k, rows, need, state.map(Box::new))
         })
         .collect();
     let chunks = crate::par::split(keyed, 8);
-    let mut out = Output::default();
-    for part in crate::par::par_map(chunks, |c| apply_keys(spec, &ctx, c)) {
-        if out.rejected.is_some() {
-            break;
-        }
-        out.upserts.extend(part.upserts);
-        out.removes.extend(part.removes);
-        out.history_appends.extend(part.history_appends);
-        out.history_replacements.extend(part.history_replacements);
-        out.closes.extend(part.closes);
-        out.index.extend(part.index);
-        out.stats.add(&part.stats);
-        out.rejected = part.rejected;
-    }
+    let mut out = join(crate::par::par_map(chunks, |c| apply_keys(spec, &ctx, c)));
     if out.rejected.is_some() {
         return out;
     }
@@ -67,21 +54,54 @@ pub fn apply(
     out
 }
 
+/// The outputs of consecutive runs of keys as one, in order, up to the
+/// first rejection. Each list is sized once: grown by doubling, the joined
+/// upserts were copied and faulted in again at every step.
+fn join(mut parts: Vec<Output>) -> Output {
+    let upto = parts.iter().position(|p| p.rejected.is_some()).map_or(parts.len(), |i| i + 1);
+    parts.truncate(upto);
+    let total = |len: fn(&Output) -> usize| parts.iter().map(len).sum::<usize>();
+    let mut out = Output::default();
+    out.upserts.reserve_exact(total(|p| p.upserts.len()));
+    out.removes.reserve_exact(total(|p| p.removes.len()));
+    out.history_appends.reserve_exact(total(|p| p.history_appends.len()));
+    out.history_replacements.reserve_exact(total(|p| p.history_replacements.len()));
+    out.closes.reserve_exact(total(|p| p.closes.len()));
+    out.index.reserve_exact(total(|p| p.index.len()));
+    for part in parts {
+        out.upserts.extend(part.upserts);
+        out.removes.extend(part.removes);
+        out.history_appends.extend(part.history_appends);
+        out.history_replacements.extend(part.history_replacements);
+        out.closes.extend(part.closes);
+        out.index.extend(part.index);
+        out.stats.add(&part.stats);
+        out.rejected = part.rejected;
+    }
+    out
+}
+
 /// A key to apply: its rows, what it needed and its stored state (when
-/// its need asked for one and the table had it).
-type Keyed = (Key, Vec<InRow>, Need, Option<KeyState>);
+/// its need asked for one and the table had it). The state is boxed: most
+/// keys of a batch have none, and inline its 352 bytes made the batch's
+/// list of keys 40 MB at 100,000 keys, written, copied into runs and freed
+/// in every merge (docs/performance.md, "Text cells inline").
+type Keyed = (Key, Vec<InRow>, Need, Option<Box<KeyState>>);
 
 /// Applies the strategy to a run of keys, in order; stops at a rejection.
 fn apply_keys(spec: &Spec, ctx: &RunCtx, keys: Vec<Keyed>) -> Output {
     let ctx = *ctx;
     let mut out = Output::default();
     for (key, mut rows, need, state) in keys {
-        let state = state.unwrap_or_else(|| KeyState {
-            replace: need == Need::Replace,
-            // A new key has no closed versions.
-            brief: (need == Need::Nothing && ctx.briefs.is_some()).then(Vec::new),
-            ..Default::default()
-        });
+        let state = state.map_or_else(
+            || KeyState {
+                replace: need == Need::Replace,
+                // A new key has no closed versions.
+                brief: (need == Need::Nothing && ctx.briefs.is_some()).then(Vec::new),
+                ..Default::default()
+            },
+            |s| *s,
+        );
         unavailable::fill(&mut rows, state.current.as_ref(), &mut out.stats);
         match spec.strategy {
             Strategy::Scd1 => scd1::apply_key(spec, &ctx, key, rows, state, &mut out),
