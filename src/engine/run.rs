@@ -258,10 +258,12 @@ impl TableRunner {
             let kept: Vec<_> = chunk
                 .into_iter()
                 .filter_map(|((k, mut rs), stored)| {
-                    // A single live row is hashed once here: classification
-                    // compares the hashes, the merge stores them.
+                    // A single live row is hashed once (`merge::prepare`
+                    // hashes every live row; a row whose cells changed
+                    // since is hashed here): classification compares the
+                    // hashes, the merge stores them.
                     if let [r] = rs.as_mut_slice() {
-                        if !r.delete {
+                        if !r.delete && r.hashes.is_none() {
                             r.hashes = Some(spec.hashes(&r.data));
                         }
                     }

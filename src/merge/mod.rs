@@ -461,17 +461,24 @@ impl Spec {
 
 /// docs/batch.md: drop NULL keys, drop deletes under `delete_mode: ignore`,
 /// keep the row with the highest sequence per key (ties: later position).
-pub fn prepare(spec: &Spec, rows: Vec<InRow>) -> Prepared {
+pub fn prepare(spec: &Spec, mut rows: Vec<InRow>) -> Prepared {
     use rayon::prelude::*;
     let mut p = Prepared::default();
     p.stats.rows_in = rows.len() as u64;
     let hash = |k: &Key| std::hash::BuildHasher::hash_one(&rustc_hash::FxBuildHasher, k);
     // Each row's key bytes and their hash on all cores (encoding a key
-    // allocates it: most of a row's cost here); only grouping is serial.
+    // allocates it); only grouping is serial. A live row's change hashes
+    // are taken in the same pass, while its cells are in cache: reading
+    // them again at classification missed the cache for most rows, and
+    // classification compares them, the merge stores them (whatever
+    // changes a row's cells later clears them: `unavailable`).
     let keys: Vec<Option<(Key, u64)>> = rows
-        .par_iter()
+        .par_iter_mut()
         .with_min_len(4096)
         .map(|r| {
+            if !r.delete && r.hashes.is_none() {
+                r.hashes = Some(spec.hashes(&r.data));
+            }
             spec.key_of(&r.data).map(|k| {
                 let h = hash(&k);
                 (k, h)
