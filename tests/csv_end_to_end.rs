@@ -226,7 +226,7 @@ fn refuses_a_table_with_another_strategy_or_not_created_by_changelake() {
         String::from_utf8_lossy(&out.stderr)
     );
     // A Delta table written by someone else.
-    let py = "import sys, pyarrow as pa; from deltalake import write_deltalake; write_deltalake(sys.argv[1], pa.table({'id': [1]}))";
+    let py = "import sys, os, pyarrow as pa; from deltalake import write_deltalake; write_deltalake(sys.argv[1], pa.table({'id': [1]})); sys.stdout.flush(); os._exit(0)";
     let foreign = tmp.path().join("lake/bronze/customer2");
     assert!(Command::new("python3").args(["-c", py]).arg(&foreign).status().unwrap().success());
     let cfg2 = write(tmp.path(), "c2.yaml", &SCD2_CFG.replace("customer:", "customer2:"));
@@ -271,7 +271,7 @@ fn unconvertible_values_go_to_the_dead_letter_table_and_the_batch_commits() {
     write(tmp.path(), "data/2.csv", "id,op,city,seq\n2,U,Bonn,not-a-number\n3,U,Köln,1\n");
     assert!(run(&cfg, &[]).status.success());
     assert_eq!(show(&cfg, "customer").lines().count(), 2);
-    let py = "import sys, json; from deltalake import DeltaTable; print(json.dumps([r['error'] for r in DeltaTable(sys.argv[1]).to_pyarrow_table().to_pylist()]))";
+    let py = "import sys, os, json; from deltalake import DeltaTable; print(json.dumps([r['error'] for r in DeltaTable(sys.argv[1]).to_pyarrow_table().to_pylist()])); sys.stdout.flush(); os._exit(0)";
     let out = Command::new("python3")
         .args(["-c", py])
         .arg(tmp.path().join("lake/_dead_letters"))
@@ -368,7 +368,7 @@ fn renamed_reserved_columns_are_what_readers_see() {
     write(tmp.path(), "data/1.csv", "id,op,city,seq\n1,U,Berlin,1\n");
     write(tmp.path(), "data/2.csv", "id,op,city,seq\n1,U,Hamburg,2\n");
     assert!(run(&cfg, &[]).status.success());
-    let py = "import sys; from deltalake import DeltaTable; t = DeltaTable(sys.argv[1]); print(sorted(t.schema().to_arrow().names)); print(t.metadata().partition_columns)";
+    let py = "import sys, os; from deltalake import DeltaTable; t = DeltaTable(sys.argv[1]); print(sorted(t.schema().to_arrow().names)); print(t.metadata().partition_columns); sys.stdout.flush(); os._exit(0)";
     let out = Command::new("python3")
         .args(["-c", py])
         .arg(tmp.path().join("lake/bronze/customer"))
@@ -562,7 +562,7 @@ fn jsonl_debezium_dump_decodes_like_the_kafka_source() {
         );
         assert!(rows.contains("13"), "the sequence is stored as source_lsn: {rows}");
         let dead = Command::new("python3")
-            .args(["-c", "import sys; from deltalake import DeltaTable; t = DeltaTable(sys.argv[1]).to_pyarrow_table(); print(t.num_rows, t.column('offset')[0])"])
+            .args(["-c", "import sys, os; from deltalake import DeltaTable; t = DeltaTable(sys.argv[1]).to_pyarrow_table(); print(t.num_rows, t.column('offset')[0]); sys.stdout.flush(); os._exit(0)"])
             .arg(tmp.path().join("lake/_dead_letters"))
             .output()
             .unwrap();

@@ -32,7 +32,7 @@ fn dead_letters(cfg: &Path) -> Vec<String> {
 
 /// The Delta type of a column, read by an independent reader.
 fn delta_type(table: &Path, column: &str) -> String {
-    let py = "import sys; from deltalake import DeltaTable; f = [f for f in DeltaTable(sys.argv[1]).schema().fields if f.name == sys.argv[2]]; print(f[0].type.type if f else 'absent')";
+    let py = "import sys, os; from deltalake import DeltaTable; f = [f for f in DeltaTable(sys.argv[1]).schema().fields if f.name == sys.argv[2]]; print(f[0].type.type if f else 'absent'); sys.stdout.flush(); os._exit(0)";
     let out = Command::new("python3").args(["-c", py]).arg(table).arg(column).output().unwrap();
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
@@ -59,7 +59,7 @@ fn schema_a_column_null_in_the_first_run_takes_the_type_of_its_first_values() {
     assert_eq!(delta_type(&table, "seq"), "long");
     assert_eq!(delta_type(&table, "note"), "string");
     // An independent reader reads every file under the new schema.
-    let py = "import sys; from deltalake import DeltaTable; t = DeltaTable(sys.argv[1]).to_pyarrow_table(); print(sorted(zip(t['id'].to_pylist(), [s if s is not None else -1 for s in t['seq'].to_pylist()])))";
+    let py = "import sys, os; from deltalake import DeltaTable; t = DeltaTable(sys.argv[1]).to_pyarrow_table(); print(sorted(zip(t['id'].to_pylist(), [s if s is not None else -1 for s in t['seq'].to_pylist()]))); sys.stdout.flush(); os._exit(0)";
     let out = Command::new("python3").args(["-c", py]).arg(&table).output().unwrap();
     let read = String::from_utf8_lossy(&out.stdout);
     assert_eq!(

@@ -320,7 +320,7 @@ fn poison_message_lands_once_in_the_dead_letters_and_the_table_goes_on() {
     ok(cli(&["replay", "--table", "account", "--from-beginning", "--reapply"], &cfg));
     ok(cli(&["run", "--once"], &cfg));
     assert!(!show(&cfg, "account", &[]).is_empty());
-    let py = "import sys, json; from deltalake import DeltaTable; print(json.dumps(DeltaTable(sys.argv[1]).to_pyarrow_table().to_pylist(), default=str))";
+    let py = "import sys, os, json; from deltalake import DeltaTable; print(json.dumps(DeltaTable(sys.argv[1]).to_pyarrow_table().to_pylist(), default=str)); sys.stdout.flush(); os._exit(0)";
     let out = ok(Command::new("python3")
         .args(["-c", py])
         .arg(tmp.path().join("lake/_dead_letters"))
