@@ -113,3 +113,29 @@ fn apply_keys(spec: &Spec, ctx: &RunCtx, keys: Vec<Keyed>) -> Output {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run's output holding one key-index entry, rejected or not.
+    fn part(key: u8, rejected: bool) -> Output {
+        let mut out = Output::default();
+        out.index.push((vec![key].into_boxed_slice(), None));
+        out.stats.rows_in = 1;
+        out.rejected = rejected.then(|| format!("run {key}"));
+        out
+    }
+
+    #[test]
+    fn join_keeps_run_order_and_stops_after_the_first_rejection() {
+        let out = join(vec![part(1, false), part(2, false), part(3, true), part(4, true)]);
+        let keys: Vec<u8> = out.index.iter().map(|(k, _)| k[0]).collect();
+        assert_eq!(keys, [1, 2, 3]);
+        assert_eq!(out.rejected.as_deref(), Some("run 3"));
+        assert_eq!(out.stats.rows_in, 3);
+        let all = join(vec![part(1, false), part(2, false)]);
+        assert_eq!(all.index.len(), 2);
+        assert!(all.rejected.is_none());
+    }
+}
