@@ -42,7 +42,7 @@ fn cell(nodes: &[Node<'_>]) -> Option<Value> {
     Some(match nodes.first() {
         Some(Node::String(s)) => Value::Str((*s).into()),
         Some(Node::Static(s)) => static_cell(*s)?,
-        Some(Node::Object { .. } | Node::Array { .. }) => nested_cell(nodes)?,
+        Some(Node::Object { .. } | Node::Array { .. }) => super::json_cell(&json(nodes)?),
         None => Value::Null,
     })
 }
@@ -55,6 +55,7 @@ fn cell(nodes: &[Node<'_>]) -> Option<Value> {
 fn push_cell(nodes: &[Node<'_>], out: &mut Vec<Value>) -> Option<()> {
     match nodes.first() {
         Some(Node::String(s)) => out.push(Value::Str((*s).into())),
+        // `-0`, as `static_cell` refuses it.
         Some(Node::Static(StaticNode::I64(0))) => return None,
         Some(Node::Static(StaticNode::I64(v))) => out.push(Value::Int(*v)),
         Some(Node::Static(StaticNode::U64(v))) if *v <= i64::MAX as u64 => {
@@ -64,12 +65,6 @@ fn push_cell(nodes: &[Node<'_>], out: &mut Vec<Value>) -> Option<()> {
         _ => out.push(cell(nodes)?),
     }
     Some(())
-}
-
-/// A nested value's cell (its JSON text, or a decimal), kept out of line.
-#[inline(never)]
-fn nested_cell(nodes: &[Node<'_>]) -> Option<Value> {
-    Some(super::json_cell(&json(nodes)?))
 }
 
 /// A scalar as a cell; None for `-0`. simd-json reads every integer
@@ -96,6 +91,7 @@ fn json(nodes: &[Node<'_>]) -> Option<serde_json::Value> {
     use serde_json::Value as J;
     Some(match nodes.first() {
         Some(Node::String(s)) => J::String((*s).to_string()),
+        // `-0`, as `static_cell` refuses it.
         Some(Node::Static(StaticNode::I64(0))) => return None,
         Some(Node::Static(StaticNode::I64(v))) => J::from(*v),
         Some(Node::Static(StaticNode::U64(v))) => J::from(*v),
