@@ -47,21 +47,15 @@ fn cell(nodes: &[Node<'_>]) -> Option<Value> {
     })
 }
 
-/// [`cell`] pushed onto a row's values. Each kind of cell is written
-/// straight into the vector: a cell returned through the stack was written
-/// in parts and read back whole, and that read waited on the writes (a
-/// twentieth of the Debezium decode).
+/// [`cell`] pushed onto a row's values. Text and scalars (with
+/// [`static_cell`] inlined) are written straight into the vector: a cell
+/// returned through the stack was written in parts and read back whole,
+/// and that read waited on the writes (a twentieth of the Debezium decode).
 #[inline(always)]
 fn push_cell(nodes: &[Node<'_>], out: &mut Vec<Value>) -> Option<()> {
     match nodes.first() {
         Some(Node::String(s)) => out.push(Value::Str((*s).into())),
-        // `-0`, as `static_cell` refuses it.
-        Some(Node::Static(StaticNode::I64(0))) => return None,
-        Some(Node::Static(StaticNode::I64(v))) => out.push(Value::Int(*v)),
-        Some(Node::Static(StaticNode::U64(v))) if *v <= i64::MAX as u64 => {
-            out.push(Value::Int(*v as i64))
-        }
-        Some(Node::Static(StaticNode::F64(v))) => out.push(Value::Float(*v)),
+        Some(Node::Static(s)) => out.push(static_cell(*s)?),
         _ => out.push(cell(nodes)?),
     }
     Some(())
@@ -73,6 +67,7 @@ fn push_cell(nodes: &[Node<'_>], out: &mut Vec<Value>) -> Option<()> {
 /// `I64(0)` on the tape is that text and nothing else. Checked here, on
 /// the values a row keeps, rather than by a byte scan for minus signs
 /// before parsing, which stopped at every date (`2026-03-01`).
+#[inline(always)]
 fn static_cell(s: StaticNode) -> Option<Value> {
     Some(match s {
         StaticNode::I64(0) => return None,
