@@ -208,6 +208,9 @@ struct ColumnPlan {
     /// to it whatever their schema says).
     configured: Vec<bool>,
     widened: Vec<(String, DType)>,
+    /// Raw column ci is column ci for every raw column: rows are typed in
+    /// their own vectors.
+    in_place: bool,
 }
 
 /// Existing columns keep their type (a decimal may widen); a new column
@@ -233,6 +236,7 @@ fn plan_columns(
         strict_kind: vec![],
         configured: vec![],
         widened: vec![],
+        in_place: false,
     };
     let table_exists = !table.columns.is_empty();
     // A column's type from this batch: declared, else inferred (None: only NULLs).
@@ -306,6 +310,7 @@ fn plan_columns(
             plan.untyped.push(u.clone());
         }
     }
+    plan.in_place = plan.target.iter().enumerate().all(|(ci, t)| *t == Some(ci));
     plan.configured = plan.columns.iter().map(|(n, _)| declared.configured(n).is_some()).collect();
     // A configured type is the user's word: values convert to it.
     plan.strict_kind = (plan.columns.iter().zip(&plan.configured))
@@ -483,6 +488,35 @@ struct Taken {
     raw: crate::source::RawText,
 }
 
+/// Whether a cell already holds its column's type, so that typing would
+/// return it unchanged: JSON and Avro cells mostly do. Text cells (CSV) are
+/// always parsed, and text is not settled while the source has a
+/// placeholder for unchanged values ([`Unavailable`]).
+#[inline]
+fn settled(v: &Value, t: DType, text: bool, placeholders: bool) -> bool {
+    match (v, t) {
+        (Value::Null, _) => true,
+        (Value::Str(_), DType::Str) => !text && !placeholders,
+        (Value::Bool(_), DType::Bool)
+        | (Value::Int(_), DType::Int)
+        | (Value::Float(_), DType::Float)
+        | (Value::Ts(_), DType::Ts)
+        | (Value::Date(_), DType::Date) => !text,
+        _ => false,
+    }
+}
+
+/// Where a raw cell goes once typed.
+enum Cell {
+    /// Into its column.
+    Typed(Value),
+    /// Nowhere: the source left the value out ([`Unavailable`]); its
+    /// column stays NULL until the merge fills in the stored value.
+    Unavailable,
+    /// Among the envelope fields: no column stores it.
+    Extra(Value),
+}
+
 /// Types one row at a time against a batch's column plan.
 struct Typer<'a> {
     plan: &'a ColumnPlan,
@@ -529,35 +563,56 @@ impl Typer<'_> {
             *accepted = r.declared.clone();
         }
         let legacy_times = legacy_time_columns(&r.declared, plan, self.index, table.exact);
-        let mut data = vec![Value::Null; columns.len()];
-        let mut unavailable = vec![];
-        for (ci, mut v) in cells.into_iter().enumerate() {
-            if let (Some(i), Value::Str(s)) = (target[ci], &v) {
+        let typed = |ci: usize, mut v: Value| -> Result<Cell, Unparsable> {
+            let Some(i) = target[ci] else { return Ok(Cell::Extra(v)) };
+            if let Value::Str(s) = &v {
                 if legacy_times.contains(&i) {
                     if let Some(us) = crate::value::temporal::parse_time(s) {
                         v = Value::Int(us);
                     }
                 }
             }
-            if let (Some(i), Some(u)) = (target[ci], table.unavailable) {
-                if u.matches(&v) && !plan.strict_kind[i] {
-                    unavailable.push(i);
+            if table.unavailable.is_some_and(|u| u.matches(&v)) && !plan.strict_kind[i] {
+                return Ok(Cell::Unavailable);
+            }
+            let t = columns[i].1;
+            let v = if plan.strict_kind[i] {
+                convert_strict(v, t, text)
+            } else {
+                convert(connect_bytes(v, t, table), t, text)
+            };
+            v.map(Cell::Typed).map_err(|e| dead("type", format!("column `{}`: {e}", columns[i].0)))
+        };
+        let mut unavailable = vec![];
+        let data = if plan.in_place && cells.len() == target.len() {
+            // Cell ci is column ci: typed where it stands, the row's
+            // vector becomes its data (a second vector per row, written
+            // cell by cell, was half of conforming a narrow batch).
+            let mut data = cells;
+            let placeholders = table.unavailable.is_some();
+            for (i, slot) in data.iter_mut().enumerate() {
+                if settled(slot, columns[i].1, text, placeholders) {
                     continue;
                 }
+                match typed(i, std::mem::replace(slot, Value::Null))? {
+                    Cell::Typed(v) => *slot = v,
+                    Cell::Unavailable => unavailable.push(i),
+                    Cell::Extra(_) => unreachable!("every cell has its column"),
+                }
             }
-            match target[ci] {
-                Some(i) if plan.strict_kind[i] => match convert_strict(v, columns[i].1, text) {
-                    Ok(v) => data[i] = v,
-                    Err(e) => return Err(dead("type", format!("column `{}`: {e}", columns[i].0))),
-                },
-                Some(i) => match convert(connect_bytes(v, columns[i].1, table), columns[i].1, text)
-                {
-                    Ok(v) => data[i] = v,
-                    Err(e) => return Err(dead("type", format!("column `{}`: {e}", columns[i].0))),
-                },
-                None => extra.push((names[ci].as_str().into(), v)),
+            data.resize(columns.len(), Value::Null);
+            data
+        } else {
+            let mut data = vec![Value::Null; columns.len()];
+            for (ci, v) in cells.into_iter().enumerate() {
+                match typed(ci, v)? {
+                    Cell::Typed(v) => data[target[ci].expect("typed cells have a column")] = v,
+                    Cell::Unavailable => unavailable.push(target[ci].expect("a column")),
+                    Cell::Extra(v) => extra.push((names[ci].as_str().into(), v)),
+                }
             }
-        }
+            data
+        };
         Ok(TypedRow {
             data,
             pos: r.pos,
@@ -573,17 +628,30 @@ impl Typer<'_> {
 /// Looks up a column or dotted path for predicates: typed value if stored,
 /// else the raw cell (text cells typed by inference).
 pub fn lookup(columns: &[(String, DType)], row: &TypedRow, text: bool, path: &[String]) -> Value {
-    let name = path.join(".");
-    if let Some(i) = columns.iter().position(|(n, _)| *n == name) {
+    // Runs per row and predicate column: the path is matched, not joined.
+    if let Some(i) = columns.iter().position(|(n, _)| is_path(n, path)) {
         return row.data[i].clone();
     }
-    match row.extra.iter().find(|(n, _)| **n == *name) {
+    match row.extra.iter().find(|(n, _)| is_path(n, path)) {
         Some((_, Value::Str(s))) if text => {
             infer(s).and_then(|t| parse_as(s, t)).unwrap_or(Value::Null)
         }
         Some((_, v)) => v.clone(),
         None => Value::Null,
     }
+}
+
+/// Whether `name` is `path` joined with dots (`a.b` for `["a", "b"]`).
+fn is_path(name: &str, path: &[String]) -> bool {
+    let mut rest = name;
+    for (i, segment) in path.iter().enumerate() {
+        let after_dot = if i == 0 { Some(rest) } else { rest.strip_prefix('.') };
+        match after_dot.and_then(|r| r.strip_prefix(segment.as_str())) {
+            Some(r) => rest = r,
+            None => return false,
+        }
+    }
+    rest.is_empty()
 }
 
 #[cfg(test)]

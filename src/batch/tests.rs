@@ -452,3 +452,51 @@ fn types_decimal_and_date_keys_match_exactly() {
     .unwrap();
     assert_eq!(k1, k2, "1.5 and 1.50 are one key");
 }
+
+/// Rows are typed in their own vectors when the batch's columns are the
+/// table's (or a prefix of them), and moved cell by cell otherwise: both
+/// give the same aligned rows, and a bad cell is a dead letter either way.
+#[test]
+fn schema_rows_align_with_the_table_whatever_the_batch_column_order() {
+    let table = vec![
+        ("id".to_string(), DType::Int),
+        ("city".to_string(), DType::Str),
+        ("amount".to_string(), DType::Float),
+    ];
+    let typed = |cols: &[&str], rows: &[&[&str]]| {
+        conform(raw(cols, rows), shape(&table), &[], SchemaPolicy::Additive, guard(&["id".into()]))
+            .unwrap()
+    };
+    let want = vec![Value::Int(1), Value::Str("Bonn".into()), Value::Float(2.5)];
+    let same = typed(&["id", "city", "amount"], &[&["1", "Bonn", "2.5"], &["2", "Ulm", "x"]]);
+    assert_eq!(same.rows.len(), 1);
+    assert_eq!(same.rows[0].data, want);
+    assert_eq!(same.dead.len(), 1);
+    assert!(same.dead[0].error.contains("column `amount`"), "{}", same.dead[0].error);
+    let shuffled = typed(&["amount", "id", "city"], &[&["2.5", "1", "Bonn"]]);
+    assert_eq!(shuffled.rows[0].data, want);
+    let prefix = typed(&["id", "city"], &[&["1", "Bonn"]]);
+    assert_eq!(prefix.rows[0].data, vec![Value::Int(1), Value::Str("Bonn".into()), Value::Null]);
+}
+
+/// Predicates name stored columns and envelope fields by dotted path.
+#[test]
+fn lookup_matches_dotted_paths_exactly() {
+    let columns = vec![("id".to_string(), DType::Int), ("a.b".to_string(), DType::Str)];
+    let row = TypedRow {
+        data: vec![Value::Int(7), Value::Str("x".into())],
+        pos: 0,
+        partition: 0,
+        raw: "".into(),
+        extra: vec![("source.db".into(), Value::Str("crm".into()))],
+        replayed: false,
+        unavailable: vec![],
+    };
+    let path = |p: &str| p.split('.').map(String::from).collect::<Vec<_>>();
+    assert_eq!(lookup(&columns, &row, false, &path("id")), Value::Int(7));
+    assert_eq!(lookup(&columns, &row, false, &path("a.b")), Value::Str("x".into()));
+    assert_eq!(lookup(&columns, &row, false, &path("source.db")), Value::Str("crm".into()));
+    for missing in ["a", "a.b.c", "i", "source", "source.d", "source.dbx"] {
+        assert_eq!(lookup(&columns, &row, false, &path(missing)), Value::Null, "{missing}");
+    }
+}

@@ -24,8 +24,10 @@ use crate::value::{DType, Value};
 /// would otherwise grow with every change).
 pub const MAX_CLOSED: usize = 64;
 
-/// Format of the encoded brief; a change makes older briefs unknown.
-const FORMAT: u8 = 1;
+/// Format of the encoded brief, and of the tracked hashes it holds
+/// ([`Spec::hashes`]); a change makes older briefs unknown (2: one hash
+/// over the whole encoded row).
+const FORMAT: u8 = 2;
 
 /// One closed version in brief.
 #[derive(Debug, Clone, PartialEq)]

@@ -380,35 +380,46 @@ impl Spec {
         self.hashes(data).0
     }
 
-    /// `(row_hash, tracked_hash)` in one pass. Each non-NULL column's name and
-    /// value are hashed on their own, and the column hashes are folded in
-    /// column order through a bijective mix, so two rows that differ in one
-    /// column always differ in the fold. The hashes live only in the
-    /// in-memory key index (never stored) and run for every incoming and
-    /// every indexed row, so the encoding buffer is reused per thread.
+    /// `(row_hash, tracked_hash)` in one pass. Each non-NULL column's name
+    /// and value are encoded one after another (names end in 0xff, which
+    /// UTF-8 never holds, and value encodings delimit themselves, so two
+    /// rows that differ in any column encode differently) and the whole row
+    /// is hashed once: a dozen short hashes folded per row had cost a fifth
+    /// of a narrow merge-on-read run's CPU (docs/performance.md, "Conform in
+    /// place, one hash per row"). The tracked hash is the same encoding of
+    /// the tracked columns only, so it equals the row hash while every
+    /// column is tracked. Key-index snapshots and scd2 briefs store these
+    /// hashes: changing the encoding means bumping their formats. The
+    /// buffers are reused per thread: this runs for every incoming and every
+    /// indexed row.
     pub fn hashes(&self, data: &[Value]) -> (u64, u64) {
-        thread_local!(static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) });
-        fn mix(x: u64) -> u64 {
-            let x = x.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            x ^ (x >> 29)
-        }
-        BUF.with_borrow_mut(|buf| {
-            let (mut row, mut tracked) = (0u64, 0u64);
+        thread_local!(static BUF: std::cell::RefCell<(Vec<u8>, Vec<u8>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) });
+        BUF.with_borrow_mut(|(all, tracked)| {
+            all.clear();
+            tracked.clear();
+            // Whether a non-NULL column left out of tracking has been met:
+            // until then the tracked encoding is `all`'s.
+            let mut partial = false;
             for (i, v) in data.iter().enumerate() {
                 if v.is_null() {
                     continue;
                 }
-                buf.clear();
-                buf.extend_from_slice(self.names[i].as_bytes());
-                buf.push(0xff);
-                v.encode(buf);
-                let h = xxh3_64(buf);
-                row = mix(row ^ h);
-                if self.tracked.get(i).copied().unwrap_or(true) {
-                    tracked = mix(tracked ^ h);
+                let start = all.len();
+                all.extend_from_slice(self.names[i].as_bytes());
+                all.push(0xff);
+                v.encode(all);
+                let is_tracked = self.tracked.get(i).copied().unwrap_or(true);
+                match (is_tracked, partial) {
+                    (true, true) => tracked.extend_from_slice(&all[start..]),
+                    (false, false) => {
+                        partial = true;
+                        tracked.extend_from_slice(&all[..start]);
+                    }
+                    _ => {}
                 }
             }
-            (row, tracked)
+            let row = xxh3_64(all);
+            (row, if partial { xxh3_64(tracked) } else { row })
         })
     }
 

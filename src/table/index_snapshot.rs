@@ -23,9 +23,10 @@ use super::index::{Entry, NO_FILE};
 use crate::merge::{Seq, Summary};
 use crate::value::Value;
 
-const MAGIC: &[u8; 8] = b"CLKIDX02";
-/// Bump (with [`MAGIC`]) when the layout below or what a [`Summary`] means changes.
-const FORMAT: u32 = 2;
+const MAGIC: &[u8; 8] = b"CLKIDX03";
+/// Bump (with [`MAGIC`]) when the layout below or what a [`Summary`] means
+/// changes (3: row hashes over the whole encoded row, [`crate::merge::Spec::hashes`]).
+const FORMAT: u32 = 3;
 /// An entry's bytes besides its key.
 const ENTRY_FIXED: usize = 2 + 4 + 4 + 1 + 8 * 4;
 const TRAILER: usize = 8;

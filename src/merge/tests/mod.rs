@@ -97,6 +97,47 @@ fn exec_of(t: &MemTable, id: i64) -> Vec<i64> {
     t.rows().iter().filter(|v| v.data[ID] == Value::Int(id)).map(|v| v.exec).collect()
 }
 
+/// Change detection's hashes ([`Spec::hashes`]): a NULL column counts as
+/// absent (a column added later leaves stored rows' hashes alone), every
+/// other column changes the row hash, only tracked ones the tracked hash,
+/// and a value cannot pass for its neighbour's.
+#[test]
+fn change_hashes_skip_nulls_and_track_only_tracked_columns() {
+    let sp = spec(Strategy::Scd1);
+    let row = |id: i64, city: &str, seq: i64, m: &str| {
+        vec![Value::Int(id), cell_str(city), Value::Int(seq), cell_str(m)]
+    };
+    let base = sp.hashes(&row(1, "Paris", 1, "x"));
+    assert_eq!(sp.hashes(&row(1, "Paris", 1, "x")), base);
+    // An untracked column: the row hash moves, the tracked one stays.
+    let seq = sp.hashes(&row(1, "Paris", 2, "x"));
+    assert_ne!(seq.0, base.0);
+    assert_eq!(seq.1, base.1);
+    // A tracked column moves both.
+    let city = sp.hashes(&row(1, "Lyon", 1, "x"));
+    assert_ne!(city.0, base.0);
+    assert_ne!(city.1, base.1);
+    // A trailing NULL column is the same as a shorter row.
+    let mut wider = sp.clone();
+    wider.names.push("added".into());
+    wider.tracked.push(true);
+    let mut with_null = row(1, "Paris", 1, "x");
+    with_null.push(Value::Null);
+    assert_eq!(wider.hashes(&with_null), base);
+    // A NULL is not an empty text, and text does not slide between columns.
+    assert_ne!(
+        sp.hashes(&row(1, "", 1, "x")),
+        sp.hashes(&[Value::Int(1), Value::Str("".into()), Value::Int(1), cell_str("x")])
+    );
+    assert_ne!(sp.hashes(&row(1, "ab", 1, "c")).1, sp.hashes(&row(1, "a", 1, "bc")).1);
+    // With every column tracked the two hashes are one.
+    let mut all = sp.clone();
+    all.tracked = vec![true; 4];
+    let h = all.hashes(&row(1, "Paris", 1, "x"));
+    assert_eq!(h.0, h.1);
+    assert_eq!(h.0, base.0);
+}
+
 mod batch;
 mod properties;
 mod scd1;
