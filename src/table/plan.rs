@@ -27,7 +27,7 @@
 //!   written before the next is read, so memory follows the wave, not the
 //!   table ([`waves`]).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::ops::Range;
 
 use super::files::FileMeta;
@@ -98,17 +98,22 @@ pub(super) fn plan_current(
     inserts: bool,
     layout: &Layout,
 ) -> CurrentPlan {
-    let mut rewrite: BTreeSet<u32> = gone.iter().map(|l| l.file).collect();
+    // A run's gone rows lie in a few dozen files: grouped by hash, then the
+    // files put in order (a tree step per row was a serial 3 ms of a narrow
+    // merge-on-read run at 1M keys).
+    let mut by_file: super::FxMap<u32, Vec<u64>> = Default::default();
+    for l in gone {
+        by_file.entry(l.file).or_default().push(l.row as u64);
+    }
+    let mut by_file: Vec<(u32, Vec<u64>)> = by_file.into_iter().collect();
+    by_file.sort_unstable_by_key(|(id, _)| *id);
+    let mut rewrite: BTreeSet<u32> = by_file.iter().map(|(id, _)| *id).collect();
     if inserts {
         rewrite.extend(top_up_target(files, layout));
     }
     let mut masked = vec![];
     if layout.deletion_vectors {
-        let mut rows: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
-        for l in gone {
-            rows.entry(l.file).or_default().push(l.row as u64);
-        }
-        for (id, rows) in rows {
+        for (id, rows) in by_file {
             let f = files[id as usize].as_ref().expect("live file");
             let mut dv = f.dv.as_ref().map(|d| (**d).clone()).unwrap_or_default();
             dv.extend(rows);
