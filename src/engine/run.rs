@@ -358,6 +358,18 @@ struct Commit<'a> {
     stats: &'a Stats,
 }
 
+/// A typed row as the merge takes it.
+fn in_row(r: crate::batch::TypedRow, delete: bool) -> InRow {
+    InRow {
+        data: r.data,
+        delete,
+        order: r.pos,
+        replayed: r.replayed,
+        hashes: None,
+        unavailable: r.unavailable,
+    }
+}
+
 /// The table's row predicates (`filter`, `delete_when`), per row on all
 /// cores, order kept.
 fn filter_rows(
@@ -368,6 +380,23 @@ fn filter_rows(
 ) -> Filtered {
     // Raw rows are kept only when a guardrail may send the whole batch to the dead letters.
     let guarded = t.guardrails.reject_duplicates || t.guardrails.reject_late;
+    if t.filter.is_none() && !guarded {
+        // Every row stays: converted where it lies, on all cores (split
+        // and joined, the rows were copied twice on the caller's thread).
+        use rayon::prelude::*;
+        let rows = rows
+            .into_par_iter()
+            .with_min_len(4096)
+            .map(|r| {
+                let delete = t
+                    .delete_when
+                    .as_ref()
+                    .is_some_and(|d| d.matches(&|p: &[String]| lookup(cols, &r, text, p)));
+                in_row(r, delete)
+            })
+            .collect();
+        return Filtered { rows, raw_by_pos: vec![], filtered: 0 };
+    }
     let parts = crate::par::par_map(crate::par::split(rows, 8), |chunk| {
         let mut f =
             Filtered { rows: Vec::with_capacity(chunk.len()), raw_by_pos: vec![], filtered: 0 };
@@ -387,14 +416,7 @@ fn filter_rows(
                     reason: "guardrail",
                 });
             }
-            f.rows.push(InRow {
-                data: r.data,
-                delete,
-                order: r.pos,
-                replayed: r.replayed,
-                hashes: None,
-                unavailable: r.unavailable,
-            });
+            f.rows.push(in_row(r, delete));
         }
         f
     });
