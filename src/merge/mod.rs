@@ -384,7 +384,7 @@ impl Spec {
     /// and value are encoded one after another (names end in 0xff, which
     /// UTF-8 never holds, and value encodings delimit themselves, so two
     /// rows that differ in any column encode differently) and the whole row
-    /// is hashed once: a dozen short hashes folded per row had cost a fifth
+    /// is hashed once: a dozen short hashes folded per row had cost a tenth
     /// of a narrow merge-on-read run's CPU (docs/performance.md, "Conform in
     /// place, one hash per row"). The tracked hash is the same encoding of
     /// the tracked columns only, so it equals the row hash while every
