@@ -358,8 +358,15 @@ struct Commit<'a> {
     stats: &'a Stats,
 }
 
-/// A typed row as the merge takes it.
-fn in_row(r: crate::batch::TypedRow, delete: bool) -> InRow {
+/// A typed row as the merge takes it: a delete when `delete_when` holds.
+fn in_row(
+    t: &TableConfig,
+    cols: &[(String, crate::value::DType)],
+    r: crate::batch::TypedRow,
+    text: bool,
+) -> InRow {
+    let delete = (t.delete_when.as_ref())
+        .is_some_and(|d| d.matches(&|p: &[String]| lookup(cols, &r, text, p)));
     InRow {
         data: r.data,
         delete,
@@ -384,17 +391,8 @@ fn filter_rows(
         // Every row stays: converted where it lies, on all cores (split
         // and joined, the rows were copied twice on the caller's thread).
         use rayon::prelude::*;
-        let rows = rows
-            .into_par_iter()
-            .with_min_len(4096)
-            .map(|r| {
-                let delete = t
-                    .delete_when
-                    .as_ref()
-                    .is_some_and(|d| d.matches(&|p: &[String]| lookup(cols, &r, text, p)));
-                in_row(r, delete)
-            })
-            .collect();
+        let rows =
+            rows.into_par_iter().with_min_len(4096).map(|r| in_row(t, cols, r, text)).collect();
         return Filtered { rows, raw_by_pos: vec![], filtered: 0 };
     }
     let parts = crate::par::par_map(crate::par::split(rows, 8), |chunk| {
@@ -406,7 +404,6 @@ fn filter_rows(
                 f.filtered += 1;
                 continue;
             }
-            let delete = t.delete_when.as_ref().is_some_and(|d| d.matches(&get));
             if guarded {
                 f.raw_by_pos.push(Unparsable {
                     partition: r.partition,
@@ -416,7 +413,7 @@ fn filter_rows(
                     reason: "guardrail",
                 });
             }
-            f.rows.push(in_row(r, delete));
+            f.rows.push(in_row(t, cols, r, text));
         }
         f
     });
