@@ -225,8 +225,10 @@ impl Envelope {
 /// image's room for stored envelope columns.
 fn envelope(nodes: &[Node<'_>], keep: Option<&[String]>, spare: usize) -> Option<Envelope> {
     let Some(Node::Object { .. }) = nodes.first() else { return None };
-    // Room for the fields kept (`op` and the table's paths): one allocation.
-    let env = Vec::with_capacity(keep.map_or(8, <[String]>::len) + 1);
+    // Room for the fields kept (the table's paths, `op` among them): one
+    // allocation, of the size they take (a row's list is freed only after
+    // its batch commits, so room left over is memory held per row).
+    let env = Vec::with_capacity(keep.map_or(8, <[String]>::len));
     let mut e = Envelope { env, ..Envelope::default() };
     // The last `before` image, read once `op` is known (it comes first).
     let mut before = None;
@@ -251,21 +253,39 @@ fn envelope(nodes: &[Node<'_>], keep: Option<&[String]>, spare: usize) -> Option
     Some(e)
 }
 
+/// A thread's simd-json state, reused from message to message: the copy
+/// of the input (simd-json parses in place), the parser's buffers and the
+/// tape's vector, kept empty between messages (`Tape::reset`).
+struct Parser {
+    input: Vec<u8>,
+    buffers: simd_json::Buffers,
+    tape: simd_json::Tape<'static>,
+}
+
 /// Parses `value` with simd-json (SIMD structural scan into a tape of
 /// nodes) and runs `read` on the tape: about a third faster than
 /// serde_json on CRM envelopes. The input is copied into a per-thread
-/// buffer (simd-json parses in place) and the parser's buffers are reused
-/// across messages. `value` passed [`scan`](super::scan::scan), and
-/// [`cell`] refuses `-0`: nothing `read` keeps reads differently from
-/// serde_json. Anything it refuses takes the general path, which decides
-/// and reports.
+/// buffer and the parser's buffers and tape are reused across messages
+/// (a tape allocated and freed per message was a fiftieth of the Debezium
+/// decode). `value` passed [`scan`](super::scan::scan), and [`cell`]
+/// refuses `-0`: nothing `read` keeps reads differently from serde_json.
+/// Anything it refuses takes the general path, which decides and reports.
 fn with_tape<R>(value: &[u8], read: impl FnOnce(&[Node<'_>]) -> Option<R>) -> Option<R> {
-    thread_local!(static BUF: std::cell::RefCell<(Vec<u8>, simd_json::Buffers)> = std::cell::RefCell::new((Vec::new(), simd_json::Buffers::new(1024))));
-    BUF.with_borrow_mut(|(input, buffers)| {
+    thread_local!(static PARSER: std::cell::RefCell<Parser> = std::cell::RefCell::new(Parser {
+        input: Vec::new(),
+        buffers: simd_json::Buffers::new(1024),
+        tape: simd_json::Tape(Vec::new()),
+    }));
+    PARSER.with_borrow_mut(|Parser { input, buffers, tape }| {
         input.clear();
         input.extend_from_slice(value);
-        let tape = simd_json::to_tape_with_buffers(input, buffers).ok()?;
-        read(&tape.0)
+        let mut filled = std::mem::replace(tape, simd_json::Tape(Vec::new())).reset();
+        let read = match simd_json::fill_tape(input, buffers, &mut filled) {
+            Ok(()) => read(&filled.0),
+            Err(_) => None,
+        };
+        *tape = filled.reset();
+        read
     })
 }
 

@@ -6,7 +6,7 @@
 //! One reference-counted list per layout, instead of a name per field,
 //! costs a row one counter increment rather than one per field, lets the
 //! batch builder recognise a known layout by pointer
-//! (`RawBatch::from_maps`) and move the values into its cells as they are,
+//! (`source::DecodedRows`) and move the values into its cells as they are,
 //! and checks a layout for duplicate names once, not once per row. The
 //! per-field names were a tenth of the Debezium decode's CPU.
 
@@ -84,6 +84,12 @@ pub(super) fn is_dotted(name: &str, record: &str, key: &str) -> bool {
         && name.ends_with(key)
 }
 
+/// The same number for the same layout, while it lives (its address; 0 for
+/// none).
+pub fn layout_id(layout: Option<&Layout>) -> usize {
+    layout.map_or(0, |l| Arc::as_ptr(l).cast::<u8>() as usize)
+}
+
 impl Fields {
     /// Fields with this layout; `values` in its order, one per name.
     pub fn new(names: Layout, values: Vec<Value>) -> Fields {
@@ -118,7 +124,7 @@ impl Fields {
     /// The same number for rows that share a layout, while they live (the
     /// layout's address; 0 for a row without fields).
     pub fn layout_id(&self) -> usize {
-        self.names.as_ref().map_or(0, |l| Arc::as_ptr(l).cast::<u8>() as usize)
+        layout_id(self.names.as_ref())
     }
 
     pub fn values(&self) -> &[Value] {

@@ -30,7 +30,7 @@ mod wrapped;
 use serde_json::Value as J;
 
 use self::envelope::debezium;
-pub use self::fields::{env_name, Fields, Layout};
+pub use self::fields::{env_name, layout_id, Fields, Layout};
 pub use self::json::json_cell;
 use self::scan::{check_depth, check_depth_within};
 pub use self::schema::variable_scale_decimal;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::{RawBatch, RawRow, RawText, Unparsable};
+use super::{DecodedRows, RawBatch, RawRow, RawText, Unparsable};
 use crate::decode::{json_cell, Fields};
 use crate::value::Value;
 
@@ -215,7 +215,7 @@ fn decode_debezium_lines(
 ) -> (RawBatch, usize) {
     use crate::decode::{decode_keeping, Decoded};
     let file = &RawText::job_buffer(file);
-    let mut rows = Vec::with_capacity(lines.len());
+    let mut rows = DecodedRows::with_capacity(lines.len());
     let mut unparsable = vec![];
     let mut truncates = 0;
     for (i, line) in lines.iter().enumerate() {
@@ -228,7 +228,7 @@ fn decode_debezium_lines(
             Ok(Decoded::Row { data, env, declared }) => {
                 // A line that decoded is UTF-8 (both JSON parsers check).
                 let raw = RawText::within(file, line);
-                rows.push((data, RawRow::decoded(0, pos, raw, env, declared)));
+                rows.push(data, RawRow::decoded(0, pos, raw, env, declared));
             }
             Ok(Decoded::Tombstone) => {}
             Ok(Decoded::Truncate) => truncates += 1,
@@ -241,7 +241,7 @@ fn decode_debezium_lines(
             }),
         }
     }
-    let mut batch = RawBatch::from_maps(source.to_string(), rows);
+    let mut batch = rows.into_batch(source.to_string());
     batch.unparsable = unparsable;
     (batch, truncates)
 }
@@ -262,7 +262,7 @@ pub fn read_jsonl(path: &Path, bytes: &bytes::Bytes) -> Result<RawBatch, FileErr
 /// read with replacement characters, as it always was.
 fn decode_json_lines(Lines { source, file, lines }: Lines<'_>) -> RawBatch {
     let file = &RawText::job_buffer(file);
-    let mut objects = Vec::with_capacity(lines.len());
+    let mut objects = DecodedRows::with_capacity(lines.len());
     let mut unparsable = vec![];
     for (i, line) in lines.iter().enumerate() {
         let pos = i as u64 + 1;
@@ -300,7 +300,7 @@ fn decode_json_lines(Lines { source, file, lines }: Lines<'_>) -> RawBatch {
                 }
             },
         };
-        objects.push((
+        objects.push(
             data,
             // The line as it is in the file, unless it had to be made UTF-8.
             RawRow::decoded(
@@ -310,9 +310,9 @@ fn decode_json_lines(Lines { source, file, lines }: Lines<'_>) -> RawBatch {
                 vec![],
                 Default::default(),
             ),
-        ));
+        );
     }
-    let mut batch = RawBatch::from_maps(source.to_string(), objects);
+    let mut batch = objects.into_batch(source.to_string());
     batch.unparsable = unparsable;
     batch
 }

@@ -6,8 +6,11 @@ pub mod chunks;
 pub mod file;
 pub mod kafka;
 pub mod registry;
+mod rows;
 
-use crate::decode::{Fields, Name};
+pub use self::rows::DecodedRows;
+
+use crate::decode::Fields;
 use crate::value::Value;
 
 #[derive(Debug, Clone)]
@@ -30,7 +33,7 @@ pub struct RawRow {
 
 impl RawRow {
     /// A decoded message's or line's row, before its batch places the
-    /// values in cells (`RawBatch::from_maps`): where it came from, its
+    /// values in cells ([`DecodedRows`]): where it came from, its
     /// text, its envelope fields and the types its schema declared.
     pub fn decoded(
         partition: i32,
@@ -136,10 +139,6 @@ impl<'a> From<&'a RawBatch> for std::borrow::Cow<'a, RawBatch> {
 }
 
 impl RawBatch {
-    /// Builds a batch from rows whose columns vary (JSON, Debezium): the
-    /// batch's columns are the union, in order of first appearance.
-    /// Appends another batch's rows (same source), aligning columns by name:
-    /// columns only the other batch has are added, NULL in rows already here.
     /// Moves every row's and dead letter's position on by `lines`: a part
     /// of a file decoded apart from the lines before it.
     pub fn shift_positions(&mut self, lines: u64) {
@@ -150,6 +149,8 @@ impl RawBatch {
         self.unparsable.iter_mut().for_each(|u| u.pos += lines);
     }
 
+    /// Appends another batch's rows (same source), aligning columns by name:
+    /// columns only the other batch has are added, NULL in rows already here.
     pub fn append(&mut self, other: RawBatch) {
         self.unparsable.extend(other.unparsable);
         if self.rows.is_empty() && self.columns.is_empty() {
@@ -205,58 +206,11 @@ impl RawBatch {
         batch
     }
 
+    /// Builds a batch from rows whose columns vary (JSON, Debezium): the
+    /// batch's columns are the union, in order of first appearance (see
+    /// [`DecodedRows`], which the decoders fill directly).
     pub fn from_maps(source: String, rows: Vec<(Fields, RawRow)>) -> RawBatch {
-        let mut columns: Vec<String> = vec![];
-        let mut at: std::collections::HashMap<Name, usize, rustc_hash::FxBuildHasher> =
-            Default::default();
-        // Rows of one schema share a layout (`decode::Fields`): each layout
-        // is mapped to columns once, found by its id (the rows, alive
-        // through this loop, keep every id distinct).
-        let mut layouts: Vec<Vec<usize>> = vec![];
-        let mut by_id: rustc_hash::FxHashMap<usize, usize> = Default::default();
-        let layout_of: Vec<usize> = rows
-            .iter()
-            .map(|(data, _)| {
-                *by_id.entry(data.layout_id()).or_insert_with(|| {
-                    layouts.push(
-                        data.names()
-                            .iter()
-                            .map(|k| {
-                                *at.entry(k.clone()).or_insert_with(|| {
-                                    columns.push(k.to_string());
-                                    columns.len() - 1
-                                })
-                            })
-                            .collect(),
-                    );
-                    layouts.len() - 1
-                })
-            })
-            .collect();
-        let width = columns.len();
-        // The common case: a layout of every column, in column order; its
-        // rows' values become their cells as they are.
-        let in_order: Vec<bool> = layouts
-            .iter()
-            .map(|m| m.len() == width && m.iter().enumerate().all(|(i, &c)| i == c))
-            .collect();
-        let rows = rows
-            .into_iter()
-            .zip(layout_of)
-            .map(|((data, mut r), l)| {
-                r.cells = if in_order[l] {
-                    data.into_values()
-                } else {
-                    let mut cells = vec![Value::Null; width];
-                    for (v, &c) in data.into_values().into_iter().zip(&layouts[l]) {
-                        cells[c] = v;
-                    }
-                    cells
-                };
-                r
-            })
-            .collect();
-        RawBatch { source, columns, rows, text: false, unparsable: vec![] }
+        rows.into_iter().collect::<DecodedRows>().into_batch(source)
     }
 }
 
