@@ -88,7 +88,7 @@ impl Unavailable {
     pub fn matches(&self, v: &Value) -> bool {
         match v {
             Value::Str(s) => *s == self.text || *s == self.base64,
-            Value::Bytes(b) => *b == self.text.as_bytes(),
+            Value::Bytes(b) => **b == *self.text.as_bytes(),
             _ => false,
         }
     }
@@ -353,7 +353,7 @@ fn connect_bytes(v: Value, t: DType, table: TableShape) -> Value {
             if table.debezium && decimal::parse(&s).is_none() =>
         {
             match decimal::from_base64(&s) {
-                Some(u) => Value::Decimal(u, scale as i32),
+                Some(u) => Value::decimal(u, scale as i32),
                 None => Value::Str(s),
             }
         }

@@ -328,10 +328,10 @@ fn types_a_declared_type_change_dead_letters_the_row_and_the_batch_goes_on() {
     let b = declared_rows(
         &["id", "amount"],
         vec![
-            (vec![Value::Int(1), Value::Decimal(1234, 2)], vec![("amount", d(10, 2))]),
-            (vec![Value::Int(2), Value::Decimal(1234, 3)], vec![("amount", d(10, 3))]),
+            (vec![Value::Int(1), Value::decimal(1234, 2)], vec![("amount", d(10, 2))]),
+            (vec![Value::Int(2), Value::decimal(1234, 3)], vec![("amount", d(10, 3))]),
             (vec![Value::Int(3), Value::Str("12.34".into())], vec![("amount", exact(DType::Str))]),
-            (vec![Value::Int(4), Value::Decimal(5, 2)], vec![("amount", d(8, 2))]),
+            (vec![Value::Int(4), Value::decimal(5, 2)], vec![("amount", d(8, 2))]),
         ],
     );
     let c = conform(b, shape(&table), &[], SchemaPolicy::Additive, guard(&["id".into()])).unwrap();
@@ -350,7 +350,7 @@ fn types_a_declared_type_change_dead_letters_the_row_and_the_batch_goes_on() {
     let old = [("id".to_string(), DType::Int), ("amount".to_string(), DType::Float)];
     let b = declared_rows(
         &["id", "amount"],
-        vec![(vec![Value::Int(1), Value::Decimal(1, 2)], vec![("amount", d(10, 2))])],
+        vec![(vec![Value::Int(1), Value::decimal(1, 2)], vec![("amount", d(10, 2))])],
     );
     let legacy = TableShape { exact: false, ..shape(&old) };
     let c = conform(b, legacy, &[], SchemaPolicy::Additive, guard(&["id".into()])).unwrap();
@@ -367,7 +367,7 @@ fn types_a_decimal_whose_precision_grows_at_the_same_scale_widens_the_column() {
     let b = declared_rows(
         &["id", "amount"],
         vec![(
-            vec![Value::Int(1), Value::Decimal(123456789012345678, 2)],
+            vec![Value::Int(1), Value::decimal(123456789012345678, 2)],
             vec![("amount", exact(wide))],
         )],
     );
@@ -383,8 +383,8 @@ fn types_variable_scale_decimals_take_the_configured_scale_and_dead_letter_what_
     let b = declared_rows(
         &["id", "price"],
         vec![
-            (vec![Value::Int(1), Value::Decimal(314159, 5)], vec![("price", vsd())]),
-            (vec![Value::Int(2), Value::Decimal(12345678, 7)], vec![("price", vsd())]),
+            (vec![Value::Int(1), Value::decimal(314159, 5)], vec![("price", vsd())]),
+            (vec![Value::Int(2), Value::decimal(12345678, 7)], vec![("price", vsd())]),
         ],
     );
     let configured = [("price".to_string(), DType::Decimal { precision: 38, scale: 6 })];
@@ -397,7 +397,7 @@ fn types_variable_scale_decimals_take_the_configured_scale_and_dead_letter_what_
     // Without a declaration: decimal(38,18).
     let b = declared_rows(
         &["id", "price"],
-        vec![(vec![Value::Int(1), Value::Decimal(314159, 5)], vec![("price", vsd())])],
+        vec![(vec![Value::Int(1), Value::decimal(314159, 5)], vec![("price", vsd())])],
     );
     let c = conform(b, shape(&[]), &[], SchemaPolicy::Additive, guard(&["id".into()])).unwrap();
     assert_eq!(c.columns[1].1, DType::Decimal { precision: 38, scale: 18 });
@@ -412,7 +412,7 @@ fn types_toast_placeholders_are_marked_unavailable_not_stored() {
             vec![
                 Value::Int(1),
                 Value::Str(Unavailable::DEFAULT.into()),
-                Value::Bytes(Unavailable::DEFAULT.as_bytes().to_vec()),
+                Value::bytes(Unavailable::DEFAULT.as_bytes().to_vec()),
             ],
             vec![],
         )],
@@ -444,10 +444,10 @@ fn types_decimal_and_date_keys_match_exactly() {
     );
     let keys = ["id".to_string(), "d".to_string()];
     let c = conform(b, shape(&table), &table, SchemaPolicy::Additive, guard(&keys)).unwrap();
-    assert_eq!(c.rows[0].data, vec![Value::Decimal(150, 2), Value::Date(-165)]);
+    assert_eq!(c.rows[0].data, vec![Value::decimal(150, 2), Value::Date(-165)]);
     let k1 = crate::merge::key_from(c.rows[0].data.iter()).unwrap();
     let k2 = crate::merge::key_from(
-        [Value::Decimal(15, 1).convert(table[0].1).unwrap(), Value::Date(-165)].iter(),
+        [Value::decimal(15, 1).convert(table[0].1).unwrap(), Value::Date(-165)].iter(),
     )
     .unwrap();
     assert_eq!(k1, k2, "1.5 and 1.50 are one key");

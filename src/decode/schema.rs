@@ -109,7 +109,7 @@ impl Logical {
             Logical::TimeMicros => int.map(|us| Value::Str(format_time(us).into())),
             Logical::TimeNanos => int.map(|ns| Value::Str(format_time(ns.div_euclid(1000)).into())),
             Logical::Decimal => {
-                text.and_then(decimal::from_base64).map(|u| Value::Decimal(u, scale))
+                text.and_then(decimal::from_base64).map(|u| Value::decimal(u, scale))
             }
             Logical::VariableScaleDecimal => None,
         }
@@ -181,7 +181,7 @@ pub(super) fn typed(v: &J, schema: Option<&J>) -> Value {
         Declared::Exact(DType::Binary) => v
             .as_str()
             .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
-            .map(Value::Bytes),
+            .map(Value::bytes),
         Declared::Exact(DType::Str) => {
             Some(Value::Str(v.as_str().map_or_else(|| v.to_compact_string(), Text::from)))
         }
@@ -199,5 +199,5 @@ pub fn variable_scale_decimal(v: &J) -> Option<Value> {
     }
     let scale = i32::try_from(m.get("scale")?.as_i64()?).ok()?;
     let unscaled = decimal::from_base64(m.get("value")?.as_str()?)?;
-    Some(Value::Decimal(unscaled, scale))
+    Some(Value::decimal(unscaled, scale))
 }

@@ -79,7 +79,7 @@ fn debezium_schema_wrapper_maps_logical_types() {
     assert_eq!(get(&data, "created"), &Value::Ts(1_559_729_468_470_000));
     assert_eq!(
         get(&data, "balance"),
-        &Value::Decimal(198608, 2),
+        &Value::decimal(198608, 2),
         "AwfQ = 0x0307d0 = 198608, scale 2"
     );
     assert_eq!(get(&data, "balance").to_string(), "1986.08");
@@ -440,7 +440,7 @@ fn types_a_variable_scale_decimal_without_its_schema_is_still_exact() {
     let Decoded::Row { data, .. } = decode(Format::Debezium, None, Some(msg), &[]).unwrap() else {
         panic!()
     };
-    assert_eq!(get(&data, "price"), &Value::Decimal(314159, 5));
+    assert_eq!(get(&data, "price"), &Value::decimal(314159, 5));
 }
 
 /// A bare `-0` (serde_json: the float -0.0, simd-json: the integer 0) is

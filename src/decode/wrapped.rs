@@ -119,7 +119,7 @@ impl Rule {
             (Fallback::Float, Value::Int(i)) => Value::Float(*i as f64),
             (Fallback::Binary, Value::Str(s)) => {
                 match base64::engine::general_purpose::STANDARD.decode(s) {
-                    Ok(b) => Value::Bytes(b),
+                    Ok(b) => Value::bytes(b),
                     Err(_) => return Ok(()),
                 }
             }

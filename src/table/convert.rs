@@ -131,7 +131,7 @@ pub(super) fn build_array<'a>(t: DType, vals: impl Iterator<Item = &'a Value>) -
         }
         DType::Decimal { precision, scale } => Arc::new(
             vals.map(|v| match v {
-                Value::Decimal(x, s) => crate::value::decimal::rescale(*x, *s, scale as i32),
+                Value::Decimal(x, s) => crate::value::decimal::rescale(x.get(), *s, scale as i32),
                 _ => None,
             })
             .collect::<Decimal128Array>()
@@ -229,11 +229,11 @@ pub fn cell(a: &ArrayRef, i: usize) -> Value {
     } else if let Some(x) = any.downcast_ref::<Date32Array>() {
         Value::Date(x.value(i))
     } else if let Some(x) = any.downcast_ref::<Decimal128Array>() {
-        Value::Decimal(x.value(i), x.scale() as i32)
+        Value::decimal(x.value(i), x.scale() as i32)
     } else if let Some(x) = any.downcast_ref::<BinaryArray>() {
-        Value::Bytes(x.value(i).to_vec())
+        Value::bytes(x.value(i).to_vec())
     } else if let Some(x) = any.downcast_ref::<LargeBinaryArray>() {
-        Value::Bytes(x.value(i).to_vec())
+        Value::bytes(x.value(i).to_vec())
     } else if let Some(x) = any.downcast_ref::<Int16Array>() {
         Value::Int(x.value(i) as i64)
     } else if let Some(x) = any.downcast_ref::<Int8Array>() {

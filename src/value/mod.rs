@@ -153,11 +153,52 @@ pub enum Value {
     /// Days since 1970-01-01.
     Date(i32),
     /// Unscaled value and scale (`Decimal(-1, 2)` is -0.01).
-    Decimal(i128, i32),
-    Bytes(Vec<u8>),
+    Decimal(Unscaled, i32),
+    Bytes(Box<[u8]>),
+}
+
+/// A decimal cell's unscaled value, held as four 32-bit words. Why not an
+/// `i128`: its 16-byte alignment made every cell 32 bytes; held like this
+/// (4-byte aligned, 20 bytes with the scale) the decimal fits beside the
+/// text variant's spare byte and a cell is 24 bytes. A row's cells are
+/// most of what a decoded event holds, and every cell is written once
+/// per run into memory that a run after an idle spell faults in
+/// (docs/performance.md, "24-byte cells").
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Unscaled([u32; 4]);
+
+impl Unscaled {
+    pub fn get(self) -> i128 {
+        let [w0, w1, w2, w3] = self.0.map(u128::from);
+        (w0 | w1 << 32 | w2 << 64 | w3 << 96) as i128
+    }
+}
+
+impl From<i128> for Unscaled {
+    /// The words from least to most significant.
+    fn from(v: i128) -> Unscaled {
+        let v = v as u128;
+        Unscaled([v as u32, (v >> 32) as u32, (v >> 64) as u32, (v >> 96) as u32])
+    }
+}
+
+impl fmt::Debug for Unscaled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.get())
+    }
 }
 
 impl Value {
+    /// A decimal cell: unscaled value and scale.
+    pub fn decimal(unscaled: i128, scale: i32) -> Value {
+        Value::Decimal(unscaled.into(), scale)
+    }
+
+    /// A binary cell.
+    pub fn bytes(b: impl Into<Box<[u8]>>) -> Value {
+        Value::Bytes(b.into())
+    }
+
     pub fn is_null(&self) -> bool {
         matches!(self, Value::Null)
     }
@@ -174,7 +215,7 @@ impl Value {
             Value::Date(_) => DType::Date,
             Value::Decimal(v, s) => {
                 let scale = (*s).clamp(0, decimal::MAX_PRECISION as i32) as u8;
-                let precision = decimal::digits(*v).max(scale as u32).max(1);
+                let precision = decimal::digits(v.get()).max(scale as u32).max(1);
                 DType::Decimal {
                     precision: precision.min(decimal::MAX_PRECISION as u32) as u8,
                     scale,
@@ -207,11 +248,11 @@ impl Value {
             (Float(a), Float(b)) => a.total_cmp(b),
             (Int(a), Float(b)) => (*a as f64).total_cmp(b),
             (Float(a), Int(b)) => a.total_cmp(&(*b as f64)),
-            (Decimal(a, sa), Decimal(b, sb)) => decimal::cmp(*a, *sa, *b, *sb),
-            (Decimal(a, sa), Int(b)) => decimal::cmp(*a, *sa, *b as i128, 0),
-            (Int(a), Decimal(b, sb)) => decimal::cmp(*a as i128, 0, *b, *sb),
-            (Decimal(a, sa), Float(b)) => decimal::to_f64(*a, *sa).total_cmp(b),
-            (Float(a), Decimal(b, sb)) => a.total_cmp(&decimal::to_f64(*b, *sb)),
+            (Decimal(a, sa), Decimal(b, sb)) => decimal::cmp(a.get(), *sa, b.get(), *sb),
+            (Decimal(a, sa), Int(b)) => decimal::cmp(a.get(), *sa, *b as i128, 0),
+            (Int(a), Decimal(b, sb)) => decimal::cmp(*a as i128, 0, b.get(), *sb),
+            (Decimal(a, sa), Float(b)) => decimal::to_f64(a.get(), *sa).total_cmp(b),
+            (Float(a), Decimal(b, sb)) => a.total_cmp(&decimal::to_f64(b.get(), *sb)),
             (Ts(a), Ts(b)) => a.cmp(b),
             (Date(a), Date(b)) => a.cmp(b),
             (Date(a), Ts(b)) => date_to_ts(*a).cmp(b),
@@ -258,7 +299,7 @@ impl Value {
             Value::Decimal(v, s) => {
                 out.push(tag::DECIMAL);
                 out.extend_from_slice(&s.to_be_bytes());
-                out.extend_from_slice(&v.to_be_bytes());
+                out.extend_from_slice(&v.get().to_be_bytes());
             }
             Value::Bytes(b) => {
                 out.push(tag::BYTES);
@@ -296,9 +337,9 @@ impl Value {
                 tag::DATE => Value::Date(i32::from_be_bytes(take(b)?)),
                 tag::DECIMAL => {
                     let s = i32::from_be_bytes(take(b)?);
-                    Value::Decimal(i128::from_be_bytes(take(b)?), s)
+                    Value::decimal(i128::from_be_bytes(take(b)?), s)
                 }
-                tag::BYTES => Value::Bytes(take_n(b)?.to_vec()),
+                tag::BYTES => Value::bytes(take_n(b)?),
                 _ => return None,
             });
         }
@@ -329,22 +370,22 @@ impl Value {
             (Int(i), DType::Float) => Float(i as f64),
             (Float(f), DType::Int) if f.fract() == 0.0 && f.abs() < 9.0e15 => Int(f as i64),
             (Decimal(v, s), DType::Decimal { precision, scale }) => {
-                Decimal(decimal::fit(v, s, precision, scale)?, scale as i32)
+                Value::decimal(decimal::fit(v.get(), s, precision, scale)?, scale as i32)
             }
             (Int(i), DType::Decimal { precision, scale }) => {
-                Decimal(decimal::fit(i as i128, 0, precision, scale)?, scale as i32)
+                Value::decimal(decimal::fit(i as i128, 0, precision, scale)?, scale as i32)
             }
             (Float(f), DType::Decimal { precision, scale }) => {
                 let (v, s) = decimal::from_f64(f).ok_or_else(|| format!("{f} is not a decimal"))?;
-                Decimal(decimal::fit(v, s, precision, scale)?, scale as i32)
+                Value::decimal(decimal::fit(v, s, precision, scale)?, scale as i32)
             }
-            (Decimal(v, s), DType::Int) => Int(decimal::rescale(v, s, 0)
+            (Decimal(v, s), DType::Int) => Int(decimal::rescale(v.get(), s, 0)
                 .and_then(|v| i64::try_from(v).ok())
-                .ok_or_else(|| format!("{} is not an integer", decimal::format(v, s)))?),
+                .ok_or_else(|| format!("{} is not an integer", decimal::format(v.get(), s)))?),
             // Tables written before exact decimals and dates (docs/types.md,
             // tables from older versions): a float column takes decimals as
             // floats, a timestamp column takes dates as their midnight.
-            (Decimal(v, s), DType::Float) => Float(decimal::to_f64(v, s)),
+            (Decimal(v, s), DType::Float) => Float(decimal::to_f64(v.get(), s)),
             (Date(d), DType::Ts) => Ts(date_to_ts(d)),
             (Ts(t), DType::Date) => {
                 Date(ts_to_date(t).ok_or_else(|| format!("{} is not a date", format_ts(t)))?)
@@ -412,7 +453,7 @@ impl fmt::Display for Value {
             Value::Str(s) => f.write_str(s),
             Value::Ts(t) => f.write_str(&format_ts(*t)),
             Value::Date(d) => f.write_str(&format_date(*d)),
-            Value::Decimal(v, s) => f.write_str(&decimal::format(*v, *s)),
+            Value::Decimal(v, s) => f.write_str(&decimal::format(v.get(), *s)),
             Value::Bytes(b) => f.write_str(&base64::engine::general_purpose::STANDARD.encode(b)),
         }
     }
@@ -433,9 +474,9 @@ pub fn parse_as(s: &str, t: DType) -> Option<Value> {
         DType::Time => Value::Str(format_time(parse_time(s)?).into()),
         DType::Decimal { precision, scale } => {
             let (v, sc) = decimal::parse(s)?;
-            Value::Decimal(decimal::fit(v, sc, precision, scale).ok()?, scale as i32)
+            Value::decimal(decimal::fit(v, sc, precision, scale).ok()?, scale as i32)
         }
-        DType::Binary => Value::Bytes(base64::engine::general_purpose::STANDARD.decode(s).ok()?),
+        DType::Binary => Value::bytes(base64::engine::general_purpose::STANDARD.decode(s).ok()?),
     })
 }
 

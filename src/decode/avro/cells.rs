@@ -42,12 +42,12 @@ pub(super) fn cell(v: A, conv: Conv) -> Value {
         }
         (Conv::TimeNanos, A::Long(ns)) => Some(Value::Str(format_time(ns.div_euclid(1000)).into())),
         (Conv::Decimal(scale), A::Bytes(b) | A::Fixed(_, b)) => {
-            decimal::from_be_bytes(b).map(|u| Value::Decimal(u, scale))
+            decimal::from_be_bytes(b).map(|u| Value::decimal(u, scale))
         }
         (Conv::Decimal(scale), A::Decimal(d)) => Vec::<u8>::try_from(d)
             .ok()
             .and_then(|b| decimal::from_be_bytes(&b))
-            .map(|u| Value::Decimal(u, scale)),
+            .map(|u| Value::decimal(u, scale)),
         (Conv::VariableScaleDecimal, A::Record(fields)) => variable_scale_decimal(fields),
         _ => None,
     };
@@ -64,7 +64,7 @@ fn variable_scale_decimal(fields: &[(String, A)]) -> Option<Value> {
             _ => return None,
         }
     }
-    Some(Value::Decimal(unscaled?, scale?))
+    Some(Value::decimal(unscaled?, scale?))
 }
 
 fn unwrap(v: A) -> A {
@@ -87,7 +87,7 @@ pub(super) fn plain(v: A) -> Value {
         A::Float(f) => Value::Float(f.to_string().parse().unwrap_or(f as f64)),
         A::Double(f) => Value::Float(f),
         A::String(s) | A::Enum(_, s) => Value::Str(s.into()),
-        A::Bytes(b) | A::Fixed(_, b) => Value::Bytes(b),
+        A::Bytes(b) | A::Fixed(_, b) => Value::bytes(b),
         A::Uuid(u) => Value::Str(u.to_compact_string()),
         A::Date(d) => Value::Date(d),
         A::TimeMillis(ms) => Value::Str(format_time(ms as i64 * 1000).into()),
@@ -157,16 +157,16 @@ mod tests {
             Value::Str("01:02:03.000001".into())
         );
         assert_eq!(cell(A::Int(1_000), Conv::TimeMillis), Value::Str("00:00:01".into()));
-        assert_eq!(cell(A::Bytes(vec![0xff, 0x85]), Conv::Decimal(2)), Value::Decimal(-123, 2));
-        assert_eq!(cell(A::Fixed(2, vec![0x01, 0x00]), Conv::Decimal(1)), Value::Decimal(256, 1));
+        assert_eq!(cell(A::Bytes(vec![0xff, 0x85]), Conv::Decimal(2)), Value::decimal(-123, 2));
+        assert_eq!(cell(A::Fixed(2, vec![0x01, 0x00]), Conv::Decimal(1)), Value::decimal(256, 1));
         let vsd = A::Record(vec![
             ("scale".into(), A::Int(5)),
             ("value".into(), A::Bytes(vec![0x04, 0xcb, 0x2f])),
         ]);
-        assert_eq!(cell(vsd, Conv::VariableScaleDecimal), Value::Decimal(314_159, 5));
+        assert_eq!(cell(vsd, Conv::VariableScaleDecimal), Value::decimal(314_159, 5));
         assert_eq!(cell(A::Float(1.1), Conv::Plain), Value::Float(1.1));
         assert_eq!(cell(A::Enum(1, "B".into()), Conv::Plain), Value::Str("B".into()));
-        assert_eq!(cell(A::Bytes(vec![1, 2]), Conv::Plain), Value::Bytes(vec![1, 2]));
+        assert_eq!(cell(A::Bytes(vec![1, 2]), Conv::Plain), Value::bytes(vec![1, 2]));
         assert_eq!(cell(A::Long(7), Conv::Unstorable), Value::Null);
         // Not the announced shape: kept as sent, for typing to refuse.
         assert_eq!(cell(A::String("x".into()), Conv::Date), Value::Str("x".into()));

@@ -175,7 +175,7 @@ fn every_column_type_reads_as_the_per_message_path_reads_its_field() {
     let fast = columns(Format::Json, 20, &msgs, &s, None).expect("decoded as columns");
     assert_eq!(fast, one_by_one(Format::Json, &msgs, &s, None));
     let Ok(Decoded::Row { data, .. }) = &fast[7] else { panic!("a row") };
-    assert_eq!(data.get("vsd"), Some(&Value::Decimal(0x0407, 3)));
+    assert_eq!(data.get("vsd"), Some(&Value::decimal(0x0407, 3)));
     assert_eq!(data.get("wide"), Some(&Value::Null), "a decimal no column holds");
     assert_eq!(data.get("dtime"), Some(&Value::Str("00:07:00".into())));
 }

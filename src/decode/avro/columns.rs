@@ -142,16 +142,16 @@ impl<'a> Column<'a> {
             Column::Str(a, _) => Value::Str(a.value(i).into()),
             Column::Bytes(a, _) if a.is_null(i) => Value::Null,
             Column::Bytes(a, Conv::Decimal(scale)) => match decimal::from_be_bytes(a.value(i)) {
-                Some(u) => Value::Decimal(u, *scale),
-                None => Value::Bytes(a.value(i).to_vec()),
+                Some(u) => Value::decimal(u, *scale),
+                None => Value::bytes(a.value(i).to_vec()),
             },
-            Column::Bytes(a, _) => Value::Bytes(a.value(i).to_vec()),
+            Column::Bytes(a, _) => Value::bytes(a.value(i).to_vec()),
             Column::Decimal(a, _) if a.is_null(i) => Value::Null,
-            Column::Decimal(a, scale) => Value::Decimal(a.value(i), *scale),
+            Column::Decimal(a, scale) => Value::decimal(a.value(i), *scale),
             Column::WideDecimal(a, _) if a.is_null(i) => Value::Null,
             Column::WideDecimal(a, scale) => {
                 let u = a.as_primitive::<Decimal256Type>().value(i).to_i128()?;
-                Value::Decimal(u, *scale)
+                Value::decimal(u, *scale)
             }
             Column::VariableScaleDecimal(s) if s.is_null(i) => Value::Null,
             Column::VariableScaleDecimal(s) => {
@@ -160,7 +160,7 @@ impl<'a> Column<'a> {
                 if scale.is_null(i) || value.is_null(i) {
                     return None;
                 }
-                Value::Decimal(decimal::from_be_bytes(value.value(i))?, scale.value(i))
+                Value::decimal(decimal::from_be_bytes(value.value(i))?, scale.value(i))
             }
         })
     }

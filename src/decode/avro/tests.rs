@@ -126,7 +126,7 @@ fn avro_debezium_envelopes_decode_like_their_json_twins() {
         panic!("a row")
     };
     assert_eq!(data, jdata);
-    assert_eq!(data.get("balance"), Some(&Value::Decimal(12_345, 2)));
+    assert_eq!(data.get("balance"), Some(&Value::decimal(12_345, 2)));
     assert_eq!(data.get("modified"), Some(&Value::Ts(-1_000_001)));
     let sorted = |mut e: crate::decode::Env| {
         e.sort_by(|a, b| a.0.cmp(&b.0));
