@@ -39,7 +39,7 @@ pub(super) async fn flush(
         .collect();
     let table = s.runner.cfg.name.clone();
     let span = tracing::info_span!(target: "changelake::daemon", "batch", table = %table, topic = %s.topic, rows = buf.rows.len() + buf.dead.len(), bytes = buf.bytes);
-    let mut batch = RawBatch::from_maps(s.topic.clone(), buf.rows);
+    let mut batch = buf.rows.into_batch(s.topic.clone());
     batch.unparsable = buf.dead;
     let report = commit_with_retries(s, config, batch, &mut marks, &span).await?;
     for m in &marks {

@@ -54,7 +54,7 @@ pub(super) fn route(slots: &mut [Slot], opts: &RunOpts, received: Received) -> V
                 store_envelope(&mut data, &env, &s.store_paths);
                 let mut raw_row = RawRow::decoded(p, off as u64, raw, env, declared);
                 raw_row.replayed = replayed;
-                b.rows.push((data, raw_row));
+                b.rows.push(data, raw_row);
             }
             Ok(Decoded::Tombstone) => {
                 s.tombstones += 1;

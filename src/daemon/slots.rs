@@ -17,7 +17,7 @@ use crate::engine::TableRunner;
 use crate::error::Result;
 use crate::progress::partition_app_id;
 use crate::source::kafka::{partitions, Ctx};
-use crate::source::{RawRow, Unparsable};
+use crate::source::Unparsable;
 use crate::telemetry;
 
 /// The assigned partitions of every topic the loop reads.
@@ -40,7 +40,7 @@ impl PartitionKey {
 /// A table's open batch.
 #[derive(Default)]
 pub(super) struct Buffer {
-    pub(super) rows: Vec<(crate::decode::Fields, RawRow)>,
+    pub(super) rows: crate::source::DecodedRows,
     pub(super) dead: Vec<Unparsable>,
     /// Next offset per partition covered by this buffer.
     pub(super) next: BTreeMap<i32, i64>,

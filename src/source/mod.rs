@@ -10,7 +10,6 @@ mod rows;
 
 pub use self::rows::DecodedRows;
 
-use crate::decode::Fields;
 use crate::value::Value;
 
 #[derive(Debug, Clone)]
@@ -204,13 +203,6 @@ impl RawBatch {
             batch.append(part);
         }
         batch
-    }
-
-    /// Builds a batch from rows whose columns vary (JSON, Debezium): the
-    /// batch's columns are the union, in order of first appearance (see
-    /// [`DecodedRows`], which the decoders fill directly).
-    pub fn from_maps(source: String, rows: Vec<(Fields, RawRow)>) -> RawBatch {
-        rows.into_iter().collect::<DecodedRows>().into_batch(source)
     }
 }
 

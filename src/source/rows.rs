@@ -21,9 +21,17 @@ use crate::value::Value;
 #[derive(Debug, Default)]
 pub struct DecodedRows {
     rows: Vec<RawRow>,
-    /// (first row, layout) of each run of rows with one layout (None: rows
-    /// without fields); rows of a schema share one, so runs are few.
-    runs: Vec<(usize, Option<Layout>)>,
+    /// Each run of rows with one layout; rows of a schema share one, so
+    /// runs are few.
+    runs: Vec<Run>,
+}
+
+/// Rows from `first` to the next run's first that share `layout` (None:
+/// rows without fields).
+#[derive(Debug)]
+struct Run {
+    first: usize,
+    layout: Option<Layout>,
 }
 
 impl DecodedRows {
@@ -33,13 +41,13 @@ impl DecodedRows {
 
     /// A row and its fields: the values become its cells as they are.
     pub fn push(&mut self, data: Fields, mut row: RawRow) {
-        let same = match (self.runs.last(), data.layout()) {
-            (Some((_, Some(last))), Some(l)) => std::sync::Arc::ptr_eq(last, l),
-            (Some((_, None)), None) => true,
+        let same = match (self.runs.last().map(|r| &r.layout), data.layout()) {
+            (Some(Some(last)), Some(l)) => std::sync::Arc::ptr_eq(last, l),
+            (Some(None), None) => true,
             _ => false,
         };
         if !same {
-            self.runs.push((self.rows.len(), data.layout().cloned()));
+            self.runs.push(Run { first: self.rows.len(), layout: data.layout().cloned() });
         }
         row.cells = data.into_values();
         self.rows.push(row);
@@ -67,7 +75,7 @@ impl DecodedRows {
         let mut maps: Vec<Vec<usize>> = vec![];
         let run_maps: Vec<usize> = runs
             .iter()
-            .map(|(_, layout)| {
+            .map(|Run { layout, .. }| {
                 let names: &[Name] = layout.as_deref().unwrap_or(&[]);
                 *mapped.entry(layout_id(layout.as_ref())).or_insert_with(|| {
                     maps.push(
@@ -86,12 +94,12 @@ impl DecodedRows {
             })
             .collect();
         let width = columns.len();
-        for (i, (first, _)) in runs.iter().enumerate() {
+        for (i, Run { first, .. }) in runs.iter().enumerate() {
             let map = &maps[run_maps[i]];
             if map.len() == width && map.iter().enumerate().all(|(i, &c)| i == c) {
                 continue;
             }
-            let end = runs.get(i + 1).map_or(rows.len(), |(next, _)| *next);
+            let end = runs.get(i + 1).map_or(rows.len(), |next| next.first);
             for r in &mut rows[*first..end] {
                 let mut cells = vec![Value::Null; width];
                 for (v, &c) in r.cells.drain(..).zip(map) {

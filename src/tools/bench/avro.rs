@@ -16,7 +16,7 @@ use changelake::config::Format;
 use changelake::decode::avro::{decode_run, Message, Schemas, WriterSchema, MAGIC};
 use changelake::decode::{store_envelope, Decoded};
 use changelake::error::{Error, Result};
-use changelake::source::{RawBatch, RawRow, RawText, Unparsable};
+use changelake::source::{DecodedRows, RawBatch, RawRow, RawText, Unparsable};
 use serde_json::{json, Value as J};
 
 /// The id the bench's one writer schema has.
@@ -228,7 +228,7 @@ impl AvroBatches {
             all.chunks(CHUNK).enumerate().map(|(i, c)| (i * CHUNK, c)).collect();
         let parts = changelake::par::par_map(chunks, |(first, chunk)| {
             let buf = &RawText::job_buffer(&frames.buf);
-            let mut rows = Vec::with_capacity(chunk.len());
+            let mut rows = DecodedRows::with_capacity(chunk.len());
             let mut unparsable = vec![];
             let messages: Vec<Message<'_>> =
                 chunk.iter().map(|f| Message { key: None, value: Some(f) }).collect();
@@ -239,7 +239,7 @@ impl AvroBatches {
                     Ok(Decoded::Row { mut data, env, declared }) => {
                         store_envelope(&mut data, &env, store_paths);
                         let raw = RawText::within(buf, frame);
-                        rows.push((data, RawRow::decoded(0, pos, raw, env, declared)));
+                        rows.push(data, RawRow::decoded(0, pos, raw, env, declared));
                     }
                     Ok(_) => {}
                     Err(r) => unparsable.push(Unparsable {
@@ -251,7 +251,7 @@ impl AvroBatches {
                     }),
                 }
             }
-            let mut b = RawBatch::from_maps(source.to_string(), rows);
+            let mut b = rows.into_batch(source.to_string());
             b.unparsable = unparsable;
             b
         });
