@@ -70,7 +70,7 @@ impl DecodedRows {
         let mut columns: Vec<String> = vec![];
         let mut at: FxHashMap<Name, usize> = FxHashMap::default();
         // Each distinct layout mapped to column positions once, by address
-        // (the rows, alive here, keep the addresses distinct).
+        // (the runs hold their layouts, so no address is reused meanwhile).
         let mut mapped: FxHashMap<usize, usize> = FxHashMap::default();
         let mut maps: Vec<Vec<usize>> = vec![];
         let run_maps: Vec<usize> = runs
