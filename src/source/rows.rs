@@ -112,15 +112,6 @@ impl DecodedRows {
     }
 }
 
-impl FromIterator<(Fields, RawRow)> for DecodedRows {
-    fn from_iter<I: IntoIterator<Item = (Fields, RawRow)>>(pairs: I) -> DecodedRows {
-        let pairs = pairs.into_iter();
-        let mut rows = DecodedRows::with_capacity(pairs.size_hint().0);
-        pairs.for_each(|(data, row)| rows.push(data, row));
-        rows
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,10 +169,9 @@ mod tests {
     #[test]
     fn rows_in_column_order_keep_their_values_where_they_are() {
         let ab: Layout = vec![Name::from("a"), Name::from("b")].into();
-        let batch: RawBatch = [(fields(&ab, vec![Value::Int(1), Value::Null]), row(1))]
-            .into_iter()
-            .collect::<DecodedRows>()
-            .into_batch("s".into());
+        let mut rows = DecodedRows::with_capacity(1);
+        rows.push(fields(&ab, vec![Value::Int(1), Value::Null]), row(1));
+        let batch = rows.into_batch("s".into());
         assert_eq!(batch.columns, vec!["a", "b"]);
         assert_eq!(batch.rows[0].cells.len(), 2);
         assert!(batch.rows[0].cells[0].same(&Value::Int(1)) && batch.rows[0].cells[1].is_null());

@@ -164,7 +164,7 @@ pub enum Value {
 /// most of what a decoded event holds, and every cell is written once
 /// per run into memory that a run after an idle spell faults in
 /// (docs/performance.md, "24-byte cells").
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy)]
 pub struct Unscaled([u32; 4]);
 
 impl Unscaled {
