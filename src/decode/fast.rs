@@ -19,11 +19,9 @@
 use simd_json::{Node, StaticNode};
 
 use super::envelope::key_fallback;
-use super::fields::is_dotted;
+use super::fields::{is_dotted, RowNames};
 use super::wrapped::Record;
-use super::{
-    env_name, store_envelope, DeclaredTypes, Decoded, Env, Fields, Layout, Message, Name, Op,
-};
+use super::{env_name, store_envelope, DeclaredTypes, Decoded, Env, Fields, Message, Op};
 use crate::config::Format;
 use crate::value::Value;
 
@@ -130,12 +128,6 @@ fn fields<'t, 'i>(nodes: &'t [Node<'i>]) -> impl Iterator<Item = (&'i str, &'t [
     })
 }
 
-thread_local! {
-    /// The layout of the last row this thread decoded: the next row of the
-    /// same schema shares it (see `decode::Fields`).
-    static ROW_LAYOUT: std::cell::RefCell<Option<Layout>> = const { std::cell::RefCell::new(None) };
-}
-
 /// A row: a JSON object's fields as cells, in document order, with room
 /// for `spare` more (the envelope columns a table stores beside the
 /// fields, which `store_envelope` adds); Some(None) for JSON null (a
@@ -148,37 +140,16 @@ fn row(nodes: &[Node<'_>], spare: usize) -> Option<Option<Fields>> {
         _ => return None,
     };
     let mut values: Vec<Value> = Vec::with_capacity(len + spare);
-    // Taken out while the fields are read, so nothing can hold it twice.
-    let cached = ROW_LAYOUT.take();
-    let known: &[Name] = cached.as_deref().unwrap_or(&[]);
-    // The names, once they differ from the cached layout's.
-    let mut names: Option<Vec<Name>> = None;
+    let mut names = RowNames::start();
     for (k, v) in fields(nodes) {
-        match &mut names {
-            None if known.get(values.len()).is_some_and(|n| **n == *k) => {}
-            None => {
-                let mut n = known[..values.len()].to_vec();
-                n.push(Name::from(k));
-                names = Some(n);
-            }
-            Some(n) => n.push(Name::from(k)),
-        }
+        names.push(k);
         push_cell(v, &mut values)?;
     }
-    let layout: Layout = match names {
-        Some(n) => n.into(),
-        None if known.len() == values.len() => match cached {
-            Some(c) => c,
-            None => Layout::from([]),
-        },
-        None => known[..values.len()].into(),
-    };
-    ROW_LAYOUT.set(Some(layout.clone()));
-    Some(Some(Fields::new(layout, values)))
+    Some(Some(Fields::new(names.finish(), values)))
 }
 
 /// Is `prefix.k` one of `paths`?
-fn listed(paths: &[String], prefix: &str, k: &str) -> bool {
+pub(super) fn listed(paths: &[String], prefix: &str, k: &str) -> bool {
     paths.iter().any(|p| is_dotted(p, prefix, k))
 }
 
@@ -199,17 +170,32 @@ fn env_field(name: &str, value: &[Node<'_>], keep: Option<&[String]>, out: &mut 
     Some(())
 }
 
+/// What a reader takes from an envelope before `op` says which image is
+/// the row.
 #[derive(Default)]
-struct Envelope {
-    before: Option<Fields>,
-    after: Option<Fields>,
-    env: Env,
+pub(super) struct Envelope {
+    pub before: Option<Fields>,
+    pub after: Option<Fields>,
+    pub env: Env,
     /// `schema`/`payload` wrapper present: the general path handles it.
-    wrapped: bool,
+    pub wrapped: bool,
+}
+
+/// Is envelope field `key` skipped? Only with `Some(paths)` in `keep`, and
+/// never `op`: a field no path names, itself or as the record of a dotted
+/// path (`source` for `source.lsn`).
+pub(super) fn skipped(keep: Option<&[String]>, key: &str) -> bool {
+    key != "op"
+        && keep.is_some_and(|p| {
+            !p.iter().any(|p| {
+                p.as_str() == key
+                    || (p.starts_with(key) && p.as_bytes().get(key.len()) == Some(&b'.'))
+            })
+        })
 }
 
 impl Envelope {
-    fn op(&self) -> Option<&str> {
+    pub(super) fn op(&self) -> Option<&str> {
         self.env.iter().find_map(|(n, v)| match v {
             Value::Str(op) if **n == *"op" => Some(op.as_str()),
             _ => None,
@@ -237,13 +223,7 @@ fn envelope(nodes: &[Node<'_>], keep: Option<&[String]>, spare: usize) -> Option
             "before" => before = Some(v),
             "after" => e.after = row(v, spare)?,
             "schema" | "payload" => e.wrapped = true,
-            _ if k != "op"
-                && keep.is_some_and(|p| {
-                    !p.iter().any(|p| {
-                        p.as_str() == k
-                            || (p.starts_with(k) && p.as_bytes().get(k.len()) == Some(&b'.'))
-                    })
-                }) => {}
+            _ if skipped(keep, k) => {}
             _ => env_field(k, v, keep.filter(|_| k != "op"), &mut e.env)?,
         }
     }
@@ -297,11 +277,38 @@ pub(super) fn object_fields(value: &[u8]) -> Option<Fields> {
     with_tape(value, |nodes| row(nodes, 0)?)
 }
 
-/// Decodes a message on the fast path; None: the general path decides.
-/// A message with the JSON converter's schema wrapper is split from its
-/// schema and typed by it ([`wrapped`](super::wrapped)).
+/// Which reader parses a message on the fast path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reader {
+    /// [`direct`](super::direct), tried first: it checks what the scans
+    /// look for as it reads (nesting beyond `max_depth` levels, NUL, lone
+    /// surrogates) and gives up on those and on anything unusual.
+    Direct { max_depth: usize },
+    /// simd-json's tape, for a message that passed the scans.
+    Tape,
+}
+
+/// Decodes a message on the fast path, as production does (the direct
+/// reader, then the tape); None: the general path decides. A message with
+/// the JSON converter's schema wrapper is split from its schema and typed
+/// by it ([`wrapped`](super::wrapped)).
 #[cfg(test)]
 pub fn decode(
+    format: Format,
+    key: Option<&[u8]>,
+    value: &[u8],
+    store_paths: &[String],
+    keep: Option<&[String]>,
+) -> Option<Result<Decoded, String>> {
+    let direct = Reader::Direct { max_depth: super::MAX_DEPTH };
+    decode_with(direct, format, key, value, store_paths, keep)
+        .or_else(|| decode_with(Reader::Tape, format, key, value, store_paths, keep))
+}
+
+/// [`decode`] by one reader only.
+#[cfg(test)]
+pub fn decode_with(
+    reader: Reader,
     format: Format,
     key: Option<&[u8]>,
     value: &[u8],
@@ -311,24 +318,36 @@ pub fn decode(
     let split = super::wrapped::split(value);
     let parsed = split.as_ref().map_or(value, |s| s.payload);
     let simd_differs = super::scan::scan(parsed).simd_differs;
-    decode_split(format, key, Message { value, split, simd_differs }, store_paths, keep)
+    let message = Message { value, split, simd_differs };
+    decode_split(reader, format, key, &message, store_paths, keep)
 }
 
 /// [`decode`] of a message whose schema wrapper, if any, is already split
-/// off; without one, the value is parsed whole.
-pub fn decode_split(
+/// off; without one, the value is parsed whole. The tape reader takes a
+/// message only once it passed the scans.
+pub(super) fn decode_split(
+    reader: Reader,
     format: Format,
     key: Option<&[u8]>,
-    Message { value, split, simd_differs }: Message<'_>,
+    Message { value, split, simd_differs }: &Message<'_>,
     store_paths: &[String],
     keep: Option<&[String]>,
 ) -> Option<Result<Decoded, String>> {
-    if simd_differs {
+    if reader == Reader::Tape && *simd_differs {
         return None;
     }
+    let spare = store_paths.len();
     let (schema, value) = match split {
-        Some(s) => (Some(s.schema), s.payload),
-        None => (None, value),
+        Some(s) => (Some(&s.schema), s.payload),
+        None => (None, *value),
+    };
+    let row = || match reader {
+        Reader::Direct { max_depth } => super::direct::object_fields(value, max_depth),
+        Reader::Tape => object_fields(value),
+    };
+    let envelope = || match reader {
+        Reader::Direct { max_depth } => super::direct::envelope(value, max_depth, keep, spare),
+        Reader::Tape => with_tape(value, |nodes| envelope(nodes, keep, spare)),
     };
     let typed = |record: Record, data: Fields| match &schema {
         Some(s) => Some((s.type_row(record, data)?, s.declared(record))),
@@ -336,7 +355,7 @@ pub fn decode_split(
     };
     match format {
         Format::Json => {
-            let data = object_fields(value)?;
+            let data = row()?;
             if data.len() == 2 && data.names().iter().all(|n| &**n == "schema" || &**n == "payload")
             {
                 return None; // the schema wrapper in another shape: the general path types it
@@ -345,7 +364,7 @@ pub fn decode_split(
             Some(Ok(Decoded::Row { data, env: vec![], declared }))
         }
         Format::Debezium => {
-            let e = with_tape(value, |nodes| envelope(nodes, keep, store_paths.len()))?;
+            let e = envelope()?;
             if e.wrapped {
                 return None;
             }

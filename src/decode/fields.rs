@@ -84,6 +84,63 @@ pub(super) fn is_dotted(name: &str, record: &str, key: &str) -> bool {
         && name.ends_with(key)
 }
 
+thread_local! {
+    /// The layout of the last row this thread decoded: the next row of the
+    /// same schema shares it (see [`RowNames`]).
+    static ROW_LAYOUT: RefCell<Option<Layout>> = const { RefCell::new(None) };
+}
+
+/// A row's field names as a decoder reads them, matched against the
+/// layout of the row this thread decoded before it: rows of one schema
+/// share that layout, and names are built only from the first field
+/// that differs. Both JSON readers (`direct`, `fast`) name rows with it.
+pub(super) struct RowNames {
+    /// Taken out of [`ROW_LAYOUT`] while the fields are read, so nothing
+    /// can hold it twice; a row given up on leaves it empty.
+    cached: Option<Layout>,
+    /// The names read so far, once they differ from the cached layout's.
+    names: Option<Vec<Name>>,
+    len: usize,
+}
+
+impl RowNames {
+    pub(super) fn start() -> RowNames {
+        RowNames { cached: ROW_LAYOUT.take(), names: None, len: 0 }
+    }
+
+    /// How many fields the row before had: room to make for this one.
+    pub(super) fn expected(&self) -> usize {
+        self.cached.as_ref().map_or(0, |c| c.len())
+    }
+
+    /// The next field's name.
+    pub(super) fn push(&mut self, key: &str) {
+        let known: &[Name] = self.cached.as_deref().unwrap_or(&[]);
+        match &mut self.names {
+            None if known.get(self.len).is_some_and(|n| **n == *key) => {}
+            None => {
+                let mut n = known[..self.len].to_vec();
+                n.push(Name::from(key));
+                self.names = Some(n);
+            }
+            Some(n) => n.push(Name::from(key)),
+        }
+        self.len += 1;
+    }
+
+    /// The row's layout, kept for the next row.
+    pub(super) fn finish(self) -> Layout {
+        let layout: Layout = match (self.names, self.cached) {
+            (Some(n), _) => n.into(),
+            (None, Some(c)) if c.len() == self.len => c,
+            (None, Some(c)) => c[..self.len].into(),
+            (None, None) => Layout::from([]),
+        };
+        ROW_LAYOUT.set(Some(layout.clone()));
+        layout
+    }
+}
+
 /// The same number for the same layout, while it lives (its address; 0 for
 /// none).
 pub fn layout_id(layout: Option<&Layout>) -> usize {

@@ -11,12 +11,15 @@
 //! The pieces: `json` maps JSON values to cells (and flat rows), `envelope`
 //! decodes Debezium envelopes, `schema` types their values by the Kafka
 //! Connect schema when one is attached, and `fast` is the hot path that
-//! deserialises the common shapes straight into cells; the general path
-//! (`serde_json::Value` first) decides and reports everything else.
+//! deserialises the common shapes straight into cells: by `direct`, a
+//! one-pass reader of the bytes, and where it gives up by simd-json's
+//! tape; the general path (`serde_json::Value` first) decides and reports
+//! everything else.
 //! `fields` is what every path produces: a row's values with its field
 //! names as one layout shared by the rows of a schema.
 
 pub mod avro;
+mod direct;
 mod envelope;
 mod fast;
 mod fields;
@@ -30,6 +33,7 @@ mod wrapped;
 use serde_json::Value as J;
 
 use self::envelope::debezium;
+use self::fast::Reader;
 pub use self::fields::{env_name, layout_id, Fields, Layout};
 pub use self::json::json_cell;
 use self::scan::{check_depth, check_depth_within};
@@ -243,11 +247,15 @@ pub fn env_paths(t: &crate::config::TableConfig, format: Format) -> Vec<String> 
     p
 }
 
-/// A flat JSON object's fields as cells (file sources' `type: jsonl`), by
-/// the SIMD parser; None when it is anything else or anything the SIMD
-/// parser reads differently (see [`scan::Scan`]), for the caller's
-/// general parser to decide and report.
+/// A flat JSON object's fields as cells (file sources' `type: jsonl`): by
+/// the direct reader, else by the SIMD parser once the scans allow it;
+/// None when it is anything else or anything the SIMD parser reads
+/// differently (see [`scan::Scan`]), for the caller's general parser to
+/// decide and report.
 pub fn flat_object(value: &[u8]) -> Option<Fields> {
+    if let Some(row) = direct::object_fields(value, MAX_DEPTH) {
+        return Some(row);
+    }
     check_depth(value).ok()?;
     if scan::scan(value).simd_differs {
         return None;
@@ -277,6 +285,17 @@ pub fn decode_keeping(
         Some(s) => (s.payload, MAX_DEPTH - 1),
         None => (value, MAX_DEPTH),
     };
+    // The key is parsed only as a fallback for deletes; a hostile key must not reach it.
+    let key = key.filter(|k| check_depth(k).is_ok());
+    let mut message = Message { value, split, simd_differs: false };
+    // The direct reader meets what the scans look for as it reads: only a
+    // message it gives up on is scanned.
+    let direct = Reader::Direct { max_depth };
+    if let Some(decoded) =
+        guarded(|| fast::decode_split(direct, format, key, &message, store_paths, keep))
+    {
+        return decoded;
+    }
     check_depth_within(checked, max_depth)
         .map_err(|e| Rejected::malformed(format!("not decoded: {e}")))?;
     let scanned = scan::scan(checked);
@@ -285,13 +304,7 @@ pub fn decode_keeping(
         // never CRM data): refused whole, raw or escaped.
         return Err(Rejected::malformed("not decoded: contains a NUL character"));
     }
-    let message = Message { value, split, simd_differs: scanned.simd_differs };
-    if let Some(k) = key {
-        // The key is parsed only as a fallback for deletes; a hostile key must not reach it.
-        if check_depth(k).is_err() {
-            return decode_guarded(format, None, message, store_paths, keep);
-        }
-    }
+    message.simd_differs = scanned.simd_differs;
     decode_guarded(format, key, message, store_paths, keep)
 }
 
@@ -305,8 +318,8 @@ struct Message<'a> {
     simd_differs: bool,
 }
 
-/// Decodes with a panic guard: a decoder bug costs one message (dead
-/// letter, reason `internal`), never the process.
+/// Decodes on the tape, else by the general path, with a panic guard (see
+/// [`guarded`]).
 fn decode_guarded(
     format: Format,
     key: Option<&[u8]>,
@@ -314,25 +327,38 @@ fn decode_guarded(
     store_paths: &[String],
     keep: Option<&[String]>,
 ) -> Result<Decoded, Rejected> {
-    let value = message.value;
-    // Unwind-safe in fact: a compiled schema's only mutable part is its
-    // per-layout rule cache, replaced whole, so a panic leaves it valid.
-    let attempt = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        if let Some(d) = fast::decode_split(format, key, message, store_paths, keep) {
-            return d;
+    let decoded = guarded(|| {
+        if let Some(d) = fast::decode_split(Reader::Tape, format, key, &message, store_paths, keep)
+        {
+            return Some(d);
         }
-        let v: J = serde_json::from_slice(value).map_err(|e| format!("not JSON: {e}"))?;
-        match format {
+        let v: J = match serde_json::from_slice(message.value) {
+            Ok(v) => v,
+            Err(e) => return Some(Err(format!("not JSON: {e}"))),
+        };
+        Some(match format {
             Format::Json => json::flat_row(v),
             Format::Debezium => debezium(v, key, store_paths),
+        })
+    });
+    decoded.unwrap_or_else(|| Err(Rejected::malformed("not decoded")))
+}
+
+/// Runs a decoder with a panic guard: a decoder bug costs one message
+/// (dead letter, reason `internal`), never the process. A row naming a
+/// field twice is refused here, whichever decoder read it. None: the
+/// decoder gave the message up.
+fn guarded(
+    decode: impl FnOnce() -> Option<Result<Decoded, String>>,
+) -> Option<Result<Decoded, Rejected>> {
+    // Unwind-safe in fact: a compiled schema's only mutable part is its
+    // per-layout rule cache, replaced whole, so a panic leaves it valid.
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode)) {
+        Ok(Some(Ok(Decoded::Row { data, .. }))) if data.has_duplicate() => {
+            Some(Err(Rejected::malformed("a field appears twice in the row")))
         }
-    }));
-    match attempt {
-        Ok(Ok(Decoded::Row { data, .. })) if data.has_duplicate() => {
-            Err(Rejected::malformed("a field appears twice in the row"))
-        }
-        Ok(d) => d.map_err(Rejected::malformed),
-        Err(panic) => Err(Rejected::panicked(&panic)),
+        Ok(d) => d.map(|d| d.map_err(Rejected::malformed)),
+        Err(panic) => Some(Err(Rejected::panicked(&panic))),
     }
 }
 
