@@ -9,20 +9,20 @@
 //! values it keeps. On the bench's narrow Debezium messages that parse
 //! alone was about half the decode (docs/performance.md, "The direct
 //! reader"). Here a value nobody reads is passed over (a string by a
-//! vectorised search for its closing quote) and a kept one becomes its
-//! cell as it is read.
+//! search for its closing quote, a word at a time) and a kept one becomes
+//! its cell as it is read.
 //!
 //! It takes only what it is sure of. Anything else returns None and the
 //! tape path reads the message as before: a control character anywhere
 //! (so a message split over lines, or text the parsers must refuse), a
 //! key with an escape, an integer beyond i64 or a float beyond f64. A
 //! nested value where a cell is kept (an array column) is parsed on its
-//! own by serde_json, as the general path would. It also gives up on what the byte
-//! scans look for (`scan`: nesting too deep, NUL, a lone surrogate
-//! escape), which it meets as it reads: a message it takes needs no scan
-//! before it, and one it gives up on is scanned, then read from the tape.
-//! The general path (serde_json) stays the reference; the tests hold both
-//! readers to it on the same inputs (`decode/tests.rs`).
+//! own by serde_json, as the general path would. It also gives up on
+//! what the byte scans look for (`scan`: nesting too deep, NUL, a lone
+//! surrogate escape), which it meets as it reads: a message it takes
+//! needs no scan before it, and one it gives up on is scanned, then read
+//! from the tape. The general path (serde_json) stays the reference; the
+//! tests hold both readers to it on the same inputs (`decode/tests.rs`).
 
 use super::fast::{listed, skipped, Envelope};
 use super::fields::RowNames;
@@ -56,7 +56,7 @@ pub(super) fn envelope(
     };
     // Where the last `before` image starts: read once `op` (after it) is known.
     let mut before = None;
-    c.object(|c, key| {
+    let read = c.object(|c, key| {
         match key {
             "before" => {
                 c.spaces();
@@ -75,11 +75,11 @@ pub(super) fn envelope(
             _ if skipped(keep, key) => c.skip(),
             _ => c.env_field(key, keep.filter(|_| key != "op"), &mut e.env),
         }
-    })
-    .or_else(|| e.wrapped.then_some(()))?;
+    });
     if e.wrapped {
         return Some(e);
     }
+    read?;
     c.end()?;
     if let (Some(at), Some("d")) = (before, e.op()) {
         c.at = at;
@@ -88,8 +88,9 @@ pub(super) fn envelope(
     Some(e)
 }
 
-/// A position in a message known to be UTF-8 without control characters
-/// (so the only whitespace between tokens is the space).
+/// A position in a message known to be UTF-8. The only whitespace it
+/// passes between tokens is the space: any other is a control character,
+/// which it leaves to the tape path.
 struct Cursor<'a> {
     text: &'a str,
     at: usize,
@@ -267,22 +268,16 @@ impl<'a> Cursor<'a> {
         self.spaces();
         match self.peek()? {
             b'"' => self.skip_string(),
-            b'{' | b'[' if self.nest == 0 => None,
-            b'{' => {
-                self.nest -= 1;
-                self.object(|c, _| c.skip())?;
+            open @ (b'{' | b'[') => {
+                self.nest = self.nest.checked_sub(1)?;
+                match open {
+                    b'{' => self.object(|c, _| c.skip())?,
+                    _ => self.skip_array()?,
+                }
                 self.nest += 1;
                 Some(())
             }
-            b'[' => {
-                self.nest -= 1;
-                self.skip_array()?;
-                self.nest += 1;
-                Some(())
-            }
-            b't' => self.literal("true", Value::Null).map(drop),
-            b'f' => self.literal("false", Value::Null).map(drop),
-            b'n' => self.literal("null", Value::Null).map(drop),
+            b't' | b'f' | b'n' => self.cell().map(drop),
             _ => self.number().map(drop),
         }
     }

@@ -3,7 +3,8 @@
 //! simd-json's tape — no intermediate `serde_json::Value` tree per
 //! message. Anything unusual (invalid JSON, a row that is not an object)
 //! returns None and takes the general path, which also produces the error
-//! messages.
+//! messages. `decode_split` runs either reader: the direct one
+//! (`direct`) first, then this tape for what it gives up on.
 //!
 //! Why the tape and not serde visitors over it: the tape is a flat list of
 //! nodes (an object's node says how many follow), so a message is read by

@@ -292,9 +292,9 @@ pub fn decode_keeping(
     // message it gives up on is scanned.
     let direct = Reader::Direct { max_depth };
     if let Some(decoded) =
-        guarded(|| fast::decode_split(direct, format, key, &message, store_paths, keep))
+        guarded(|| fast::decode_split(direct, format, key, &message, store_paths, keep))?
     {
-        return decoded;
+        return refused_or_row(decoded);
     }
     check_depth_within(checked, max_depth)
         .map_err(|e| Rejected::malformed(format!("not decoded: {e}")))?;
@@ -330,35 +330,35 @@ fn decode_guarded(
     let decoded = guarded(|| {
         if let Some(d) = fast::decode_split(Reader::Tape, format, key, &message, store_paths, keep)
         {
-            return Some(d);
+            return d;
         }
-        let v: J = match serde_json::from_slice(message.value) {
-            Ok(v) => v,
-            Err(e) => return Some(Err(format!("not JSON: {e}"))),
-        };
-        Some(match format {
+        let v: J = serde_json::from_slice(message.value).map_err(|e| format!("not JSON: {e}"))?;
+        match format {
             Format::Json => json::flat_row(v),
             Format::Debezium => debezium(v, key, store_paths),
-        })
-    });
-    decoded.unwrap_or_else(|| Err(Rejected::malformed("not decoded")))
+        }
+    })?;
+    refused_or_row(decoded)
 }
 
 /// Runs a decoder with a panic guard: a decoder bug costs one message
-/// (dead letter, reason `internal`), never the process. A row naming a
-/// field twice is refused here, whichever decoder read it. None: the
-/// decoder gave the message up.
-fn guarded(
-    decode: impl FnOnce() -> Option<Result<Decoded, String>>,
-) -> Option<Result<Decoded, Rejected>> {
+/// (dead letter, reason `internal`), never the process.
+fn guarded<T>(decode: impl FnOnce() -> T) -> Result<T, Rejected> {
     // Unwind-safe in fact: a compiled schema's only mutable part is its
     // per-layout rule cache, replaced whole, so a panic leaves it valid.
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode)) {
-        Ok(Some(Ok(Decoded::Row { data, .. }))) if data.has_duplicate() => {
-            Some(Err(Rejected::malformed("a field appears twice in the row")))
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode))
+        .map_err(|panic| Rejected::panicked(&panic))
+}
+
+/// A decoder's answer as a dead-letter reason where it refused the
+/// message; a row naming a field twice is refused here, whichever
+/// decoder read it.
+fn refused_or_row(decoded: Result<Decoded, String>) -> Result<Decoded, Rejected> {
+    match decoded {
+        Ok(Decoded::Row { data, .. }) if data.has_duplicate() => {
+            Err(Rejected::malformed("a field appears twice in the row"))
         }
-        Ok(d) => d.map(|d| d.map_err(Rejected::malformed)),
-        Err(panic) => Some(Err(Rejected::panicked(&panic))),
+        d => d.map_err(Rejected::malformed),
     }
 }
 
