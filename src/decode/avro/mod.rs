@@ -11,8 +11,7 @@
 //! fed JSON.
 
 mod cells;
-mod columnar;
-mod columns;
+mod direct;
 mod plan;
 
 use std::sync::Arc;
@@ -20,8 +19,6 @@ use std::sync::Arc;
 use apache_avro::types::Value as A;
 use serde_json::Value as J;
 
-use self::columnar::Columnar;
-pub use self::columnar::MAX_RUN;
 use self::plan::{record_plan, FieldPlan, Names};
 use super::{
     env_name, DeclaredTypes, Decoded, Env, Fields, Layout, Name, Op, Rejected, MAX_MESSAGE_BYTES,
@@ -62,17 +59,9 @@ pub struct WriterSchema {
     row: Option<RowPlan>,
     /// The record as a Debezium envelope (`format: debezium-avro`).
     envelope: Option<Envelope>,
-    /// Runs of this schema's messages decoded into columns, when
-    /// `arrow-avro` reads the schema into columns the plans read.
-    fast: Option<Fast>,
-}
-
-/// A schema's fast path: its column decoder, and the formats whose rows
-/// can be read from those columns.
-struct Fast {
-    columnar: Columnar,
-    flat: bool,
-    envelope: bool,
+    /// The schema compiled for reading messages in one pass, straight into
+    /// cells (`direct`), when it holds only types that path reads.
+    direct: Option<direct::Program>,
 }
 
 impl std::fmt::Debug for WriterSchema {
@@ -105,7 +94,7 @@ impl RowPlan {
     }
 
     /// The layout and declarations for the rows of one run of messages
-    /// (`columnar`), copied from the plan's: the plan is shared by every
+    /// (`direct`), copied from the plan's: the plan is shared by every
     /// core, and each of them bumping its lists' reference counts for every
     /// row made the cores fight over them (5% of a Debezium Avro decode).
     fn for_run(&self) -> RunCopy {
@@ -163,15 +152,11 @@ impl WriterSchema {
         let envelope = has_op
             .then(|| Envelope { before: section("before"), after: section("after") })
             .filter(|e| e.before.is_some() || e.after.is_some());
+        let direct = direct::Program::compile(&schema);
         let reader =
             apache_avro::GenericSingleObjectReader::new_with_header_builder(schema, Header(id))
                 .map_err(|e| format!("schema id {id} is not a usable Avro schema: {e}"))?;
-        let fast = Columnar::new(id, text).and_then(|columnar| {
-            let flat = row.as_ref().is_some_and(|p| columnar.reads_flat(p));
-            let envelope = envelope.as_ref().is_some_and(|e| columnar.reads_envelope(e));
-            (flat || envelope).then_some(Fast { columnar, flat, envelope })
-        });
-        Ok(WriterSchema { id, reader, row, envelope, fast })
+        Ok(WriterSchema { id, reader, row, envelope, direct })
     }
 
     /// A whole frame (header and body) decoded; bytes left over are an error.
@@ -247,13 +232,15 @@ pub struct Message<'a> {
     pub value: Option<&'a [u8]>,
 }
 
-/// Shortest run of one schema's messages worth decoding into columns.
-const MIN_RUN: usize = 4;
+/// Most messages one run holds: a partition's task hands over at most this
+/// many of the messages waiting in its queue at once.
+pub const MAX_RUN: usize = 256;
 
 /// Decodes messages in order, as [`decode_keeping`] decodes each: runs of
-/// consecutive messages of one writer schema are decoded together into
-/// columns (`columnar`: several times cheaper per message), the rest, and
-/// any run that path hands back, one message at a time.
+/// consecutive messages of one writer schema are read the direct way
+/// (`direct`: several times cheaper per message), with what the run's
+/// table keeps worked out once per run; messages that path gives up, and
+/// schemas it does not read, are decoded one at a time.
 pub fn decode_run(
     format: Format,
     messages: &[Message<'_>],
@@ -274,11 +261,7 @@ pub fn decode_run(
         };
         let (run, after) = rest.split_at(len);
         rest = after;
-        let fast = match id {
-            Some(id) if len >= MIN_RUN => columns(format, id, run, schemas, keep),
-            _ => None,
-        };
-        match fast {
+        match id.and_then(|id| direct_run(format, id, run, schemas, keep)) {
             Some(decoded) => out.extend(decoded),
             None => out
                 .extend(run.iter().map(|m| decode_keeping(format, m.key, m.value, schemas, keep))),
@@ -287,9 +270,9 @@ pub fn decode_run(
     out
 }
 
-/// A run of one schema's messages decoded into columns, then rows (None:
-/// decode them one at a time).
-fn columns(
+/// A run of one schema's messages read the direct way, each message it
+/// gives up the per-message way (None: the schema is not for that path).
+fn direct_run(
     format: Format,
     id: u32,
     run: &[Message<'_>],
@@ -297,23 +280,18 @@ fn columns(
     keep: Option<&[String]>,
 ) -> Option<Vec<Result<Decoded, Rejected>>> {
     let writer = schemas.schema(id).ok()?;
-    let fast = writer.fast.as_ref()?;
-    let attempt = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        let frames: Vec<&[u8]> = run.iter().map(|m| m.value.unwrap_or_default()).collect();
-        match format {
-            Format::Json if fast.flat => {
-                let batch = fast.columnar.run(&frames)?;
-                Some(columnar::flat(&writer, &batch)?.into_iter().map(Ok).collect())
-            }
-            Format::Debezium if fast.envelope => {
-                let batch = fast.columnar.run(&frames)?;
-                let keys: Vec<Option<&[u8]>> = run.iter().map(|m| m.key).collect();
-                columnar::envelopes(&writer, &batch, &keys, schemas, keep)
-            }
-            _ => None,
+    let reader = direct::Run::new(&writer, format, keep)?;
+    let one = |m: &Message<'_>| {
+        let body = m.value.and_then(|v| v.get(5..));
+        let attempt = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            reader.decode(body?, m.key, schemas)
+        }));
+        match attempt {
+            Ok(Some(decoded)) => Ok(decoded),
+            _ => decode_keeping(format, m.key, m.value, schemas, keep),
         }
-    }));
-    attempt.ok().flatten()
+    };
+    Some(run.iter().map(one).collect())
 }
 
 fn record(v: A) -> Option<Vec<(String, A)>> {
@@ -437,6 +415,6 @@ fn key_fallback(
 }
 
 #[cfg(test)]
-mod columnar_tests;
+mod direct_tests;
 #[cfg(test)]
 mod tests;
