@@ -452,6 +452,15 @@ impl<'w> Section<'w> {
         }
     }
 
+    /// The section's value: None when it is null (the cursor at its union
+    /// branch, if any).
+    fn read(&self, c: &mut Cursor<'_>) -> Option<Option<Fields>> {
+        match self.is_null(c)? {
+            true => Some(None),
+            false => self.row(c).map(Some),
+        }
+    }
+
     /// The record's fields as a row (the cursor at its first field).
     fn row(&self, c: &mut Cursor<'_>) -> Option<Fields> {
         // Room for the envelope columns a table stores (`store_envelope`).
@@ -550,7 +559,10 @@ impl<'w> Run<'w> {
         key: Option<&[u8]>,
         schemas: &dyn Schemas,
     ) -> Option<Decoded> {
-        let (mut before_at, mut after_at) = (None, None);
+        // `op` comes after both images. `after` is read as it is met (an
+        // upsert, most events, reads it once); `before` is passed over and
+        // read again only for a delete.
+        let (mut before_at, mut after_row) = (None, None);
         let mut env: Env = Vec::with_capacity(top.len() + 4);
         for (t, (_, node)) in top.iter().zip(self.program.fields.iter()) {
             match t {
@@ -558,10 +570,7 @@ impl<'w> Run<'w> {
                     before_at = Some(c.at);
                     skip(node, c)?;
                 }
-                Top::After => {
-                    after_at = Some(c.at);
-                    skip(node, c)?;
-                }
+                Top::After => after_row = Some(after.read(c)?),
                 Top::Env(f) => env_field(node, f, c, &mut env)?,
             }
         }
@@ -569,16 +578,18 @@ impl<'w> Run<'w> {
             Some((_, Value::Str(op))) => Op::parse(op)?,
             _ => return None,
         };
-        let (section, at, is_delete) = match op {
-            Op::Upsert => (after, after_at?, false),
-            Op::Delete => (before, before_at?, true),
+        let (row, declared, is_delete) = match op {
+            Op::Upsert => (after_row?, &after.copy.declared, false),
+            Op::Delete => {
+                let mut at = Cursor { bytes: c.bytes, at: before_at? };
+                (before.read(&mut at)?, &before.copy.declared, true)
+            }
             Op::Truncate | Op::Message => return None,
         };
-        let mut s = Cursor { bytes: c.bytes, at };
-        let (mut data, mut declared) = match section.is_null(&mut s)? {
-            false => (section.row(&mut s)?, section.copy.declared.clone()),
-            true if is_delete => (Fields::default(), DeclaredTypes::default()),
-            true => return None,
+        let (mut data, mut declared) = match row {
+            Some(data) => (data, declared.clone()),
+            None if is_delete => (Fields::default(), DeclaredTypes::default()),
+            None => return None,
         };
         if is_delete {
             key_fallback(&mut data, &mut declared, key, schemas);

@@ -99,6 +99,8 @@ fn direct_envelopes_decode_as_each_message_decodes_alone() {
     frames.push((key(3), envelope("d", Some(row(3, None, &[1])), None, None)));
     frames.push((key(4), envelope("d", None, None, Some(9))));
     frames.push((None, envelope("d", None, None, Some(9))));
+    // A delete whose `after` is not null: `after` is read, `before` kept.
+    frames.push((None, envelope("d", Some(row(6, None, &[1])), Some(row(7, None, &[1])), None)));
     frames.push((None, envelope("t", None, None, None)));
     frames.push((None, envelope("m", None, None, None)));
     frames.push((None, envelope("x", None, Some(row(1, None, &[1])), None)));
@@ -107,17 +109,19 @@ fn direct_envelopes_decode_as_each_message_decodes_alone() {
         [None, Some(vec!["source.lsn".into(), "ts_ms".into()]), Some(vec![])];
     for keep in &keeps {
         let read = agrees(Format::Debezium, 7, &frames, &s, keep.as_deref());
-        assert_eq!(read, 43, "every c/u/r and d message is read directly");
+        assert_eq!(read, 44, "every c/u/r and d message is read directly");
     }
     let msgs = messages(&frames);
     let direct = direct_only(Format::Debezium, 7, &msgs, &s, None);
     let Some(Decoded::Row { data, .. }) = &direct[41] else { panic!("a key-only delete") };
     assert_eq!(data.get("id"), Some(&Value::Int(4)), "the message key supplies the row");
-    assert!(direct[43..].iter().all(Option::is_none), "truncate, message, unknown op, no after");
+    let Some(Decoded::Row { data, .. }) = &direct[43] else { panic!("a delete") };
+    assert_eq!(data.get("id"), Some(&Value::Int(6)), "a delete's row is its before image");
+    assert!(direct[44..].iter().all(Option::is_none), "truncate, message, unknown op, no after");
     let run = decode_run(Format::Debezium, &msgs, &s, None);
-    assert_eq!(run[43], Ok(Decoded::Truncate));
-    assert!(run[45].as_ref().unwrap_err().error.contains("unknown Debezium op `x`"));
-    assert!(run[46].as_ref().unwrap_err().error.contains("without `after`"));
+    assert_eq!(run[44], Ok(Decoded::Truncate));
+    assert!(run[46].as_ref().unwrap_err().error.contains("unknown Debezium op `x`"));
+    assert!(run[47].as_ref().unwrap_err().error.contains("without `after`"));
 }
 
 /// A flat record with every type the plans convert.
