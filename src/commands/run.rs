@@ -9,7 +9,7 @@ use changelake::engine::{Mark, RunReport, TableRunner};
 use changelake::error::{Error, Result};
 use changelake::source::chunks::{scan, ChunkLimits, ChunkReader};
 use changelake::source::file::{
-    content_version, expand, read_csv, read_debezium_jsonl, read_jsonl,
+    expand, read_csv, read_debezium_jsonl, read_jsonl, version_and_lines,
 };
 use changelake::telemetry::progress;
 
@@ -107,14 +107,14 @@ async fn run_table_files(c: &Config, r: &mut TableRunner, once: bool) -> Result<
         // one chunk is not missing from the file).
         let whole = if r.cfg.snapshot || on_disk <= limits.max_bytes as u64 {
             let bytes = std::fs::read(&file).map_err(|e| input(&file, e))?;
-            let lines = memchr::memchr_iter(b'\n', &bytes).count();
+            let (version, lines) = version_and_lines(&bytes);
             let header = usize::from(csv_delim.is_some());
-            (r.cfg.snapshot || lines <= limits.max_rows + header).then_some(bytes)
+            (r.cfg.snapshot || lines <= limits.max_rows + header).then_some((bytes, version))
         } else {
             None
         };
         let (version, size) = match &whole {
-            Some(bytes) => (content_version(bytes), bytes.len() as u64),
+            Some((bytes, version)) => (*version, bytes.len() as u64),
             None => scan(&file).map_err(|e| input(&file, e))?,
         };
         let marks = vec![Mark::file(&r.cfg.name, &rel, version)];
@@ -124,7 +124,7 @@ async fn run_table_files(c: &Config, r: &mut TableRunner, once: bool) -> Result<
             progress::advance(&table, 1, 0);
             continue;
         }
-        let Some(bytes) = whole else {
+        let Some((bytes, _)) = whole else {
             let content = Content { path: &file, rel: &rel, version, size };
             run_in_chunks(c, r, content, limits, &reader).await?;
             progress::advance(&table, 1, 0);

@@ -47,6 +47,20 @@ pub fn content_version(bytes: &[u8]) -> i64 {
     version_of_hash(xxh3_64(bytes))
 }
 
+/// A file's content version and how many line ends it holds, in one pass:
+/// each block is hashed and counted while it is in the core's cache (two
+/// passes read a large file from memory twice).
+pub fn version_and_lines(bytes: &[u8]) -> (i64, usize) {
+    const BLOCK: usize = 256 << 10;
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut lines = 0;
+    for block in bytes.chunks(BLOCK) {
+        hasher.update(block);
+        lines += memchr::memchr_iter(b'\n', block).count();
+    }
+    (version_of_hash(hasher.digest()), lines)
+}
+
 /// A file's XXH3-64 content hash as a `txn` version (which must not be negative).
 pub fn version_of_hash(hash: u64) -> i64 {
     (hash >> 1) as i64
@@ -320,6 +334,25 @@ fn decode_json_lines(Lines { source, file, lines }: Lines<'_>) -> RawBatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_pass_version_and_line_count_equal_the_whole_file_hash_and_count() {
+        // Lines across several 256 KiB blocks, a line end on a block's edge.
+        let mut body = Vec::new();
+        let mut i = 0u64;
+        while body.len() < (256 << 10) * 3 + 17 {
+            body.extend_from_slice(
+                format!("{{\"id\":{i},\"pad\":\"{}\"}}\n", "x".repeat((i % 97) as usize))
+                    .as_bytes(),
+            );
+            i += 1;
+        }
+        body[256 << 10] = b'\n';
+        for bytes in [&body[..], &body[..body.len() - 5], b"", b"no line end"] {
+            let lines = bytes.iter().filter(|b| **b == b'\n').count();
+            assert_eq!(version_and_lines(bytes), (content_version(bytes), lines));
+        }
+    }
 
     #[test]
     fn csv_empty_cells_are_null_and_lines_are_positions() {
