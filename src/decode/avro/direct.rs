@@ -83,6 +83,19 @@ impl Program {
     }
 }
 
+impl Program {
+    /// Whether `body` ends inside its record: read as this program reads
+    /// it, it runs out of bytes. `apache_avro` reads a body that ends where
+    /// a boolean, a string's bytes or a union branch should be as a null
+    /// there (its end-of-stream rule), so a truncated message could pass
+    /// for a row with NULLs; the reference path asks this as well.
+    pub(super) fn ends_early(&self, body: &[u8]) -> bool {
+        let mut c = Cursor::new(body, 0);
+        let read = self.fields.iter().try_for_each(|(_, f)| skip(f, &mut c));
+        read.is_none() && c.short
+    }
+}
+
 struct Compiler<'s> {
     names: &'s HashMap<AvroName, &'s Schema>,
     nodes: usize,
@@ -149,11 +162,20 @@ impl Compiler<'_> {
 struct Cursor<'a> {
     bytes: &'a [u8],
     at: usize,
+    /// A read needed bytes past the end.
+    short: bool,
 }
 
 impl<'a> Cursor<'a> {
+    fn new(bytes: &'a [u8], at: usize) -> Cursor<'a> {
+        Cursor { bytes, at, short: false }
+    }
+
     fn byte(&mut self) -> Option<u8> {
-        let b = *self.bytes.get(self.at)?;
+        let Some(&b) = self.bytes.get(self.at) else {
+            self.short = true;
+            return None;
+        };
         self.at += 1;
         Some(b)
     }
@@ -191,7 +213,10 @@ impl<'a> Cursor<'a> {
     }
 
     fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let b = self.bytes.get(self.at..self.at.checked_add(n)?)?;
+        let Some(b) = self.at.checked_add(n).and_then(|end| self.bytes.get(self.at..end)) else {
+            self.short = true;
+            return None;
+        };
         self.at += n;
         Some(b)
     }
@@ -537,7 +562,7 @@ impl<'w> Run<'w> {
         key: Option<&[u8]>,
         schemas: &dyn Schemas,
     ) -> Option<Decoded> {
-        let mut c = Cursor { bytes: body, at: 0 };
+        let mut c = Cursor::new(body, 0);
         let decoded = match &self.shape {
             Shape::Flat(row) => {
                 let data = row.row(&mut c)?;
@@ -581,7 +606,7 @@ impl<'w> Run<'w> {
         let (row, declared, is_delete) = match op {
             Op::Upsert => (after_row?, &after.copy.declared, false),
             Op::Delete => {
-                let mut at = Cursor { bytes: c.bytes, at: before_at? };
+                let mut at = Cursor::new(c.bytes, before_at?);
                 (before.read(&mut at)?, &before.copy.declared, true)
             }
             Op::Truncate | Op::Message => return None,

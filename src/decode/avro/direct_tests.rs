@@ -331,6 +331,34 @@ fn hostile_bodies_are_given_up_and_rejected_by_the_reference() {
     assert_eq!(agrees(Format::Json, 22, &frames, &s, None), 1);
 }
 
+/// A record ending in fields `apache_avro` reads as null at the end of
+/// its input (a union branch, a string's bytes, a boolean).
+const TAIL: &str = r#"{"type": "record", "name": "Tail", "fields": [
+  {"name": "id", "type": "long"},
+  {"name": "name", "type": ["null", "string"]},
+  {"name": "ok", "type": "boolean"}
+]}"#;
+
+#[test]
+fn truncated_messages_are_rejected_not_read_as_nulls() {
+    let s = schemas(&[(23, TAIL)]);
+    // id 1, name "ab", ok true.
+    let whole = [&[MAGIC, 0, 0, 0, 23][..], &[0x02, 0x02, 0x04, b'a', b'b', 0x01]].concat();
+    let ok = decode_keeping(Format::Json, None, Some(&whole), &s, None);
+    let Ok(Decoded::Row { data, .. }) = ok else { panic!("the whole message is a row: {ok:?}") };
+    assert_eq!(data.get("ok"), Some(&Value::Bool(true)));
+    // Cut before the boolean, inside the string, before the union branch.
+    for len in [whole.len() - 1, whole.len() - 2, 6] {
+        let cut = &whole[..len];
+        let frames: Frames = vec![(None, cut.to_vec())];
+        let msgs = messages(&frames);
+        let got = decode_run(Format::Json, &msgs, &s, None);
+        let err = got[0].as_ref().expect_err("a truncated message is a dead letter");
+        assert!(err.error.contains("ends inside its record"), "{len}: {}", err.error);
+        assert_eq!(got, one_by_one(Format::Json, &msgs, &s, None));
+    }
+}
+
 #[test]
 fn schemas_the_direct_path_does_not_read_have_no_program() {
     let with_uuid = r#"{"type": "record", "name": "R", "fields": [

@@ -173,6 +173,13 @@ impl WriterSchema {
                 rest.len()
             ));
         }
+        let body = frame.get(5..).unwrap_or_default();
+        if self.direct.as_ref().is_some_and(|p| p.ends_early(body)) {
+            return Err(format!(
+                "not Avro of schema id {}: the message ends inside its record (truncated)",
+                self.id
+            ));
+        }
         Ok(v)
     }
 }
