@@ -5,10 +5,11 @@
 //!
 //! Pure: the writer schemas come in already fetched (`source::registry`
 //! fetches and caches them, and makes the partition wait while the
-//! registry is away). Decoding itself is `apache_avro`'s; this module maps
-//! its values to the same rows, envelope fields and declared types the
-//! JSON path produces for the same events, so a table fed Avro equals one
-//! fed JSON.
+//! registry is away). Runs of messages are read by a program compiled
+//! from their writer schema (`direct`); `apache_avro` decodes whatever
+//! that reader gives up and stays the reference. Both map a message to the
+//! same rows, envelope fields and declared types the JSON path produces
+//! for the same events, so a table fed Avro equals one fed JSON.
 
 mod cells;
 mod direct;
