@@ -81,9 +81,7 @@ impl Program {
             _ => None,
         }
     }
-}
 
-impl Program {
     /// Whether `body` ends inside its record: read as this program reads
     /// it, it runs out of bytes. `apache_avro` reads a body that ends where
     /// a boolean, a string's bytes or a union branch should be as a null

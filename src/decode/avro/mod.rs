@@ -174,7 +174,7 @@ impl WriterSchema {
                 rest.len()
             ));
         }
-        let body = frame.get(5..).unwrap_or_default();
+        let body = self::frame(frame).map_or(&[][..], |(_, body)| body);
         if self.direct.as_ref().is_some_and(|p| p.ends_early(body)) {
             return Err(format!(
                 "not Avro of schema id {}: the message ends inside its record (truncated)",
@@ -290,7 +290,7 @@ fn direct_run(
     let writer = schemas.schema(id).ok()?;
     let reader = direct::Run::new(&writer, format, keep)?;
     let one = |m: &Message<'_>| {
-        let body = m.value.and_then(|v| v.get(5..));
+        let body = m.value.and_then(|v| frame(v).ok()).map(|(_, body)| body);
         let attempt = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             reader.decode(body?, m.key, schemas)
         }));
