@@ -18,6 +18,7 @@ use deltalake::kernel::{
 };
 use deltalake::protocol::{DeltaOperation, SaveMode};
 use deltalake::{DeltaTable, Path};
+use futures::StreamExt;
 use object_store::ObjectStoreExt;
 
 use super::actions::{self, DataChange, FileAction};
@@ -33,6 +34,9 @@ use crate::config::Strategy;
 use crate::merge::{Key, Summary};
 use crate::progress::Mark;
 use crate::storage::Location;
+
+/// Data files uploaded at once by [`TableStore::put_files`].
+const PUTS_IN_FLIGHT: usize = 8;
 
 /// A write set ready to commit.
 #[derive(Default)]
@@ -105,7 +109,7 @@ pub(super) struct EncodedFile {
     pub(super) codec: Codec,
     pub(super) keys: FileKeys,
     pub(super) rows: usize,
-    pub(super) bytes: Vec<u8>,
+    pub(super) bytes: bytes::Bytes,
     /// Its Delta statistics (`file_stats.rs`).
     pub(super) stats: String,
     /// Its row companion, written under a temporary name, when the table
@@ -192,17 +196,45 @@ pub(crate) async fn create_table(
 }
 
 impl TableStore {
-    /// Stores an encoded data file and stages its `add` action.
-    pub(super) async fn put_file(
+    /// Stores encoded data files, several at a time, and stages their `add`
+    /// actions in the files' order. Why several: on an object store each
+    /// upload is at least a round trip, and a run's files (a few new ones,
+    /// or a wave of rewritten ones) went up one after the other; on a local
+    /// disk each write is a copy into the page cache that another core can
+    /// make at the same time. A file that fails leaves the others written
+    /// but uncommitted, as a crash before the commit does (vacuum removes
+    /// them).
+    pub(super) async fn put_files(
         &mut self,
-        file: EncodedFile,
+        files: Vec<EncodedFile>,
         exec: i64,
         pc: &mut PendingCommit,
     ) -> Result<()> {
-        let EncodedFile { current, codec, keys, rows, bytes, stats, companion } = file;
-        if rows == 0 {
-            return Ok(());
+        let files: Vec<(String, EncodedFile)> = (files.into_iter())
+            .filter(|f| f.rows > 0)
+            .map(|f| (self.new_file_path(exec, f.current, f.codec), f))
+            .collect();
+        let store = self.store()?;
+        let uploads: Vec<(Path, bytes::Bytes)> =
+            files.iter().map(|(path, f)| (Path::from(path.as_str()), f.bytes.clone())).collect();
+        let puts = futures::stream::iter(uploads.into_iter().map(move |(path, bytes)| {
+            let store = store.clone();
+            async move { store.put(&path, bytes.into()).await.map_err(|e| (path, e)) }
+        }));
+        let done: Vec<_> = puts.buffered(PUTS_IN_FLIGHT).collect().await;
+        for put in done {
+            put.map_err(|(path, e)| self.io_err(format!("writing {path}"), e))?;
         }
+        for (path, file) in files {
+            crate::faults::hit("after_parquet_write");
+            self.stage_added(path, file, pc);
+        }
+        Ok(())
+    }
+
+    /// A new data file's path: the run, a counter and a UUID in its name,
+    /// as Spark names them, under its partition.
+    fn new_file_path(&mut self, exec: i64, current: bool, codec: Codec) -> String {
         self.file_counter += 1;
         let name = format!(
             "part-{exec:010}-{:05}-{}.{}.parquet",
@@ -210,22 +242,22 @@ impl TableStore {
             uuid::Uuid::new_v4(),
             codec.name()
         );
-        let path = match self.meta.partition() {
+        match self.meta.partition() {
             Some(p) => format!("{p}={current}/{name}"),
             None => name,
-        };
-        let size = bytes.len() as i64;
-        self.store()?
-            .put(&Path::from(path.as_str()), bytes.into())
-            .await
-            .map_err(|e| self.io_err(format!("writing {path}"), e))?;
-        crate::faults::hit("after_parquet_write");
+        }
+    }
+
+    /// Stages the `add` of a stored data file, and names its row companion.
+    fn stage_added(&self, path: String, file: EncodedFile, pc: &mut PendingCommit) {
+        let EncodedFile { current, codec: _, keys, rows, bytes, stats, companion } = file;
         if let Some(c) = companion {
             // A cache: a close without it reads parquet instead.
             if let Err(e) = self.rows.adopt(c, &path) {
                 tracing::warn!(target: "changelake::table", table = %self.meta.name, file = %path, error = %e, "row companion not written; closes of its rows will read parquet");
             }
         }
+        let size = bytes.len() as i64;
         let pv = actions::partition_values(self.meta.partition(), current);
         let file = FileAction {
             path: &path,
@@ -241,7 +273,6 @@ impl TableStore {
         let stats = Some(Arc::from(stats));
         let meta = FileMeta { path, rows, size, current, dv: None, dv_desc: None, stats };
         pc.new_files.push(NewFile { meta, keys });
-        Ok(())
     }
 
     /// Stages the `remove` of a live file.

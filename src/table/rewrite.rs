@@ -185,9 +185,7 @@ impl TableStore {
                 } else {
                     self.remove_replaced_file(id, pc);
                 }
-                for f in files {
-                    self.put_file(f, exec, pc).await?;
-                }
+                self.put_files(files, exec, pc).await?;
             }
         }
         Ok(())
@@ -270,7 +268,7 @@ impl TableStore {
                     keys,
                     rows: batch.num_rows(),
                     stats: file_stats(&batch, &self.stats_columns),
-                    bytes,
+                    bytes: bytes.into(),
                     companion: self.companion(
                         true,
                         &batch,

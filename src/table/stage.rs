@@ -213,15 +213,18 @@ impl TableStore {
             self.companion(f.current, &f.batch, f.briefs.as_ref())
         });
         phases.mark("companions");
-        for (((f, codec), (bytes, stats)), companion) in
-            files.into_iter().zip(codecs).zip(encoded).zip(companions)
-        {
-            let rows = f.batch.num_rows();
-            let keys = FileKeys::Rows(f.keys);
-            let file =
-                EncodedFile { current: f.current, codec, keys, rows, bytes, stats, companion };
-            self.put_file(file, exec, pc).await?;
-        }
+        let files = (files.into_iter().zip(codecs).zip(encoded).zip(companions))
+            .map(|(((f, codec), (bytes, stats)), companion)| EncodedFile {
+                current: f.current,
+                codec,
+                rows: f.batch.num_rows(),
+                keys: FileKeys::Rows(f.keys),
+                bytes: bytes.into(),
+                stats,
+                companion,
+            })
+            .collect();
+        self.put_files(files, exec, pc).await?;
         phases.mark("put");
         Ok(())
     }
