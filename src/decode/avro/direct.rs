@@ -63,6 +63,19 @@ enum Node {
     Union(Box<[Node]>),
 }
 
+impl Node {
+    /// Whether every value of this type takes at least one byte (a null,
+    /// an empty fixed and records of those take none).
+    fn takes_bytes(&self) -> bool {
+        match self {
+            Node::Null => false,
+            Node::Fixed(n) | Node::Decimal(Some(n)) => *n > 0,
+            Node::Record(fields) => fields.iter().any(|(_, f)| f.takes_bytes()),
+            _ => true,
+        }
+    }
+}
+
 /// A writer schema compiled for the direct path: its top-level record.
 #[derive(Debug)]
 pub(super) struct Program {
@@ -83,10 +96,11 @@ impl Program {
     }
 
     /// Whether `body` ends inside its record: read as this program reads
-    /// it, it runs out of bytes. `apache_avro` reads a body that ends where
-    /// a boolean, a string's bytes or a union branch should be as a null
-    /// there (its end-of-stream rule), so a truncated message could pass
-    /// for a row with NULLs; the reference path asks this as well.
+    /// it, it runs out of bytes, or claims more items than it has bytes
+    /// for. `apache_avro` reads a body that ends where a boolean, a
+    /// string's bytes or a union branch should be as a null there (its
+    /// end-of-stream rule), so a truncated message could pass for a row
+    /// with NULLs; the reference path asks this first.
     pub(super) fn ends_early(&self, body: &[u8]) -> bool {
         let mut c = Cursor::new(body, 0);
         let read = self.fields.iter().try_for_each(|(_, f)| skip(f, &mut c));
@@ -237,9 +251,12 @@ impl<'a> Cursor<'a> {
     }
 
     /// The item count of an array or map block (a negative count is
-    /// followed by the block's size in bytes). Counts beyond the bytes
-    /// left are given up: only items of no bytes could fill them.
-    fn block(&mut self) -> Option<usize> {
+    /// followed by the block's size in bytes). A count beyond the bytes
+    /// left is given up; when each item takes at least a byte (`sized`),
+    /// the body cannot hold it and ends early (`short`): `apache_avro`
+    /// reserves room for the whole claimed count before reading an item,
+    /// so a few hostile bytes would make it reserve gigabytes.
+    fn block(&mut self, sized: bool) -> Option<usize> {
         let raw = self.long()?;
         let n = if raw < 0 {
             self.long()?;
@@ -248,7 +265,11 @@ impl<'a> Cursor<'a> {
             raw
         };
         let n = usize::try_from(n).ok()?;
-        (n <= self.bytes.len() - self.at).then_some(n)
+        if n > self.bytes.len() - self.at {
+            self.short |= sized;
+            return None;
+        }
+        Some(n)
     }
 
     fn done(&self) -> bool {
@@ -289,7 +310,7 @@ fn skip(node: &Node, c: &mut Cursor<'_>) -> Option<()> {
             (i < symbols.len()).then_some(())?;
         }
         Node::Array(item) => loop {
-            let n = c.block()?;
+            let n = c.block(item.takes_bytes())?;
             if n == 0 {
                 break;
             }
@@ -298,7 +319,8 @@ fn skip(node: &Node, c: &mut Cursor<'_>) -> Option<()> {
             }
         },
         Node::Map(value) => loop {
-            let n = c.block()?;
+            // Each entry has a key, whose length is a byte at least.
+            let n = c.block(true)?;
             if n == 0 {
                 break;
             }
@@ -341,7 +363,7 @@ fn build(node: &Node, c: &mut Cursor<'_>) -> Option<A> {
         Node::Array(item) => {
             let mut items = vec![];
             loop {
-                let n = c.block()?;
+                let n = c.block(item.takes_bytes())?;
                 if n == 0 {
                     break A::Array(items);
                 }
@@ -353,7 +375,7 @@ fn build(node: &Node, c: &mut Cursor<'_>) -> Option<A> {
         Node::Map(value) => {
             let mut entries = HashMap::new();
             loop {
-                let n = c.block()?;
+                let n = c.block(true)?;
                 if n == 0 {
                     break A::Map(entries);
                 }

@@ -359,6 +359,38 @@ fn truncated_messages_are_rejected_not_read_as_nulls() {
     }
 }
 
+/// A record with an array of longs and an array of nulls.
+const LISTS: &str = r#"{"type": "record", "name": "Lists", "fields": [
+  {"name": "id", "type": "long"},
+  {"name": "xs", "type": {"type": "array", "items": "long"}},
+  {"name": "nulls", "type": {"type": "array", "items": "null"}}
+]}"#;
+
+#[test]
+fn a_count_beyond_the_body_is_refused_before_the_reference_reserves_it() {
+    let s = schemas(&[(24, LISTS)]);
+    let frame = |body: &[u8]| [&[MAGIC, 0, 0, 0, 24][..], body].concat();
+    let decoded = |f: &[u8]| decode_keeping(Format::Json, None, Some(f), &s, None);
+    // id 1, xs [5], nulls: a block of three nulls (no bytes each).
+    let good = frame(&[0x02, 0x02, 0x0a, 0x00, 0x06, 0x00]);
+    assert!(matches!(decoded(&good), Ok(Decoded::Row { .. })), "{:?}", decoded(&good));
+    // A thousand nulls in no bytes is well formed, however few bytes follow.
+    let many_nulls = frame(&[0x02, 0x00, 0xd0, 0x0f, 0x00]);
+    assert!(matches!(decoded(&many_nulls), Ok(Decoded::Row { .. })), "{:?}", decoded(&many_nulls));
+    // xs claims 2^26 longs and holds one: refused as truncated, before
+    // `apache_avro` would reserve room for them all.
+    let claims = frame(&[0x02, 0x80, 0x80, 0x80, 0x40, 0x0a]);
+    let err = decoded(&claims).expect_err("a count the body cannot hold is a dead letter");
+    assert!(err.error.contains("ends inside its record"), "{}", err.error);
+    // Decoded in a run, each message as decoded alone.
+    let frames: Frames = vec![(None, good), (None, many_nulls), (None, claims)];
+    let msgs = messages(&frames);
+    assert_eq!(
+        decode_run(Format::Json, &msgs, &s, None),
+        one_by_one(Format::Json, &msgs, &s, None)
+    );
+}
+
 #[test]
 fn schemas_the_direct_path_does_not_read_have_no_program() {
     let with_uuid = r#"{"type": "record", "name": "R", "fields": [

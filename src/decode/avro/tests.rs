@@ -212,25 +212,36 @@ fn frames_name_their_schema_ids() {
 
 #[test]
 fn a_claimed_length_beyond_the_largest_message_is_refused_before_allocating() {
+    // A text field claiming 100 MiB: more than a message may hold.
+    let claim = |prefix: &[u8], id: u32| {
+        let mut msg = vec![MAGIC];
+        msg.extend(id.to_be_bytes());
+        msg.extend_from_slice(prefix);
+        let len: i64 = 100 << 20;
+        let mut z = ((len << 1) ^ (len >> 63)) as u64;
+        while z >= 0x80 {
+            msg.push((z as u8) | 0x80);
+            z >>= 7;
+        }
+        msg.push(z as u8);
+        msg
+    };
+    // An update whose `name` claims it (before: null, after: the record,
+    // id 1, name: the string branch). The schema's program reads the
+    // claim first and refuses the message as truncated: `apache_avro`
+    // never sees it.
     let s = schemas();
-    // An update whose `name` claims 100 MiB of text: more than a message
-    // may hold, refused without allocating it.
-    let mut msg = vec![MAGIC];
-    msg.extend(7u32.to_be_bytes());
-    msg.push(0); // before: null
-    msg.push(2); // after: the record
-    msg.push(2); // id = 1
-    msg.push(2); // name: the string branch
-    let len: i64 = 100 << 20;
-    let mut z = ((len << 1) ^ (len >> 63)) as u64;
-    while z >= 0x80 {
-        msg.push((z as u8) | 0x80);
-        z >>= 7;
-    }
-    msg.push(z as u8);
-    let e = decode(Format::Debezium, None, Some(&msg), &s).unwrap_err();
+    let e = decode(Format::Debezium, None, Some(&claim(&[0, 2, 2, 2], 7)), &s).unwrap_err();
     assert_eq!(e.reason, "malformed");
-    assert!(e.error.contains("schema id 7"), "{}", e.error);
+    assert!(e.error.contains("schema id 7: the message ends inside its record"), "{}", e.error);
+    // A schema without a program (a uuid) goes to `apache_avro` directly,
+    // whose allocation limit refuses the claim before allocating it.
+    let uuid = r#"{"type": "record", "name": "U", "fields": [
+      {"name": "id", "type": {"type": "string", "logicalType": "uuid"}}]}"#;
+    let s = Fixed(HashMap::from([(9, Arc::new(WriterSchema::parse(9, uuid).unwrap()))]));
+    assert!(s.0[&9].direct.is_none());
+    let e = decode(Format::Json, None, Some(&claim(&[], 9)), &s).unwrap_err();
+    assert_eq!(e.reason, "malformed");
     let limit = format!("maximum allowed: {}", crate::decode::MAX_MESSAGE_BYTES);
     assert!(
         e.error.contains(&limit),
