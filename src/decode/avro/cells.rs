@@ -44,14 +44,21 @@ pub(super) fn cell(v: A, conv: Conv) -> Value {
         (Conv::Decimal(scale), A::Bytes(b) | A::Fixed(_, b)) => {
             decimal::from_be_bytes(b).map(|u| Value::decimal(u, scale))
         }
-        (Conv::Decimal(scale), A::Decimal(d)) => Vec::<u8>::try_from(d)
-            .ok()
-            .and_then(|b| decimal::from_be_bytes(&b))
-            .map(|u| Value::decimal(u, scale)),
+        (Conv::Decimal(scale), A::Decimal(d)) => {
+            decimal::from_be_bytes(&decimal_bytes(d)).map(|u| Value::decimal(u, scale))
+        }
         (Conv::VariableScaleDecimal, A::Record(fields)) => variable_scale_decimal(fields),
         _ => None,
     };
     converted.unwrap_or_else(|| plain(v))
+}
+
+/// A decimal's bytes as the message held them. `apache_avro` keeps the
+/// value and the length it was read with, and gives the bytes back only
+/// when the value fits that length: a decimal of zero bytes (0, as
+/// `from_be_bytes` and the bytes path read it) has none to give.
+fn decimal_bytes(d: &apache_avro::Decimal) -> Vec<u8> {
+    Vec::<u8>::try_from(d).unwrap_or_default()
 }
 
 /// `io.debezium.data.VariableScaleDecimal`: `{scale: int, value: bytes}`.
@@ -130,8 +137,9 @@ fn json(v: A) -> J {
             J::Object(entries.into_iter().map(|(k, v)| (k, json(v))).collect())
         }
         A::Record(fields) => J::Object(fields.into_iter().map(|(k, v)| (k, json(v))).collect()),
-        A::Decimal(d) => Vec::<u8>::try_from(&d)
-            .map_or(J::Null, |b| J::String(base64::engine::general_purpose::STANDARD.encode(b))),
+        A::Decimal(d) => {
+            J::String(base64::engine::general_purpose::STANDARD.encode(decimal_bytes(&d)))
+        }
         other => J::String(format!("{other:?}")),
     }
 }
@@ -159,6 +167,11 @@ mod tests {
         assert_eq!(cell(A::Int(1_000), Conv::TimeMillis), Value::Str("00:00:01".into()));
         assert_eq!(cell(A::Bytes(vec![0xff, 0x85]), Conv::Decimal(2)), Value::decimal(-123, 2));
         assert_eq!(cell(A::Fixed(2, vec![0x01, 0x00]), Conv::Decimal(1)), Value::decimal(256, 1));
+        // A decimal of zero bytes is 0 however it was annotated (it was
+        // the text "null" when read as a decimal value).
+        let empty = A::Decimal(apache_avro::Decimal::from(Vec::<u8>::new()));
+        assert_eq!(cell(A::Bytes(vec![]), Conv::Decimal(2)), Value::decimal(0, 2));
+        assert_eq!(cell(empty, Conv::Decimal(2)), Value::decimal(0, 2));
         let vsd = A::Record(vec![
             ("scale".into(), A::Int(5)),
             ("value".into(), A::Bytes(vec![0x04, 0xcb, 0x2f])),
