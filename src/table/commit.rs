@@ -214,6 +214,9 @@ impl TableStore {
             .filter(|f| f.rows > 0)
             .map(|f| (self.new_file_path(exec, f.current, f.codec), f))
             .collect();
+        if files.is_empty() {
+            return Ok(());
+        }
         let store = self.store()?;
         let uploads: Vec<(Path, bytes::Bytes)> =
             files.iter().map(|(path, f)| (Path::from(path.as_str()), f.bytes.clone())).collect();

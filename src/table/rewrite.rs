@@ -177,6 +177,7 @@ impl TableStore {
             let done = par_map(jobs, |(id, stored)| {
                 self.rewrite_one(spec, id, &edits[&id], stored, &keys)
             });
+            let mut wave_files = vec![];
             for (&id, files) in wave.iter().zip(done) {
                 let files = files?;
                 // An empty result frees the id; otherwise the first file takes it.
@@ -185,8 +186,10 @@ impl TableStore {
                 } else {
                     self.remove_replaced_file(id, pc);
                 }
-                self.put_files(files, exec, pc).await?;
+                wave_files.extend(files);
             }
+            // The wave's files go up together (ids follow the files' order).
+            self.put_files(wave_files, exec, pc).await?;
         }
         Ok(())
     }
