@@ -37,6 +37,10 @@ use crate::value::{decimal, parse_ts, Value};
 /// times could otherwise multiply).
 const MAX_DEPTH: usize = 64;
 const MAX_NODES: usize = 20_000;
+/// Array or map items that take no bytes (nulls, empty records) one
+/// message may claim: no byte of the message bounds them, and
+/// `apache_avro` builds every one (a million are tens of megabytes).
+pub(super) const MAX_EMPTY_ITEMS: usize = 1 << 20;
 
 /// A writer schema's type, as its binary encoding is read.
 #[derive(Debug)]
@@ -95,16 +99,25 @@ impl Program {
         }
     }
 
-    /// Whether `body` ends inside its record: read as this program reads
-    /// it, it runs out of bytes, or claims more items than it has bytes
-    /// for. `apache_avro` reads a body that ends where a boolean, a
-    /// string's bytes or a union branch should be as a null there (its
-    /// end-of-stream rule), so a truncated message could pass for a row
-    /// with NULLs; the reference path asks this first.
-    pub(super) fn ends_early(&self, body: &[u8]) -> bool {
+    /// Why `body` cannot be decoded with this program, when it reads as
+    /// impossible: it runs out of bytes, or claims more array or map items
+    /// than its bytes could hold, or more items of no bytes than
+    /// [`MAX_EMPTY_ITEMS`]. `apache_avro` reads a body that ends where a
+    /// boolean, a string's bytes or a union branch should be as a null
+    /// there (its end-of-stream rule), so a truncated message could pass
+    /// for a row with NULLs; and it reserves room for a block's claimed
+    /// count, then builds each item. The reference path asks this first.
+    pub(super) fn refusal(&self, body: &[u8]) -> Option<String> {
         let mut c = Cursor::new(body, 0);
-        let read = self.fields.iter().try_for_each(|(_, f)| skip(f, &mut c));
-        read.is_none() && c.short
+        if self.fields.iter().try_for_each(|(_, f)| skip(f, &mut c)).is_some() {
+            return None;
+        }
+        if c.empty_items > MAX_EMPTY_ITEMS {
+            return Some(format!(
+                "it claims more than {MAX_EMPTY_ITEMS} array or map items of no bytes"
+            ));
+        }
+        c.short.then(|| "the message ends inside its record (truncated)".to_string())
     }
 }
 
@@ -176,11 +189,13 @@ struct Cursor<'a> {
     at: usize,
     /// A read needed bytes past the end.
     short: bool,
+    /// Array and map items of no bytes claimed so far.
+    empty_items: usize,
 }
 
 impl<'a> Cursor<'a> {
     fn new(bytes: &'a [u8], at: usize) -> Cursor<'a> {
-        Cursor { bytes, at, short: false }
+        Cursor { bytes, at, short: false, empty_items: 0 }
     }
 
     fn byte(&mut self) -> Option<u8> {
@@ -251,11 +266,12 @@ impl<'a> Cursor<'a> {
     }
 
     /// The item count of an array or map block (a negative count is
-    /// followed by the block's size in bytes). A count beyond the bytes
-    /// left is given up; when each item takes at least a byte (`sized`),
-    /// the body cannot hold it and ends early (`short`): `apache_avro`
-    /// reserves room for the whole claimed count before reading an item,
-    /// so a few hostile bytes would make it reserve gigabytes.
+    /// followed by the block's size in bytes). When each item takes at
+    /// least a byte (`sized`), a count beyond the bytes left cannot be
+    /// held: the body ends early (`short`). Items of no bytes are counted
+    /// over the message, up to [`MAX_EMPTY_ITEMS`]. `apache_avro` reserves
+    /// room for a whole claimed count before reading an item, so a few
+    /// hostile bytes would otherwise make it reserve, or fill, gigabytes.
     fn block(&mut self, sized: bool) -> Option<usize> {
         let raw = self.long()?;
         let n = if raw < 0 {
@@ -265,9 +281,15 @@ impl<'a> Cursor<'a> {
             raw
         };
         let n = usize::try_from(n).ok()?;
-        if n > self.bytes.len() - self.at {
-            self.short |= sized;
+        if sized && n > self.bytes.len() - self.at {
+            self.short = true;
             return None;
+        }
+        if !sized {
+            self.empty_items = self.empty_items.saturating_add(n);
+            if self.empty_items > MAX_EMPTY_ITEMS {
+                return None;
+            }
         }
         Some(n)
     }

@@ -7,6 +7,7 @@
 use apache_avro::types::Value as A;
 use proptest::prelude::*;
 
+use super::direct::MAX_EMPTY_ITEMS;
 use super::tests::{framed, Fixed, ENVELOPE, KEY};
 use super::*;
 use crate::value::parse_ts;
@@ -367,7 +368,7 @@ const LISTS: &str = r#"{"type": "record", "name": "Lists", "fields": [
 ]}"#;
 
 #[test]
-fn a_count_beyond_the_body_is_refused_before_the_reference_reserves_it() {
+fn a_count_beyond_what_the_body_can_hold_is_refused_before_the_reference_reads_it() {
     let s = schemas(&[(24, LISTS)]);
     let frame = |body: &[u8]| [&[MAGIC, 0, 0, 0, 24][..], body].concat();
     let decoded = |f: &[u8]| decode_keeping(Format::Json, None, Some(f), &s, None);
@@ -382,8 +383,27 @@ fn a_count_beyond_the_body_is_refused_before_the_reference_reserves_it() {
     let claims = frame(&[0x02, 0x80, 0x80, 0x80, 0x40, 0x0a]);
     let err = decoded(&claims).expect_err("a count the body cannot hold is a dead letter");
     assert!(err.error.contains("ends inside its record"), "{}", err.error);
+    // Nulls take no bytes, so no byte bounds their count: a message may
+    // claim MAX_EMPTY_ITEMS of them, not one more (2^26 would have
+    // `apache_avro` build 2^26 values, gigabytes, from six bytes).
+    let nulls = |n: usize| {
+        let mut body = vec![0x02, 0x00];
+        let mut z = (n as u64) << 1;
+        while z >= 0x80 {
+            body.push(z as u8 | 0x80);
+            z >>= 7;
+        }
+        body.extend([z as u8, 0x00]);
+        frame(&body)
+    };
+    let most = nulls(MAX_EMPTY_ITEMS);
+    assert!(matches!(decoded(&most), Ok(Decoded::Row { .. })), "{:?}", decoded(&most));
+    let bomb = nulls(MAX_EMPTY_ITEMS + 1);
+    let err = decoded(&bomb).expect_err("more empty items than allowed is a dead letter");
+    assert!(err.error.contains("items of no bytes"), "{}", err.error);
     // Decoded in a run, each message as decoded alone.
-    let frames: Frames = vec![(None, good), (None, many_nulls), (None, claims)];
+    let frames: Frames =
+        vec![(None, good), (None, many_nulls), (None, claims), (None, most), (None, bomb)];
     let msgs = messages(&frames);
     assert_eq!(
         decode_run(Format::Json, &msgs, &s, None),

@@ -163,13 +163,10 @@ impl WriterSchema {
     /// A whole frame (header and body) decoded; bytes left over are an error.
     fn value(&self, frame: &[u8]) -> Result<A, String> {
         // Before `apache_avro` reads it: a body claiming more array items
-        // than it has bytes would make it reserve room for all of them.
+        // than it holds would make it reserve room for all of them.
         let body = self::frame(frame).map_or(&[][..], |(_, body)| body);
-        if self.direct.as_ref().is_some_and(|p| p.ends_early(body)) {
-            return Err(format!(
-                "not Avro of schema id {}: the message ends inside its record (truncated)",
-                self.id
-            ));
+        if let Some(why) = self.direct.as_ref().and_then(|p| p.refusal(body)) {
+            return Err(format!("not Avro of schema id {}: {why}", self.id));
         }
         let mut rest = frame;
         let v = self
