@@ -65,6 +65,10 @@ enum Node {
     Map(Box<Node>),
     Record(Box<[(String, Node)]>),
     Union(Box<[Node]>),
+    /// A type this path does not make values of (uuid over a string,
+    /// big-decimal over bytes, duration over a fixed 12), encoded as its
+    /// inner type: passed over for [`Program::refusal`], never read.
+    Opaque(Box<Node>),
 }
 
 impl Node {
@@ -75,6 +79,7 @@ impl Node {
             Node::Null => false,
             Node::Fixed(n) | Node::Decimal(Some(n)) => *n > 0,
             Node::Record(fields) => fields.iter().any(|(_, f)| f.takes_bytes()),
+            Node::Opaque(inner) => inner.takes_bytes(),
             _ => true,
         }
     }
@@ -84,17 +89,20 @@ impl Node {
 #[derive(Debug)]
 pub(super) struct Program {
     fields: Box<[(String, Node)]>,
+    /// It holds a type the direct path does not read (uuid, big-decimal,
+    /// duration): its messages are all decoded by `apache_avro`, and the
+    /// program only checks their bodies first ([`Program::refusal`]).
+    pub(super) checks_only: bool,
 }
 
 impl Program {
     /// The program for a schema (None when its top level is not a record,
-    /// or it holds a type this path does not read: uuid, big-decimal,
-    /// duration, or too deep or too large).
+    /// or it is too deep or too large, which recursive types are).
     pub(super) fn compile(schema: &Schema) -> Option<Program> {
         let resolved = apache_avro::schema::ResolvedSchema::try_from(schema).ok()?;
-        let mut c = Compiler { names: resolved.get_names(), nodes: 0 };
+        let mut c = Compiler { names: resolved.get_names(), nodes: 0, opaque: false };
         match c.node(schema, &None, 0)? {
-            Node::Record(fields) => Some(Program { fields }),
+            Node::Record(fields) => Some(Program { fields, checks_only: c.opaque }),
             _ => None,
         }
     }
@@ -124,6 +132,8 @@ impl Program {
 struct Compiler<'s> {
     names: &'s HashMap<AvroName, &'s Schema>,
     nodes: usize,
+    /// The schema holds an [`Node::Opaque`] type.
+    opaque: bool,
 }
 
 impl Compiler<'_> {
@@ -177,7 +187,18 @@ impl Compiler<'_> {
                 let named = *self.names.get(&full)?;
                 self.node(named, &full.namespace, depth + 1)?
             }
-            Schema::Uuid | Schema::BigDecimal | Schema::Duration => return None,
+            Schema::Uuid => {
+                self.opaque = true;
+                Node::Opaque(Box::new(Node::String))
+            }
+            Schema::BigDecimal => {
+                self.opaque = true;
+                Node::Opaque(Box::new(Node::Bytes))
+            }
+            Schema::Duration => {
+                self.opaque = true;
+                Node::Opaque(Box::new(Node::Fixed(12)))
+            }
         })
     }
 }
@@ -357,6 +378,7 @@ fn skip(node: &Node, c: &mut Cursor<'_>) -> Option<()> {
             }
         }
         Node::Union(branches) => skip(branches.get(c.index()?)?, c)?,
+        Node::Opaque(inner) => skip(inner, c)?,
     }
     Some(())
 }
@@ -414,6 +436,7 @@ fn build(node: &Node, c: &mut Cursor<'_>) -> Option<A> {
             let i = c.index()?;
             A::Union(i as u32, Box::new(build(branches.get(i)?, c)?))
         }
+        Node::Opaque(_) => return None,
     })
 }
 
@@ -443,10 +466,9 @@ fn cell(node: &Node, c: &mut Cursor<'_>, conv: Conv) -> Option<Value> {
             }
         }
         // The reference re-encodes the unscaled bytes at their own length,
-        // which gives them back unchanged (but for none at all).
+        // which gives them back unchanged (none at all: 0, `cells.rs`).
         (Node::Decimal(None), Conv::Decimal(scale)) => {
-            let b = c.bytes()?;
-            Value::decimal(decimal::from_be_bytes(b).filter(|_| !b.is_empty())?, scale)
+            Value::decimal(decimal::from_be_bytes(c.bytes()?)?, scale)
         }
         (Node::Long(None), Conv::Plain) => Value::Int(c.long()?),
         _ => cells::cell(build(node, c)?, conv),
@@ -558,7 +580,7 @@ impl<'w> Run<'w> {
         format: Format,
         keep: Option<&[String]>,
     ) -> Option<Run<'w>> {
-        let program = writer.direct.as_ref()?;
+        let program = writer.direct.as_ref().filter(|p| !p.checks_only)?;
         let shape = match format {
             Format::Json => Shape::Flat(Section::new(None, &program.fields, writer.row.as_ref()?)?),
             Format::Debezium => {

@@ -412,15 +412,31 @@ fn a_count_beyond_what_the_body_can_hold_is_refused_before_the_reference_reads_i
 }
 
 #[test]
-fn schemas_the_direct_path_does_not_read_have_no_program() {
+fn schemas_the_direct_path_does_not_read_have_no_program_or_one_that_only_checks() {
     let with_uuid = r#"{"type": "record", "name": "R", "fields": [
-      {"name": "id", "type": {"type": "string", "logicalType": "uuid"}}]}"#;
+      {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
+      {"name": "n", "type": "long"}]}"#;
     let recursive = r#"{"type": "record", "name": "Node", "fields": [
       {"name": "id", "type": "long"}, {"name": "next", "type": ["null", "Node"]}]}"#;
     let not_a_record = r#"{"type": "array", "items": "long"}"#;
-    for schema in [with_uuid, recursive, not_a_record] {
+    for schema in [recursive, not_a_record] {
         assert!(WriterSchema::parse(30, schema).unwrap().direct.is_none(), "{schema}");
     }
+    // A uuid: `apache_avro` decodes every message, after the program
+    // checked the body (a truncated one is refused, not read as nulls).
+    let uuid = WriterSchema::parse(32, with_uuid).unwrap();
+    assert!(uuid.direct.as_ref().is_some_and(|p| p.checks_only));
+    assert!(direct::Run::new(&uuid, Format::Json, None).is_none());
+    let s = schemas(&[(32, with_uuid)]);
+    let id = "5f0c8a36-3a4e-4c59-9d1e-0b6f4a1c2d3e";
+    let whole = [&[MAGIC, 0, 0, 0, 32][..], &[id.len() as u8 * 2], id.as_bytes(), &[0x04]].concat();
+    let ok = decode_keeping(Format::Json, None, Some(&whole), &s, None);
+    let Ok(Decoded::Row { data, .. }) = ok else { panic!("a uuid row: {ok:?}") };
+    assert_eq!(data.get("id"), Some(&Value::Str(id.into())));
+    assert_eq!(data.get("n"), Some(&Value::Int(2)));
+    let cut = &whole[..whole.len() - 1];
+    let err = decode_keeping(Format::Json, None, Some(cut), &s, None).expect_err("truncated");
+    assert!(err.error.contains("ends inside its record"), "{}", err.error);
     for schema in [ENVELOPE, KEY, TYPES, NESTED, SMALL] {
         assert!(WriterSchema::parse(30, schema).unwrap().direct.is_some(), "{schema}");
     }
