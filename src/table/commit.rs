@@ -202,8 +202,8 @@ impl TableStore {
     /// or a wave of rewritten ones) went up one after the other; on a local
     /// disk each write is a copy into the page cache that another core can
     /// make at the same time. A file that fails leaves the others written
-    /// but uncommitted, as a crash before the commit does (vacuum removes
-    /// them).
+    /// but uncommitted, as a crash before the commit does (the orphan
+    /// sweep in `upkeep.rs` removes them).
     pub(super) async fn put_files(
         &mut self,
         files: Vec<EncodedFile>,
