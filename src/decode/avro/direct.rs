@@ -26,6 +26,7 @@ use apache_avro::schema::{Name as AvroName, Namespace, Schema};
 use apache_avro::types::Value as A;
 
 use super::cells;
+use super::cursor::Cursor;
 use super::plan::Conv;
 use super::{key_fallback, RowPlan, RunCopy, Schemas, WriterSchema};
 use crate::config::Format;
@@ -37,10 +38,6 @@ use crate::value::{decimal, parse_ts, Value};
 /// times could otherwise multiply).
 const MAX_DEPTH: usize = 64;
 const MAX_NODES: usize = 20_000;
-/// Array or map items that take no bytes (nulls, empty records) one
-/// message may claim: no byte of the message bounds them, and
-/// `apache_avro` builds every one (a million are tens of megabytes).
-pub(super) const MAX_EMPTY_ITEMS: usize = 1 << 20;
 
 /// A writer schema's type, as its binary encoding is read.
 #[derive(Debug)]
@@ -108,24 +105,19 @@ impl Program {
     }
 
     /// Why `body` cannot be decoded with this program, when it reads as
-    /// impossible: it runs out of bytes, or claims more array or map items
-    /// than its bytes could hold, or more items of no bytes than
-    /// [`MAX_EMPTY_ITEMS`]. `apache_avro` reads a body that ends where a
-    /// boolean, a string's bytes or a union branch should be as a null
-    /// there (its end-of-stream rule), so a truncated message could pass
-    /// for a row with NULLs; and it reserves room for a block's claimed
-    /// count, then builds each item. The reference path asks this first.
+    /// impossible ([`Cursor::refusal`]: it runs out of bytes, or claims
+    /// more array or map items than it could hold). `apache_avro` reads a
+    /// body that ends where a boolean, a string's bytes or a union branch
+    /// should be as a null there (its end-of-stream rule), so a truncated
+    /// message could pass for a row with NULLs; and it reserves room for a
+    /// block's claimed count, then builds each item. The reference path
+    /// asks this first.
     pub(super) fn refusal(&self, body: &[u8]) -> Option<String> {
         let mut c = Cursor::new(body, 0);
-        if self.fields.iter().try_for_each(|(_, f)| skip(f, &mut c)).is_some() {
-            return None;
+        match self.fields.iter().try_for_each(|(_, f)| skip(f, &mut c)) {
+            Some(()) => None,
+            None => c.refusal(),
         }
-        if c.empty_items > MAX_EMPTY_ITEMS {
-            return Some(format!(
-                "it claims more than {MAX_EMPTY_ITEMS} array or map items of no bytes"
-            ));
-        }
-        c.short.then(|| "the message ends inside its record (truncated)".to_string())
     }
 }
 
@@ -187,136 +179,15 @@ impl Compiler<'_> {
                 let named = *self.names.get(&full)?;
                 self.node(named, &full.namespace, depth + 1)?
             }
-            Schema::Uuid => {
+            Schema::Uuid | Schema::BigDecimal | Schema::Duration => {
                 self.opaque = true;
-                Node::Opaque(Box::new(Node::String))
-            }
-            Schema::BigDecimal => {
-                self.opaque = true;
-                Node::Opaque(Box::new(Node::Bytes))
-            }
-            Schema::Duration => {
-                self.opaque = true;
-                Node::Opaque(Box::new(Node::Fixed(12)))
+                Node::Opaque(Box::new(match s {
+                    Schema::Uuid => Node::String,
+                    Schema::BigDecimal => Node::Bytes,
+                    _ => Node::Fixed(12),
+                }))
             }
         })
-    }
-}
-
-/// A message body being read. Every read is checked as `apache_avro`
-/// checks it; None means "give the message up".
-struct Cursor<'a> {
-    bytes: &'a [u8],
-    at: usize,
-    /// A read needed bytes past the end.
-    short: bool,
-    /// Array and map items of no bytes claimed so far.
-    empty_items: usize,
-}
-
-impl<'a> Cursor<'a> {
-    fn new(bytes: &'a [u8], at: usize) -> Cursor<'a> {
-        Cursor { bytes, at, short: false, empty_items: 0 }
-    }
-
-    fn byte(&mut self) -> Option<u8> {
-        let Some(&b) = self.bytes.get(self.at) else {
-            self.short = true;
-            return None;
-        };
-        self.at += 1;
-        Some(b)
-    }
-
-    /// A variable-length integer of at most ten bytes (bits past the 64th
-    /// dropped, as `apache_avro` drops them).
-    fn varint(&mut self) -> Option<u64> {
-        let first = self.byte()?;
-        if first < 0x80 {
-            return Some(first as u64);
-        }
-        let mut v = (first & 0x7f) as u64;
-        for shift in (7..70).step_by(7) {
-            let b = self.byte()?;
-            v |= ((b & 0x7f) as u64) << shift;
-            if b < 0x80 {
-                return Some(v);
-            }
-        }
-        None
-    }
-
-    fn long(&mut self) -> Option<i64> {
-        let z = self.varint()?;
-        Some(((z >> 1) as i64) ^ -((z & 1) as i64))
-    }
-
-    fn int(&mut self) -> Option<i32> {
-        i32::try_from(self.long()?).ok()
-    }
-
-    /// A union branch or enum symbol number.
-    fn index(&mut self) -> Option<usize> {
-        usize::try_from(self.long()?).ok()
-    }
-
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let Some(b) = self.at.checked_add(n).and_then(|end| self.bytes.get(self.at..end)) else {
-            self.short = true;
-            return None;
-        };
-        self.at += n;
-        Some(b)
-    }
-
-    fn bytes(&mut self) -> Option<&'a [u8]> {
-        let n = self.index()?;
-        self.take(n)
-    }
-
-    fn str(&mut self) -> Option<&'a str> {
-        simdutf8::basic::from_utf8(self.bytes()?).ok()
-    }
-
-    fn boolean(&mut self) -> Option<bool> {
-        match self.byte()? {
-            0 => Some(false),
-            1 => Some(true),
-            _ => None,
-        }
-    }
-
-    /// The item count of an array or map block (a negative count is
-    /// followed by the block's size in bytes). When each item takes at
-    /// least a byte (`sized`), a count beyond the bytes left cannot be
-    /// held: the body ends early (`short`). Items of no bytes are counted
-    /// over the message, up to [`MAX_EMPTY_ITEMS`]. `apache_avro` reserves
-    /// room for a whole claimed count before reading an item, so a few
-    /// hostile bytes would otherwise make it reserve, or fill, gigabytes.
-    fn block(&mut self, sized: bool) -> Option<usize> {
-        let raw = self.long()?;
-        let n = if raw < 0 {
-            self.long()?;
-            raw.checked_neg()?
-        } else {
-            raw
-        };
-        let n = usize::try_from(n).ok()?;
-        if sized && n > self.bytes.len() - self.at {
-            self.short = true;
-            return None;
-        }
-        if !sized {
-            self.empty_items = self.empty_items.saturating_add(n);
-            if self.empty_items > MAX_EMPTY_ITEMS {
-                return None;
-            }
-        }
-        Some(n)
-    }
-
-    fn done(&self) -> bool {
-        self.at == self.bytes.len()
     }
 }
 

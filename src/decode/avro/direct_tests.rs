@@ -7,8 +7,8 @@
 use apache_avro::types::Value as A;
 use proptest::prelude::*;
 
-use super::direct::MAX_EMPTY_ITEMS;
-use super::tests::{framed, Fixed, ENVELOPE, KEY};
+use super::cursor::MAX_EMPTY_ITEMS;
+use super::tests::{framed, long_bytes, Fixed, ENVELOPE, KEY};
 use super::*;
 use crate::value::parse_ts;
 
@@ -386,16 +386,7 @@ fn a_count_beyond_what_the_body_can_hold_is_refused_before_the_reference_reads_i
     // Nulls take no bytes, so no byte bounds their count: a message may
     // claim MAX_EMPTY_ITEMS of them, not one more (2^26 would have
     // `apache_avro` build 2^26 values, gigabytes, from six bytes).
-    let nulls = |n: usize| {
-        let mut body = vec![0x02, 0x00];
-        let mut z = (n as u64) << 1;
-        while z >= 0x80 {
-            body.push(z as u8 | 0x80);
-            z >>= 7;
-        }
-        body.extend([z as u8, 0x00]);
-        frame(&body)
-    };
+    let nulls = |n: usize| frame(&[&[0x02, 0x00][..], &long_bytes(n as i64), &[0x00]].concat());
     let most = nulls(MAX_EMPTY_ITEMS);
     assert!(matches!(decoded(&most), Ok(Decoded::Row { .. })), "{:?}", decoded(&most));
     let bomb = nulls(MAX_EMPTY_ITEMS + 1);

@@ -12,6 +12,7 @@
 //! for the same events, so a table fed Avro equals one fed JSON.
 
 mod cells;
+mod cursor;
 mod direct;
 mod plan;
 

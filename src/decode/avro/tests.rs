@@ -46,6 +46,19 @@ fn schemas() -> Fixed {
     ]))
 }
 
+/// A `long` as Avro encodes it (zigzag, then a varint), for bodies
+/// written byte by byte.
+pub(super) fn long_bytes(n: i64) -> Vec<u8> {
+    let mut z = ((n << 1) ^ (n >> 63)) as u64;
+    let mut out = vec![];
+    while z >= 0x80 {
+        out.push((z as u8) | 0x80);
+        z >>= 7;
+    }
+    out.push(z as u8);
+    out
+}
+
 pub(super) fn framed(id: u32, schema: &str, v: A) -> Vec<u8> {
     let s = apache_avro::Schema::parse_str(schema).unwrap();
     let mut out = vec![MAGIC];
@@ -217,13 +230,7 @@ fn a_claimed_length_beyond_the_largest_message_is_refused_before_allocating() {
         let mut msg = vec![MAGIC];
         msg.extend(id.to_be_bytes());
         msg.extend_from_slice(prefix);
-        let len: i64 = 100 << 20;
-        let mut z = ((len << 1) ^ (len >> 63)) as u64;
-        while z >= 0x80 {
-            msg.push((z as u8) | 0x80);
-            z >>= 7;
-        }
-        msg.push(z as u8);
+        msg.extend(long_bytes(100 << 20));
         msg
     };
     // An update whose `name` claims it (before: null, after: the record,
