@@ -347,11 +347,15 @@ fn avro_stream_equals_the_same_events_as_json() {
     broker.create_topic("crm.json.account", 2);
     let evs = events(400, 40, 2);
     let mut avro: Vec<J> = evs.iter().map(Event::avro).collect();
-    // Two malformed frames: JSON where Avro is expected, and a schema id the
-    // registry does not know. Each is one dead letter; nothing else stops.
+    // Three malformed frames: JSON where Avro is expected, a schema id the
+    // registry does not know, and a linked list of a registered recursive
+    // schema nested 100,000 deep (read by recursion, it would overflow the
+    // stack and end the process). Each is one dead letter; nothing else
+    // stops.
     let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
     avro.insert(50, json!({"partition": 0, "raw": b64(b"{\"op\":\"c\"}")}));
     avro.insert(120, json!({"partition": 1, "raw": b64(&[0, 0, 0, 0x10, 0x92, 2, 4, 6])}));
+    avro.insert(200, json!({"partition": 0, "raw": b64(&deep_list(&broker, &registry))}));
     produce_avro(&broker, &registry, "crm.avro.account", &avro);
     broker.produce("crm.json.account", &evs.iter().map(Event::json).collect::<Vec<_>>());
 
@@ -383,13 +387,34 @@ fn avro_stream_equals_the_same_events_as_json() {
         assert_eq!(types.get(col).map(String::as_str), Some(ty), "{types:?}");
     }
     let dead = dead_letters(a.path());
-    assert_eq!(dead.len(), 2, "{dead:?}");
     let errors: Vec<&str> = dead.iter().map(|d| d["error"].as_str().unwrap()).collect();
+    assert_eq!(dead.len(), 3, "{errors:?}");
     assert!(errors.iter().any(|e| e.contains("first byte 0x7b")), "{errors:?}");
+    assert!(
+        errors.iter().any(|e| e.contains("nests a recursive type more than 64 levels deep")),
+        "{errors:?}"
+    );
     assert!(
         errors.iter().any(|e| e.contains("schema id 4242 is unknown to the schema registry")),
         "{errors:?}"
     );
+}
+
+/// A frame of a recursive schema (a linked list, registered on the
+/// topic's subject by the AvroSerializer) whose body nests 100,000 deep.
+fn deep_list(broker: &Broker, registry: &Registry) -> Vec<u8> {
+    let schema = json!({"type": "record", "name": "Node", "fields": [
+        {"name": "id", "type": "long"}, {"name": "next", "type": ["null", "Node"]}]});
+    let one = json!({"partition": 0, "value": {"id": 1, "next": null},
+        "value_schema": schema.to_string()});
+    let raw = &serialize_avro(broker, registry, "crm.avro.account", &[one])[0]["raw"];
+    let frame = base64::engine::general_purpose::STANDARD.decode(raw.as_str().unwrap()).unwrap();
+    let mut deep = frame[..5].to_vec();
+    for _ in 0..100_000 {
+        deep.extend([0x02, 0x02]); // id 1, then `next`'s record branch
+    }
+    deep.extend([0x02, 0x00]); // the last id, then null
+    deep
 }
 
 /// Live rows: whether a key created and deleted shows as a soft-deleted row

@@ -12,6 +12,14 @@
 /// `apache_avro` builds every one (a million are tens of megabytes).
 pub(super) const MAX_EMPTY_ITEMS: usize = 1 << 20;
 
+/// How deep a recursive type (a linked list, a tree) may nest inside
+/// itself in one message. `apache_avro` reads such a value by recursion
+/// with no limit of its own: a few bytes a level, so a 100 KB message
+/// could nest deep enough to overflow the thread's stack, which aborts the
+/// process (no panic to catch) — and a restarted daemon reads the same
+/// message again.
+pub(super) const MAX_NEST: usize = 64;
+
 /// A message body being read. Every read is checked as `apache_avro`
 /// checks it; None means "give the message up".
 pub(super) struct Cursor<'a> {
@@ -21,11 +29,15 @@ pub(super) struct Cursor<'a> {
     short: bool,
     /// Array and map items of no bytes claimed so far.
     empty_items: usize,
+    /// Recursive types entered and not yet left.
+    nest: usize,
+    /// A recursive type nested more than [`MAX_NEST`] levels.
+    deep: bool,
 }
 
 impl<'a> Cursor<'a> {
     pub(super) fn new(bytes: &'a [u8], at: usize) -> Cursor<'a> {
-        Cursor { bytes, at, short: false, empty_items: 0 }
+        Cursor { bytes, at, short: false, empty_items: 0, nest: 0, deep: false }
     }
 
     fn byte(&mut self) -> Option<u8> {
@@ -124,14 +136,33 @@ impl<'a> Cursor<'a> {
         Some(n)
     }
 
+    /// Into a recursive type's value: None past [`MAX_NEST`] levels.
+    pub(super) fn enter(&mut self) -> Option<()> {
+        if self.nest == MAX_NEST {
+            self.deep = true;
+            return None;
+        }
+        self.nest += 1;
+        Some(())
+    }
+
+    /// Out of a recursive type's value.
+    pub(super) fn leave(&mut self) {
+        self.nest -= 1;
+    }
+
     pub(super) fn done(&self) -> bool {
         self.at == self.bytes.len()
     }
 
     /// Why a read that gave up means the body cannot be decoded at all
-    /// (it ran out of bytes, or claimed more items than it can hold);
-    /// None when it gave up for another reason, which the reference judges.
+    /// (it ran out of bytes, claimed more items than it can hold, or
+    /// nested too deep); None when it gave up for another reason, which
+    /// the reference judges.
     pub(super) fn refusal(&self) -> Option<String> {
+        if self.deep {
+            return Some(format!("it nests a recursive type more than {MAX_NEST} levels deep"));
+        }
         if self.empty_items > MAX_EMPTY_ITEMS {
             return Some(format!(
                 "it claims more than {MAX_EMPTY_ITEMS} array or map items of no bytes"

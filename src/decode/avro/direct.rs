@@ -21,6 +21,7 @@
 //! paths make the same cells by construction. The tests compare the two.
 
 use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, Weak};
 
 use apache_avro::schema::{Name as AvroName, Namespace, Schema};
 use apache_avro::types::Value as A;
@@ -40,7 +41,7 @@ const MAX_DEPTH: usize = 64;
 const MAX_NODES: usize = 20_000;
 
 /// A writer schema's type, as its binary encoding is read.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Node {
     Null,
     Boolean,
@@ -66,7 +67,17 @@ enum Node {
     /// big-decimal over bytes, duration over a fixed 12), encoded as its
     /// inner type: passed over for [`Program::refusal`], never read.
     Opaque(Box<Node>),
+    /// A record type met again inside itself (a linked list, a tree):
+    /// passed over for [`Program::refusal`], one nesting level deeper
+    /// ([`Cursor::enter`]), never read.
+    Ref(Weak<Recursive>),
 }
+
+/// A record type that holds itself, compiled once: its node, and whether
+/// every value of it takes a byte (worked out with its own references
+/// counted as taking none, which errs on the side of not refusing).
+#[derive(Debug, Default)]
+struct Recursive(OnceLock<(Node, bool)>);
 
 impl Node {
     /// Whether every value of this type takes at least one byte (a null,
@@ -77,6 +88,7 @@ impl Node {
             Node::Fixed(n) | Node::Decimal(Some(n)) => *n > 0,
             Node::Record(fields) => fields.iter().any(|(_, f)| f.takes_bytes()),
             Node::Opaque(inner) => inner.takes_bytes(),
+            Node::Ref(r) => r.upgrade().and_then(|r| r.0.get().map(|n| n.1)).unwrap_or(false),
             _ => true,
         }
     }
@@ -86,22 +98,32 @@ impl Node {
 #[derive(Debug)]
 pub(super) struct Program {
     fields: Box<[(String, Node)]>,
-    /// It holds a type the direct path does not read (uuid, big-decimal,
-    /// duration): its messages are all decoded by `apache_avro`, and the
-    /// program only checks their bodies first ([`Program::refusal`]).
+    /// It holds what the direct path does not read (a uuid, big-decimal or
+    /// duration type, a recursive type, a top level that is not a record):
+    /// its messages are all decoded by `apache_avro`, and the program only
+    /// checks their bodies first ([`Program::refusal`]).
     pub(super) checks_only: bool,
+    /// The recursive types its [`Node::Ref`]s point at.
+    _recursive: Vec<Arc<Recursive>>,
 }
 
 impl Program {
-    /// The program for a schema (None when its top level is not a record,
-    /// or it is too deep or too large, which recursive types are).
+    /// The program for a schema (None when it is too deep or too large).
     pub(super) fn compile(schema: &Schema) -> Option<Program> {
         let resolved = apache_avro::schema::ResolvedSchema::try_from(schema).ok()?;
-        let mut c = Compiler { names: resolved.get_names(), nodes: 0, opaque: false };
-        match c.node(schema, &None, 0)? {
-            Node::Record(fields) => Some(Program { fields, checks_only: c.opaque }),
-            _ => None,
-        }
+        let mut c = Compiler {
+            names: resolved.get_names(),
+            nodes: 0,
+            checks_only: false,
+            open: vec![],
+            recursive: vec![],
+        };
+        let (fields, checks_only) = match c.node(schema, &None, 0)? {
+            Node::Record(fields) => (fields, c.checks_only),
+            // Read as a record of one field, for the checks only.
+            other => (Box::new([(String::new(), other)]) as Box<[_]>, true),
+        };
+        Some(Program { fields, checks_only, _recursive: c.recursive })
     }
 
     /// Why `body` cannot be decoded with this program, when it reads as
@@ -124,8 +146,12 @@ impl Program {
 struct Compiler<'s> {
     names: &'s HashMap<AvroName, &'s Schema>,
     nodes: usize,
-    /// The schema holds an [`Node::Opaque`] type.
-    opaque: bool,
+    /// The schema holds a type the direct path does not read.
+    checks_only: bool,
+    /// The records being compiled, outermost first, each with its
+    /// [`Recursive`] once a reference inside it names it.
+    open: Vec<(AvroName, Option<Arc<Recursive>>)>,
+    recursive: Vec<Arc<Recursive>>,
 }
 
 impl Compiler<'_> {
@@ -167,20 +193,32 @@ impl Compiler<'_> {
                 u.variants().iter().map(|v| self.node(v, ns, depth + 1)).collect::<Option<_>>()?,
             ),
             Schema::Record(r) => {
-                let ns = r.name.fully_qualified_name(ns).namespace;
+                let full = r.name.fully_qualified_name(ns);
+                let ns = full.namespace.clone();
+                self.open.push((full, None));
                 let fields = r
                     .fields
                     .iter()
-                    .map(|f| Some((f.name.clone(), self.node(&f.schema, &ns, depth + 1)?)));
-                Node::Record(fields.collect::<Option<_>>()?)
+                    .map(|f| Some((f.name.clone(), self.node(&f.schema, &ns, depth + 1)?)))
+                    .collect::<Option<_>>();
+                let (_, recursive) = self.open.pop()?;
+                let node = Node::Record(fields?);
+                if let Some(r) = recursive {
+                    let sized = node.takes_bytes();
+                    r.0.set((node.clone(), sized)).ok()?;
+                }
+                node
             }
             Schema::Ref { name } => {
                 let full = name.fully_qualified_name(ns);
+                if let Some(at) = self.open.iter().position(|(open, _)| *open == full) {
+                    return Some(self.recursion(at));
+                }
                 let named = *self.names.get(&full)?;
                 self.node(named, &full.namespace, depth + 1)?
             }
             Schema::Uuid | Schema::BigDecimal | Schema::Duration => {
-                self.opaque = true;
+                self.checks_only = true;
                 Node::Opaque(Box::new(match s {
                     Schema::Uuid => Node::String,
                     Schema::BigDecimal => Node::Bytes,
@@ -188,6 +226,21 @@ impl Compiler<'_> {
                 }))
             }
         })
+    }
+
+    /// A reference to the record `open[at]`, inside that record.
+    fn recursion(&mut self, at: usize) -> Node {
+        self.checks_only = true;
+        let r = match &self.open[at].1 {
+            Some(r) => r.clone(),
+            None => {
+                let r = Arc::new(Recursive::default());
+                self.recursive.push(r.clone());
+                self.open[at].1 = Some(r.clone());
+                r
+            }
+        };
+        Node::Ref(Arc::downgrade(&r))
     }
 }
 
@@ -250,6 +303,12 @@ fn skip(node: &Node, c: &mut Cursor<'_>) -> Option<()> {
         }
         Node::Union(branches) => skip(branches.get(c.index()?)?, c)?,
         Node::Opaque(inner) => skip(inner, c)?,
+        Node::Ref(r) => {
+            let r = r.upgrade()?;
+            c.enter()?;
+            skip(&r.0.get()?.0, c)?;
+            c.leave();
+        }
     }
     Some(())
 }
@@ -307,7 +366,7 @@ fn build(node: &Node, c: &mut Cursor<'_>) -> Option<A> {
             let i = c.index()?;
             A::Union(i as u32, Box::new(build(branches.get(i)?, c)?))
         }
-        Node::Opaque(_) => return None,
+        Node::Opaque(_) | Node::Ref(_) => return None,
     })
 }
 

@@ -7,7 +7,7 @@
 use apache_avro::types::Value as A;
 use proptest::prelude::*;
 
-use super::cursor::MAX_EMPTY_ITEMS;
+use super::cursor::{MAX_EMPTY_ITEMS, MAX_NEST};
 use super::tests::{framed, long_bytes, Fixed, ENVELOPE, KEY};
 use super::*;
 use crate::value::parse_ts;
@@ -402,22 +402,35 @@ fn a_count_beyond_what_the_body_can_hold_is_refused_before_the_reference_reads_i
     );
 }
 
+/// A linked list, `depth` records below the top one, as the reference
+/// encodes it.
+fn list(depth: i64) -> A {
+    (0..=depth).rev().fold(none(), |next, id| {
+        let node = A::Record(vec![("id".into(), A::Long(id)), ("next".into(), next)]);
+        if id == 0 {
+            node
+        } else {
+            some(node)
+        }
+    })
+}
+
+const RECURSIVE: &str = r#"{"type": "record", "name": "Node", "fields": [
+  {"name": "id", "type": "long"}, {"name": "next", "type": ["null", "Node"]}]}"#;
+
 #[test]
-fn schemas_the_direct_path_does_not_read_have_no_program_or_one_that_only_checks() {
+fn schemas_the_direct_path_does_not_read_have_a_program_that_only_checks() {
     let with_uuid = r#"{"type": "record", "name": "R", "fields": [
       {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
       {"name": "n", "type": "long"}]}"#;
-    let recursive = r#"{"type": "record", "name": "Node", "fields": [
-      {"name": "id", "type": "long"}, {"name": "next", "type": ["null", "Node"]}]}"#;
     let not_a_record = r#"{"type": "array", "items": "long"}"#;
-    for schema in [recursive, not_a_record] {
-        assert!(WriterSchema::parse(30, schema).unwrap().direct.is_none(), "{schema}");
+    for schema in [RECURSIVE, not_a_record, with_uuid] {
+        let w = WriterSchema::parse(30, schema).unwrap();
+        assert!(w.direct.as_ref().is_some_and(|p| p.checks_only), "{schema}");
+        assert!(direct::Run::new(&w, Format::Json, None).is_none(), "{schema}");
     }
     // A uuid: `apache_avro` decodes every message, after the program
     // checked the body (a truncated one is refused, not read as nulls).
-    let uuid = WriterSchema::parse(32, with_uuid).unwrap();
-    assert!(uuid.direct.as_ref().is_some_and(|p| p.checks_only));
-    assert!(direct::Run::new(&uuid, Format::Json, None).is_none());
     let s = schemas(&[(32, with_uuid)]);
     let id = "5f0c8a36-3a4e-4c59-9d1e-0b6f4a1c2d3e";
     let whole = [&[MAGIC, 0, 0, 0, 32][..], &[id.len() as u8 * 2], id.as_bytes(), &[0x04]].concat();
@@ -431,17 +444,51 @@ fn schemas_the_direct_path_does_not_read_have_no_program_or_one_that_only_checks
     for schema in [ENVELOPE, KEY, TYPES, NESTED, SMALL] {
         assert!(WriterSchema::parse(30, schema).unwrap().direct.is_some(), "{schema}");
     }
-    // Still decoded, one message at a time.
-    let s = schemas(&[(31, recursive)]);
-    let v = A::Record(vec![
-        ("id".into(), A::Long(1)),
-        ("next".into(), some(A::Record(vec![("id".into(), A::Long(2)), ("next".into(), none())]))),
-    ]);
-    let frames: Frames = vec![(None, framed(31, recursive, v))];
+    // Still decoded, one message at a time; a top level that is not a
+    // record is checked too (and then refused: a row is a record).
+    let s = schemas(&[(31, RECURSIVE), (33, not_a_record)]);
+    let array = framed(33, not_a_record, A::Array(vec![A::Long(1), A::Long(2)]));
+    let frames: Frames = vec![(None, framed(31, RECURSIVE, list(1))), (None, array.clone())];
     let msgs = messages(&frames);
     let run = decode_run(Format::Json, &msgs, &s, None);
     assert_eq!(run, one_by_one(Format::Json, &msgs, &s, None));
     assert!(run[0].is_ok());
+    let mut claims = array[..5].to_vec();
+    claims.extend(long_bytes(1 << 26));
+    let err = decode_keeping(Format::Json, None, Some(&claims), &s, None).expect_err("claims");
+    assert!(err.error.contains("ends inside its record"), "{}", err.error);
+}
+
+#[test]
+fn a_recursive_type_nesting_too_deep_is_refused_before_the_reference_recurses() {
+    // The reference reads a recursive value by recursion without a limit:
+    // this message (two bytes a level) would overflow the thread's stack
+    // and abort the process.
+    let s = schemas(&[(31, RECURSIVE)]);
+    let mut deep = vec![MAGIC, 0, 0, 0, 31];
+    for _ in 0..100_000 {
+        deep.extend([0x02, 0x02]); // id 1, then `next`'s record branch
+    }
+    deep.extend([0x02, 0x00]); // the last id, then null
+    let err = decode_keeping(Format::Json, None, Some(&deep), &s, None).expect_err("too deep");
+    assert_eq!(err.reason, "malformed");
+    let deepest = format!("nests a recursive type more than {MAX_NEST} levels deep");
+    assert!(err.error.contains(&deepest), "{}", err.error);
+    // At the limit it decodes as the reference decodes it; one more
+    // level is refused.
+    let at_limit = framed(31, RECURSIVE, list(MAX_NEST as i64));
+    let ok = decode_keeping(Format::Json, None, Some(&at_limit), &s, None);
+    assert!(matches!(ok, Ok(Decoded::Row { .. })), "{ok:?}");
+    let beyond = framed(31, RECURSIVE, list(MAX_NEST as i64 + 1));
+    let err = decode_keeping(Format::Json, None, Some(&beyond), &s, None).expect_err("65");
+    assert!(err.error.contains(&deepest), "{}", err.error);
+    // A type that holds itself with nothing to end it can never be read:
+    // every message nests too deep.
+    let endless = r#"{"type": "record", "name": "E", "fields": [{"name": "e", "type": "E"}]}"#;
+    let s = schemas(&[(34, endless)]);
+    let err = decode_keeping(Format::Json, None, Some(&[MAGIC, 0, 0, 0, 34]), &s, None)
+        .expect_err("endless");
+    assert!(err.error.contains(&deepest), "{}", err.error);
 }
 
 #[test]

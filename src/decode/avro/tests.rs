@@ -241,12 +241,20 @@ fn a_claimed_length_beyond_the_largest_message_is_refused_before_allocating() {
     let e = decode(Format::Debezium, None, Some(&claim(&[0, 2, 2, 2], 7)), &s).unwrap_err();
     assert_eq!(e.reason, "malformed");
     assert!(e.error.contains("schema id 7: the message ends inside its record"), "{}", e.error);
-    // A schema without a program (a recursive one) goes to `apache_avro`
-    // directly, whose allocation limit refuses the claim before
-    // allocating it.
-    let recursive = r#"{"type": "record", "name": "Node", "fields": [
-      {"name": "id", "type": "string"}, {"name": "next", "type": ["null", "Node"]}]}"#;
-    let s = Fixed(HashMap::from([(9, Arc::new(WriterSchema::parse(9, recursive).unwrap()))]));
+    // A schema without a program (one too large to compile: 150 fields
+    // of a 150-field record) goes to `apache_avro` directly, whose
+    // allocation limit refuses the claim before allocating it.
+    let fields = |ty: &str| {
+        let f: Vec<_> = (0..150).map(|i| format!(r#"{{"name": "f{i}", "type": {ty}}}"#)).collect();
+        f.join(", ")
+    };
+    let large = format!(
+        r#"{{"type": "record", "name": "Big", "fields": [{{"name": "id", "type": "string"}},
+          {{"name": "a", "type": {{"type": "record", "name": "A", "fields": [{}]}}}}, {}]}}"#,
+        fields(r#""long""#),
+        fields(r#""A""#)
+    );
+    let s = Fixed(HashMap::from([(9, Arc::new(WriterSchema::parse(9, &large).unwrap()))]));
     assert!(s.0[&9].direct.is_none());
     let e = decode(Format::Json, None, Some(&claim(&[], 9)), &s).unwrap_err();
     assert_eq!(e.reason, "malformed");
