@@ -160,6 +160,35 @@ fn bad_input_deeply_nested_lines_are_dead_letters_and_the_run_goes_on() {
     );
 }
 
+/// docs/bad-input.md: a decimal claiming a scale of ±2^31 (Kafka Connect's
+/// `{"scale", "value"}`, which any JSON row may carry) is one dead letter
+/// with a short error; it once overflowed the text's zero padding and
+/// panicked the batch outside any message's guard (or, at +2^31, made 2 GiB
+/// of error text).
+#[test]
+fn bad_input_a_decimal_claiming_an_extreme_scale_is_a_dead_letter_and_the_run_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = write(
+        tmp.path(),
+        "c.yaml",
+        "systems:\n  flat: {type: jsonl, path: 'flat/*.jsonl'}\nbronze:\n  tables:\n    account:\n      source: {system: flat, object: account}\n      business_key: [id]\n      strategy: scd1\n",
+    );
+    let row =
+        |id: i64, scale: i64| format!(r#"{{"id":{id},"x":{{"scale":{scale},"value":"AQ=="}}}}"#);
+    let lines = [row(1, 2), row(2, i32::MIN.into()), row(3, i32::MAX.into()), row(4, 3)];
+    write(tmp.path(), "flat/1.jsonl", &(lines.join("\n") + "\n"));
+    stdout_of(cli(&["run", "--once"], &cfg));
+    let landed = rows(&cfg, "account", "all");
+    let x: Vec<(i64, &str)> =
+        landed.iter().map(|r| (r["id"].as_i64().unwrap(), r["x"].as_str().unwrap())).collect();
+    assert_eq!(x, vec![(1, "0.010000000000000000"), (4, "0.001000000000000000")], "{landed:?}");
+    let dead = dead_letters(&cfg);
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    assert!(dead.iter().all(|e| e.len() < 300), "{dead:?}");
+    assert!(dead.iter().any(|e| e.contains("1E+2147483648 does not fit decimal")), "{dead:?}");
+    assert!(dead.iter().any(|e| e.contains("1E-2147483647 has more than")), "{dead:?}");
+}
+
 #[test]
 fn bad_input_a_table_name_that_is_a_path_is_refused_by_check_and_run() {
     let tmp = tempfile::tempdir().unwrap();

@@ -31,14 +31,21 @@ pub fn digits(v: i128) -> u32 {
     d
 }
 
+/// 10^(hi - lo) for scales of any size (None beyond i128): scales come
+/// from messages, so their difference may not fit an i32.
+fn pow10_between(hi: i32, lo: i32) -> Option<i128> {
+    pow10(u32::try_from(i64::from(hi) - i64::from(lo)).ok()?)
+}
+
 /// `v * 10^-from` at scale `to`, exactly; None when digits would be lost
 /// (a non-zero digit beyond `to`) or the result leaves i128.
 pub fn rescale(v: i128, from: i32, to: i32) -> Option<i128> {
     match to.cmp(&from) {
         Ordering::Equal => Some(v),
-        Ordering::Greater => v.checked_mul(pow10((to - from) as u32)?),
+        Ordering::Greater if v == 0 => Some(0),
+        Ordering::Greater => v.checked_mul(pow10_between(to, from)?),
         Ordering::Less => {
-            let Some(f) = pow10((from - to) as u32) else {
+            let Some(f) = pow10_between(from, to) else {
                 // More than 38 digits dropped: exact only for zero.
                 return (v == 0).then_some(0);
             };
@@ -50,10 +57,13 @@ pub fn rescale(v: i128, from: i32, to: i32) -> Option<i128> {
 /// `v` (at scale `from`) as a value of `decimal(precision, scale)`, or why not.
 pub fn fit(v: i128, from: i32, precision: u8, scale: u8) -> Result<i128, String> {
     let text = || format(v, from);
-    let r = rescale(v, from, scale as i32)
-        .ok_or_else(|| format!("{} has more than {scale} decimal places", text()))?;
+    let too_wide = || format!("{} does not fit decimal({precision},{scale})", text());
+    let r = rescale(v, from, scale as i32).ok_or_else(|| match from > scale as i32 {
+        true => format!("{} has more than {scale} decimal places", text()),
+        false => too_wide(),
+    })?;
     if digits(r) > precision as u32 {
-        return Err(format!("{} does not fit decimal({precision},{scale})", text()));
+        return Err(too_wide());
     }
     Ok(r)
 }
@@ -66,7 +76,7 @@ pub fn cmp(a: i128, sa: i32, b: i128, sb: i32) -> Ordering {
     // Bring both to the larger scale; a product that leaves i128 is larger
     // in magnitude than any i128, so its sign decides.
     let (hi, lo) = (sa.max(sb), sa.min(sb));
-    let up = |v: i128| pow10((hi - lo) as u32).and_then(|f| v.checked_mul(f));
+    let up = |v: i128| pow10_between(hi, lo).and_then(|f| v.checked_mul(f));
     if sa < sb {
         match up(a) {
             Some(a) => a.cmp(&b),
@@ -80,13 +90,24 @@ pub fn cmp(a: i128, sa: i32, b: i128, sb: i32) -> Ordering {
     }
 }
 
+/// Scales beyond this either way are written with an exponent: no Delta
+/// decimal holds such a value unless it is zero (38 digits at most, scale
+/// 0 to 38), and a scale read from a message may be anything up to 2^31,
+/// which written out would be gigabytes of zeros.
+const MAX_PLAIN_SCALE: i32 = 2 * MAX_PRECISION as i32;
+
 /// The exact text: `-0.01`, `12345678901234567.89`, `100` (scale 0),
-/// `1200` (negative scale -2, unscaled 12).
+/// `1200` (negative scale -2, unscaled 12); `1E-100` and `12E+90` beyond
+/// [`MAX_PLAIN_SCALE`].
 pub fn format(v: i128, scale: i32) -> String {
+    if scale.unsigned_abs() > MAX_PLAIN_SCALE as u32 {
+        let exp = -i64::from(scale);
+        return format!("{v}E{}{exp}", if exp > 0 { "+" } else { "" });
+    }
     if scale <= 0 {
         let mut s = v.to_string();
         if v != 0 {
-            s.extend(std::iter::repeat_n('0', (-scale) as usize));
+            s.extend(std::iter::repeat_n('0', scale.unsigned_abs() as usize));
         }
         return s;
     }
@@ -219,6 +240,30 @@ mod tests {
         }
         assert_eq!(parse("123456789012345678901234567890123456789"), None, "39 digits");
         assert_eq!(format(12, -2), "1200");
+    }
+
+    #[test]
+    fn any_scale_a_message_can_claim_is_handled_without_overflow_or_giant_text() {
+        // A hostile `{"scale": -2147483648, ...}` once overflowed the
+        // zero padding and panicked the batch; i32::MAX made 2 GiB of text.
+        for scale in [i32::MIN, i32::MIN + 1, -1000, -77, 77, 1000, i32::MAX] {
+            let text = format(1, scale);
+            assert!(text.len() < 16, "{scale}: {text}");
+            assert!(fit(1, scale, 38, 18).is_err(), "{scale}");
+            assert_eq!(fit(0, scale, 38, 18), Ok(0), "{scale}");
+            assert_eq!(
+                cmp(1, scale, 1, 0),
+                if scale > 0 { Ordering::Less } else { Ordering::Greater }
+            );
+        }
+        assert_eq!(format(-12, 100), "-12E-100");
+        assert_eq!(format(12, -90), "12E+90");
+        assert_eq!(format(1, 76).len(), 78, "written out up to 76");
+        assert_eq!(parse("1E-2147483647"), Some((1, i32::MAX)));
+        assert_eq!(to_f64(1, i32::MAX), 0.0);
+        assert_eq!(to_f64(1, i32::MIN), f64::INFINITY);
+        assert_eq!(rescale(1, i32::MIN, i32::MAX), None);
+        assert_eq!(rescale(0, i32::MAX, i32::MIN), Some(0));
     }
 
     #[test]
