@@ -12,13 +12,14 @@
 /// `apache_avro` builds every one (a million are tens of megabytes).
 pub(super) const MAX_EMPTY_ITEMS: usize = 1 << 20;
 
-/// How deep a recursive type (a linked list, a tree) may nest inside
-/// itself in one message. `apache_avro` reads such a value by recursion
-/// with no limit of its own: a few bytes a level, so a 100 KB message
-/// could nest deep enough to overflow the thread's stack, which aborts the
-/// process (no panic to catch) — and a restarted daemon reads the same
-/// message again.
-pub(super) const MAX_NEST: usize = 64;
+/// How deep records, arrays and maps may nest in one message. Only a
+/// recursive type (a linked list, a tree) can reach it: a schema compiles
+/// only when it nests fewer types than this otherwise. `apache_avro` reads
+/// a value by recursion with no limit of its own, a stack frame or more
+/// per level: a few bytes a level, so a 100 KB message could nest deep
+/// enough to overflow the thread's stack, which aborts the process (no
+/// panic to catch) — and a restarted daemon reads the same message again.
+pub(super) const MAX_NEST: usize = 128;
 
 /// A message body being read. Every read is checked as `apache_avro`
 /// checks it; None means "give the message up".
@@ -29,9 +30,9 @@ pub(super) struct Cursor<'a> {
     short: bool,
     /// Array and map items of no bytes claimed so far.
     empty_items: usize,
-    /// Recursive types entered and not yet left.
+    /// Records, arrays and maps entered and not yet left.
     nest: usize,
-    /// A recursive type nested more than [`MAX_NEST`] levels.
+    /// They nested more than [`MAX_NEST`] levels.
     deep: bool,
 }
 
@@ -136,7 +137,7 @@ impl<'a> Cursor<'a> {
         Some(n)
     }
 
-    /// Into a recursive type's value: None past [`MAX_NEST`] levels.
+    /// Into a record, array or map: None past [`MAX_NEST`] levels.
     pub(super) fn enter(&mut self) -> Option<()> {
         if self.nest == MAX_NEST {
             self.deep = true;
@@ -146,7 +147,7 @@ impl<'a> Cursor<'a> {
         Some(())
     }
 
-    /// Out of a recursive type's value.
+    /// Out of a record, array or map.
     pub(super) fn leave(&mut self) {
         self.nest -= 1;
     }
@@ -161,7 +162,9 @@ impl<'a> Cursor<'a> {
     /// the reference judges.
     pub(super) fn refusal(&self) -> Option<String> {
         if self.deep {
-            return Some(format!("it nests a recursive type more than {MAX_NEST} levels deep"));
+            return Some(format!(
+                "it nests records, arrays or maps more than {MAX_NEST} levels deep"
+            ));
         }
         if self.empty_items > MAX_EMPTY_ITEMS {
             return Some(format!(

@@ -37,8 +37,8 @@ use crate::value::{decimal, parse_ts, Value};
 /// Deepest nesting of types a program follows (a recursive type would
 /// otherwise never end), and most types it holds (named types used many
 /// times could otherwise multiply).
-const MAX_DEPTH: usize = 64;
-const MAX_NODES: usize = 20_000;
+pub(super) const MAX_DEPTH: usize = 64;
+pub(super) const MAX_NODES: usize = 100_000;
 
 /// A writer schema's type, as its binary encoding is read.
 #[derive(Debug, Clone)]
@@ -68,8 +68,7 @@ enum Node {
     /// inner type: passed over for [`Program::refusal`], never read.
     Opaque(Box<Node>),
     /// A record type met again inside itself (a linked list, a tree):
-    /// passed over for [`Program::refusal`], one nesting level deeper
-    /// ([`Cursor::enter`]), never read.
+    /// passed over for [`Program::refusal`], never read.
     Ref(Weak<Recursive>),
 }
 
@@ -108,7 +107,9 @@ pub(super) struct Program {
 }
 
 impl Program {
-    /// The program for a schema (None when it is too deep or too large).
+    /// The program for a schema (None when it nests types more than
+    /// [`MAX_DEPTH`] deep without recursion, or holds more than
+    /// [`MAX_NODES`] once named types are expanded).
     pub(super) fn compile(schema: &Schema) -> Option<Program> {
         let resolved = apache_avro::schema::ResolvedSchema::try_from(schema).ok()?;
         let mut c = Compiler {
@@ -136,7 +137,9 @@ impl Program {
     /// asks this first.
     pub(super) fn refusal(&self, body: &[u8]) -> Option<String> {
         let mut c = Cursor::new(body, 0);
-        match self.fields.iter().try_for_each(|(_, f)| skip(f, &mut c)) {
+        // The top-level record is the first nesting level.
+        let walk = |c: &mut Cursor<'_>| self.fields.iter().try_for_each(|(_, f)| skip(f, c));
+        match c.enter().and_then(|()| walk(&mut c)) {
             Some(()) => None,
             None => c.refusal(),
         }
@@ -244,8 +247,13 @@ impl Compiler<'_> {
     }
 }
 
-/// Passes over a value, checking it as the reference decodes it.
+/// Passes over a value, checking it as the reference decodes it. Records,
+/// arrays and maps count as nesting levels ([`Cursor::enter`]).
 fn skip(node: &Node, c: &mut Cursor<'_>) -> Option<()> {
+    let nests = matches!(node, Node::Record(_) | Node::Array(_) | Node::Map(_));
+    if nests {
+        c.enter()?;
+    }
     match node {
         Node::Null => {}
         Node::Boolean => {
@@ -303,12 +311,10 @@ fn skip(node: &Node, c: &mut Cursor<'_>) -> Option<()> {
         }
         Node::Union(branches) => skip(branches.get(c.index()?)?, c)?,
         Node::Opaque(inner) => skip(inner, c)?,
-        Node::Ref(r) => {
-            let r = r.upgrade()?;
-            c.enter()?;
-            skip(&r.0.get()?.0, c)?;
-            c.leave();
-        }
+        Node::Ref(r) => skip(&r.upgrade()?.0.get()?.0, c)?,
+    }
+    if nests {
+        c.leave();
     }
     Some(())
 }
@@ -510,7 +516,7 @@ impl<'w> Run<'w> {
         format: Format,
         keep: Option<&[String]>,
     ) -> Option<Run<'w>> {
-        let program = writer.direct.as_ref().filter(|p| !p.checks_only)?;
+        let program = Some(&writer.direct).filter(|p| !p.checks_only)?;
         let shape = match format {
             Format::Json => Shape::Flat(Section::new(None, &program.fields, writer.row.as_ref()?)?),
             Format::Debezium => {

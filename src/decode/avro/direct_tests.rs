@@ -426,7 +426,7 @@ fn schemas_the_direct_path_does_not_read_have_a_program_that_only_checks() {
     let not_a_record = r#"{"type": "array", "items": "long"}"#;
     for schema in [RECURSIVE, not_a_record, with_uuid] {
         let w = WriterSchema::parse(30, schema).unwrap();
-        assert!(w.direct.as_ref().is_some_and(|p| p.checks_only), "{schema}");
+        assert!(w.direct.checks_only, "{schema}");
         assert!(direct::Run::new(&w, Format::Json, None).is_none(), "{schema}");
     }
     // A uuid: `apache_avro` decodes every message, after the program
@@ -442,7 +442,7 @@ fn schemas_the_direct_path_does_not_read_have_a_program_that_only_checks() {
     let err = decode_keeping(Format::Json, None, Some(cut), &s, None).expect_err("truncated");
     assert!(err.error.contains("ends inside its record"), "{}", err.error);
     for schema in [ENVELOPE, KEY, TYPES, NESTED, SMALL] {
-        assert!(WriterSchema::parse(30, schema).unwrap().direct.is_some(), "{schema}");
+        assert!(!WriterSchema::parse(30, schema).unwrap().direct.checks_only, "{schema}");
     }
     // Still decoded, one message at a time; a top level that is not a
     // record is checked too (and then refused: a row is a record).
@@ -472,15 +472,15 @@ fn a_recursive_type_nesting_too_deep_is_refused_before_the_reference_recurses() 
     deep.extend([0x02, 0x00]); // the last id, then null
     let err = decode_keeping(Format::Json, None, Some(&deep), &s, None).expect_err("too deep");
     assert_eq!(err.reason, "malformed");
-    let deepest = format!("nests a recursive type more than {MAX_NEST} levels deep");
+    let deepest = format!("nests records, arrays or maps more than {MAX_NEST} levels deep");
     assert!(err.error.contains(&deepest), "{}", err.error);
-    // At the limit it decodes as the reference decodes it; one more
-    // level is refused.
-    let at_limit = framed(31, RECURSIVE, list(MAX_NEST as i64));
+    // At the limit (the top record and the records below it) it decodes
+    // as the reference decodes it; one more level is refused.
+    let at_limit = framed(31, RECURSIVE, list(MAX_NEST as i64 - 1));
     let ok = decode_keeping(Format::Json, None, Some(&at_limit), &s, None);
     assert!(matches!(ok, Ok(Decoded::Row { .. })), "{ok:?}");
-    let beyond = framed(31, RECURSIVE, list(MAX_NEST as i64 + 1));
-    let err = decode_keeping(Format::Json, None, Some(&beyond), &s, None).expect_err("65");
+    let beyond = framed(31, RECURSIVE, list(MAX_NEST as i64));
+    let err = decode_keeping(Format::Json, None, Some(&beyond), &s, None).expect_err("beyond");
     assert!(err.error.contains(&deepest), "{}", err.error);
     // A type that holds itself with nothing to end it can never be read:
     // every message nests too deep.
@@ -488,6 +488,23 @@ fn a_recursive_type_nesting_too_deep_is_refused_before_the_reference_recurses() 
     let s = schemas(&[(34, endless)]);
     let err = decode_keeping(Format::Json, None, Some(&[MAGIC, 0, 0, 0, 34]), &s, None)
         .expect_err("endless");
+    assert!(err.error.contains(&deepest), "{}", err.error);
+    // Levels are records, arrays and maps alike: a list whose every level
+    // hides behind 20 arrays reaches the limit within 7 levels (each level
+    // a stack frame or more of the reference's).
+    let arrays = (0..20).fold(r#"["null", "A"]"#.to_string(), |t, _| {
+        format!(r#"{{"type": "array", "items": {t}}}"#)
+    });
+    let wrapped = format!(
+        r#"{{"type": "record", "name": "A", "fields": [{{"name": "a", "type": {arrays}}}]}}"#
+    );
+    let s = schemas(&[(35, &wrapped)]);
+    let mut body = vec![MAGIC, 0, 0, 0, 35];
+    for _ in 0..7 {
+        body.extend([0x02; 20]); // a block of one item in each array
+        body.push(0x02); // the record branch
+    }
+    let err = decode_keeping(Format::Json, None, Some(&body), &s, None).expect_err("arrays");
     assert!(err.error.contains(&deepest), "{}", err.error);
 }
 

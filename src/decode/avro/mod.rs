@@ -62,8 +62,9 @@ pub struct WriterSchema {
     /// The record as a Debezium envelope (`format: debezium-avro`).
     envelope: Option<Envelope>,
     /// The schema compiled for reading messages in one pass, straight into
-    /// cells (`direct`), when it holds only types that path reads.
-    direct: Option<direct::Program>,
+    /// cells (`direct`), or checks bodies before `apache_avro` reads them
+    /// when it holds a type that path does not read.
+    direct: direct::Program,
 }
 
 impl std::fmt::Debug for WriterSchema {
@@ -154,7 +155,17 @@ impl WriterSchema {
         let envelope = has_op
             .then(|| Envelope { before: section("before"), after: section("after") })
             .filter(|e| e.before.is_some() || e.after.is_some());
-        let direct = direct::Program::compile(&schema);
+        // A schema too deep or too large to compile is refused: without a
+        // program no body of it could be checked before `apache_avro`,
+        // which recurses and allocates as a body claims (docs/avro.md).
+        let direct = direct::Program::compile(&schema).ok_or_else(|| {
+            format!(
+                "schema id {id} is not a usable Avro schema: it nests types more than {} deep or \
+                 holds more than {} types once its named types are expanded",
+                direct::MAX_DEPTH,
+                direct::MAX_NODES
+            )
+        })?;
         let reader =
             apache_avro::GenericSingleObjectReader::new_with_header_builder(schema, Header(id))
                 .map_err(|e| format!("schema id {id} is not a usable Avro schema: {e}"))?;
@@ -166,7 +177,7 @@ impl WriterSchema {
         // Before `apache_avro` reads it: a body claiming more array items
         // than it holds would make it reserve room for all of them.
         let body = self::frame(frame).map_or(&[][..], |(_, body)| body);
-        if let Some(why) = self.direct.as_ref().and_then(|p| p.refusal(body)) {
+        if let Some(why) = self.direct.refusal(body) {
             return Err(format!("not Avro of schema id {}: {why}", self.id));
         }
         let mut rest = frame;
