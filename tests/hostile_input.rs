@@ -189,6 +189,39 @@ fn bad_input_a_decimal_claiming_an_extreme_scale_is_a_dead_letter_and_the_run_go
     assert!(dead.iter().any(|e| e.contains("1E-2147483647 has more than")), "{dead:?}");
 }
 
+/// docs/bad-input.md: a row of more fields than any database table has
+/// columns (4,096) is one dead letter: every row of its batch would have
+/// taken its width, and the table its columns.
+#[test]
+fn bad_input_a_row_of_more_than_4096_fields_is_a_dead_letter_and_the_run_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = write(
+        tmp.path(),
+        "c.yaml",
+        "systems:\n  dbz: {type: jsonl, format: debezium, path: 'dbz/*.jsonl'}\n  flat: {type: jsonl, path: 'flat/*.jsonl'}\nbronze:\n  tables:\n    contact:\n      source: {system: dbz, object: contact}\n      business_key: [id]\n      strategy: scd2\n    account:\n      source: {system: flat, object: account}\n      business_key: [id]\n      strategy: scd1\n",
+    );
+    let wide = |n: usize| (0..n).map(|i| format!(",\"f{i}\":{i}")).collect::<String>();
+    let (over, at) = (wide(5_000), wide(4_095));
+    write(
+        tmp.path(),
+        "dbz/1.jsonl",
+        &format!("{{\"op\":\"c\",\"after\":{{\"id\":1}}}}\n{{\"op\":\"c\",\"after\":{{\"id\":2{over}}}}}\n{{\"op\":\"c\",\"after\":{{\"id\":3}}}}\n"),
+    );
+    write(
+        tmp.path(),
+        "flat/1.jsonl",
+        &format!("{{\"id\":1}}\n{{\"id\":2{over}}}\n{{\"id\":3{at}}}\n"),
+    );
+    stdout_of(cli(&["run", "--once"], &cfg));
+    assert_eq!(rows(&cfg, "contact", "all").len(), 2);
+    // 4,096 fields (the key and 4,095 more) is still a row.
+    let account = rows(&cfg, "account", "all");
+    assert_eq!(account.iter().map(|r| r["id"].as_i64().unwrap()).collect::<Vec<_>>(), [1, 3]);
+    let dead = dead_letters(&cfg);
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    assert!(dead.iter().all(|e| e.contains("a row of 5001 fields: more than 4096")), "{dead:?}");
+}
+
 #[test]
 fn bad_input_a_table_name_that_is_a_path_is_refused_by_check_and_run() {
     let tmp = tempfile::tempdir().unwrap();

@@ -199,8 +199,8 @@ async fn run_in_chunks(
     if start > 0 {
         tracing::info!(table = %r.cfg.name, file = %rel, offset = start, "resuming a partly read file after its last committed chunk");
     }
-    let mut chunks = ChunkReader::open(file, reader.csv_delim.is_some(), start, size, limits)
-        .map_err(unreadable)?;
+    let mut chunks =
+        ChunkReader::open(file, reader.csv_delim, start, size, limits).map_err(unreadable)?;
     while let Some(chunk) = chunks.next_chunk().map_err(unreadable)? {
         let mark = if chunk.last {
             Mark::file(&r.cfg.name, rel, version)

@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 
 use super::slots::TopicPartitions;
 use crate::config::Format;
-use crate::decode::{avro, decode, Decoded, Rejected};
+use crate::decode::{avro, decode, within_width, Decoded, Rejected};
 use crate::source::kafka::Ctx;
 use crate::source::registry::Registry;
 use crate::source::RawText;
@@ -84,10 +84,10 @@ pub(super) struct Decoding {
 fn receive<M: Message>(m: &M, topic: Arc<str>, how: &Decoding) -> Ev {
     let at = Instant::now();
     let bytes = m.payload();
-    let decoded = match &how.registry {
+    let decoded = within_width(match &how.registry {
         Some(registry) => avro::decode(how.format, m.key(), bytes, &**registry),
         None => decode(how.format, m.key(), bytes, &[]),
-    };
+    });
     let payload = payload(&decoded, bytes, how);
     Ev::Msg(Received { topic, partition: m.partition(), offset: m.offset(), decoded, payload, at })
 }
@@ -137,6 +137,7 @@ fn received_run<'q>(
         .iter()
         .zip(decoded)
         .map(|(m, decoded)| {
+            let decoded = within_width(decoded);
             let payload = payload(&decoded, m.payload(), how);
             let (partition, offset) = (m.partition(), m.offset());
             Ev::Msg(Received { topic: topic.clone(), partition, offset, decoded, payload, at })

@@ -3,10 +3,12 @@
 //! included) and every error is reported. `fast` covers the common shapes
 //! without the tree and falls back to this.
 
+use std::collections::HashSet;
+
 use serde_json::{Map, Value as J};
 
 use super::json::json_cell;
-use super::schema::{declaration, field_schema, section_fields, typed, unwrap_schema};
+use super::schema::{declaration, section_fields, typed, unwrap_schema, FieldSchemas};
 use super::{env_name, store_envelope, Declared, Decoded, Env, Fields, Name, Op};
 
 /// An envelope: `after` (or `before` for deletes) as the row, the other
@@ -41,10 +43,11 @@ pub(super) fn debezium(
             }
         }
     }
+    let by_name = FieldSchemas::of(field_schemas);
     let mut data = match p.get(section) {
-        Some(J::Object(row)) => Fields::from_pairs(row.iter().map(|(k, v)| {
-            (Name::from(k.as_str()), typed(v, field_schemas.and_then(|f| field_schema(f, k))))
-        })),
+        Some(J::Object(row)) => Fields::from_pairs(
+            row.iter().map(|(k, v)| (Name::from(k.as_str()), typed(v, by_name.get(k)))),
+        ),
         Some(J::Null) | None if is_delete => Fields::default(),
         _ => return Err(format!("Debezium `{op}` event without `{section}`")),
     };
@@ -67,14 +70,22 @@ pub(super) fn key_fallback(
     if let Some(k) = key.and_then(|k| serde_json::from_slice::<J>(k).ok()) {
         let (kschema, kp) = unwrap_schema(&k);
         if let J::Object(km) = kp {
-            let kf = kschema.and_then(|s| s.get("fields")).and_then(J::as_array);
+            let kf = FieldSchemas::of(kschema.and_then(|s| s.get("fields")).and_then(J::as_array));
+            // Sets, not a search per key field: a key is a message's bytes too.
+            let (mut held, mut null) = (HashSet::new(), HashSet::new());
+            for (n, v) in data.iter() {
+                if v.is_null() { &mut null } else { &mut held }.insert(n.to_string());
+            }
+            let mut declared_names: HashSet<String> =
+                declared.iter().map(|(n, _)| n.clone()).collect();
             for (name, kv) in km {
-                let have = data.iter().any(|(n, v)| **n == **name && !v.is_null());
-                if !have {
-                    data.remove(name);
-                    let schema = kf.and_then(|f| field_schema(f, name));
+                if !held.contains(name) {
+                    if null.contains(name) {
+                        data.remove(name);
+                    }
+                    let schema = kf.get(name);
                     data.push(name, typed(kv, schema));
-                    if let Some(s) = schema.filter(|_| !declared.iter().any(|(n, _)| n == name)) {
+                    if let Some(s) = schema.filter(|_| declared_names.insert(name.clone())) {
                         declared.push((name.clone(), declaration(s)));
                     }
                 }

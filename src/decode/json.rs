@@ -41,10 +41,11 @@ pub(super) fn flat_row(v: J) -> Result<Decoded, String> {
                         declared.push((name.to_string(), super::schema::declaration(f)));
                     }
                 }
-                let data = super::Fields::from_pairs(m.iter().map(|(k, v)| {
-                    let s = fields.and_then(|f| super::schema::field_schema(f, k));
-                    (k.as_str().into(), super::schema::typed(v, s))
-                }));
+                let by_name = super::schema::FieldSchemas::of(fields);
+                let data =
+                    super::Fields::from_pairs(m.iter().map(|(k, v)| {
+                        (k.as_str().into(), super::schema::typed(v, by_name.get(k)))
+                    }));
                 Ok(Decoded::Row { data, env: vec![], declared: declared.into() })
             }
             _ => Err("not a JSON object: the payload is not an object".into()),

@@ -38,9 +38,27 @@ pub(super) fn section_fields<'a>(schema: &'a J, section: &str) -> Option<&'a Vec
         .as_array()
 }
 
-/// The schema of the field `name`.
-pub(super) fn field_schema<'a>(fields: &'a [J], name: &str) -> Option<&'a J> {
-    fields.iter().find(|f| f.get("field").and_then(J::as_str) == Some(name))
+/// A struct's field schemas by name (the first field of a name, as a
+/// search would find it), built once per message: a search per value was
+/// quadratic, and a 2 MB message of 40,000 fields took 28 s.
+pub(super) struct FieldSchemas<'a>(std::collections::HashMap<&'a str, &'a J>);
+
+impl<'a> FieldSchemas<'a> {
+    pub(super) fn of(fields: Option<&'a Vec<J>>) -> FieldSchemas<'a> {
+        let fields = fields.map_or(&[][..], Vec::as_slice);
+        let mut by_name = std::collections::HashMap::with_capacity(fields.len());
+        for f in fields {
+            if let Some(name) = f.get("field").and_then(J::as_str) {
+                by_name.entry(name).or_insert(f);
+            }
+        }
+        FieldSchemas(by_name)
+    }
+
+    /// The schema of the field `name`.
+    pub(super) fn get(&self, name: &str) -> Option<&'a J> {
+        self.0.get(name).copied()
+    }
 }
 
 /// A schema parameter as an integer (Kafka Connect writes them as strings).

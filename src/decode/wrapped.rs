@@ -153,7 +153,7 @@ impl Section {
         for f in fields.into_iter().flatten() {
             if let Some(name) = f.get("field").and_then(J::as_str) {
                 declared.push((name.to_string(), declaration(f)));
-                // The first field of a name types it, as `field_schema` finds it.
+                // The first field of a name types it, as `FieldSchemas` keeps it.
                 rules.entry(name.to_string()).or_insert_with(|| Rule::of(f));
             }
         }

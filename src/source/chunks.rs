@@ -4,10 +4,15 @@
 //! multi-gigabyte initial extract loads chunk by chunk, each one a run of
 //! its own.
 //!
-//! A record ends at a newline — for CSV only at a newline outside quotes
-//! (a quoted field may hold line breaks; a doubled quote inside one flips
-//! the state twice, so counting quotes is enough). Every chunk of a CSV
-//! file starts with the file's header line, so each decodes on its own.
+//! A record ends at a newline — for CSV only at a newline outside a quoted
+//! field, which may hold line breaks. Quotes are read as the CSV reader
+//! reads them: one opens a quoted field only where a field starts (after
+//! the delimiter or a line break), a doubled one inside is a quote
+//! character, and one anywhere else is just a character (`5" screen`).
+//! Counting every quote instead once made such a character swallow the
+//! rest of the file into one record, or cut a later quoted field's line
+//! break as a record end. Every chunk of a CSV file starts with the
+//! file's header line, so each decodes on its own.
 //! Positions stay the file's line numbers: a chunk knows how many lines
 //! precede it.
 
@@ -66,7 +71,8 @@ pub struct ChunkReader {
     /// bytes appended while it is read belong to another version.
     file: std::io::Take<File>,
     limits: ChunkLimits,
-    csv: bool,
+    /// The CSV delimiter (None: JSON lines).
+    csv: Option<u8>,
     /// The CSV header line (with its line break), repeated in every chunk.
     header: Vec<u8>,
     /// Lines the header spans (0 for JSONL).
@@ -85,7 +91,7 @@ impl ChunkReader {
     /// the beginning). For CSV the header is read first.
     pub fn open(
         path: &Path,
-        csv: bool,
+        csv: Option<u8>,
         start: u64,
         len: u64,
         limits: ChunkLimits,
@@ -102,7 +108,7 @@ impl ChunkReader {
             lines: 0,
             eof: false,
         };
-        if csv {
+        if csv.is_some() {
             // The header: the first record of the file.
             while r.boundaries(1, usize::MAX).1 == 0 && !r.eof {
                 r.fill(1 << 16)?;
@@ -159,15 +165,29 @@ impl ChunkReader {
         let buf = &self.pending;
         let mut from = 0;
         while records < max_records {
-            let next = if self.csv {
-                memchr::memchr2(b'\n', b'"', &buf[from..])
-            } else {
-                memchr::memchr(b'\n', &buf[from..])
+            let next = match self.csv {
+                Some(_) if quoted => memchr::memchr(b'"', &buf[from..]),
+                Some(_) => memchr::memchr2(b'\n', b'"', &buf[from..]),
+                None => memchr::memchr(b'\n', &buf[from..]),
             };
             let Some(i) = next else { break };
             let at = from + i;
             if buf[at] == b'"' {
-                quoted = !quoted;
+                if quoted {
+                    // A doubled quote is a quote character; whether this
+                    // one is doubled shows only with the next byte.
+                    match buf.get(at + 1) {
+                        Some(b'"') => from = at + 2,
+                        Some(_) => (quoted, from) = (false, at + 1),
+                        None => break,
+                    }
+                    continue;
+                }
+                // Only a quote where a field starts opens a quoted field.
+                let starts = at == 0
+                    || matches!(buf[at - 1], b'\n' | b'\r')
+                    || Some(buf[at - 1]) == self.csv;
+                quoted = starts;
             } else if !quoted {
                 if at + 1 > max_bytes && records > 0 {
                     break;
@@ -220,7 +240,14 @@ impl ChunkReader {
 mod tests {
     use super::*;
 
-    fn chunks(text: &str, csv: bool, start: u64, max_rows: usize, max_bytes: usize) -> Vec<Chunk> {
+    /// A file's chunks; `csv` is the delimiter (None: JSON lines).
+    fn chunks_of(
+        text: &str,
+        csv: Option<u8>,
+        start: u64,
+        max_rows: usize,
+        max_bytes: usize,
+    ) -> Vec<Chunk> {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         std::fs::write(&p, text).unwrap();
@@ -275,6 +302,42 @@ mod tests {
         assert_eq!((text(&c[0]), c[0].lines_before), ("id,note\n3,plain\n", 4));
     }
 
+    fn chunks(text: &str, csv: bool, start: u64, max_rows: usize, max_bytes: usize) -> Vec<Chunk> {
+        chunks_of(text, csv.then_some(b','), start, max_rows, max_bytes)
+    }
+
+    #[test]
+    fn large_files_csv_quotes_open_a_field_only_where_a_field_starts() {
+        // `5" screen` is a quote character, as the CSV reader reads it; the
+        // quoted field after it still keeps its line break, and `"a"b"c`
+        // is a quoted `a` followed by the characters `b"c`.
+        let file =
+            "id;note\n1;5\" screen\n2;\"two\nlines\"\n3;\"a\"b\"c\n4;\"say \"\"hi\"\"\"\n5;x\n";
+        let c = chunks_of(file, Some(b';'), 0, 1, 1 << 20);
+        let texts: Vec<&str> = c.iter().map(text).collect();
+        assert_eq!(
+            texts,
+            [
+                "id;note\n1;5\" screen\n",
+                "id;note\n2;\"two\nlines\"\n",
+                "id;note\n3;\"a\"b\"c\n",
+                "id;note\n4;\"say \"\"hi\"\"\"\n",
+                "id;note\n5;x\n"
+            ]
+        );
+        // Each chunk reads as the whole file reads, record for record.
+        let records = |text: &str| {
+            let mut r = csv::ReaderBuilder::new().delimiter(b';').from_reader(text.as_bytes());
+            r.records()
+                .map(|r| r.unwrap().iter().map(String::from).collect())
+                .collect::<Vec<Vec<_>>>()
+        };
+        assert_eq!(texts.iter().flat_map(|t| records(t)).collect::<Vec<_>>(), records(file));
+        // A comma is no delimiter here: the quote after it is a character.
+        let c = chunks_of("id;note\n1;a,\"b\n2;c\n", Some(b';'), 0, 1, 1 << 20);
+        assert_eq!(c.len(), 2);
+    }
+
     #[test]
     fn large_files_chunks_stop_at_the_hashed_length() {
         // Lines appended after the file was hashed belong to its next version.
@@ -282,7 +345,7 @@ mod tests {
         let p = dir.path().join("f");
         std::fs::write(&p, "{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n").unwrap();
         let limits = ChunkLimits { max_rows: 1, max_bytes: 1 << 20 };
-        let mut r = ChunkReader::open(&p, false, 0, 16, limits).unwrap();
+        let mut r = ChunkReader::open(&p, None, 0, 16, limits).unwrap();
         let mut seen = vec![];
         while let Some(c) = r.next_chunk().unwrap() {
             seen.push((String::from_utf8(c.bytes).unwrap(), c.last));

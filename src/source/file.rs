@@ -75,11 +75,14 @@ pub fn read_csv(path: &Path, bytes: &[u8], delimiter: u8) -> Result<RawBatch, Fi
         .iter()
         .map(|h| h.trim().trim_start_matches('\u{feff}').to_string())
         .collect();
+    // A set, not a search of the columns before: a header of a million
+    // names would otherwise take 10^12 comparisons.
+    let mut seen = std::collections::HashSet::with_capacity(columns.len());
     for (i, c) in columns.iter().enumerate() {
         if c.is_empty() {
             return Err(err(format!("header column {} is empty", i + 1)));
         }
-        if columns[..i].contains(c) {
+        if !seen.insert(c.as_str()) {
             return Err(err(format!("header names column `{c}` twice")));
         }
     }
@@ -227,6 +230,7 @@ fn decode_debezium_lines(
     store_paths: &[String],
     keep: Option<&[String]>,
 ) -> (RawBatch, usize) {
+    use crate::config::Format;
     use crate::decode::{decode_keeping, Decoded};
     let file = &RawText::job_buffer(file);
     let mut rows = DecodedRows::with_capacity(lines.len());
@@ -237,7 +241,8 @@ fn decode_debezium_lines(
         if line.iter().all(|b| b.is_ascii_whitespace()) {
             continue;
         }
-        match decode_keeping(crate::config::Format::Debezium, None, Some(line), store_paths, keep) {
+        let decoded = decode_keeping(Format::Debezium, None, Some(line), store_paths, keep);
+        match crate::decode::within_width(decoded) {
             // Decoding already stored the table's envelope columns.
             Ok(Decoded::Row { data, env, declared }) => {
                 // A line that decoded is UTF-8 (both JSON parsers check).
@@ -314,6 +319,10 @@ fn decode_json_lines(Lines { source, file, lines }: Lines<'_>) -> RawBatch {
                 }
             },
         };
+        if let Some(error) = crate::decode::width_error(&data) {
+            unparsable.push(bad(error));
+            continue;
+        }
         objects.push(
             data,
             // The line as it is in the file, unless it had to be made UTF-8.

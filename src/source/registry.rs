@@ -5,8 +5,9 @@
 //! Why its failures are typed by kind: a registry that is away (refused
 //! connection, timeout, 5xx, 429, an authentication it refuses) says
 //! nothing about the data, so the partition waits and retries and nothing
-//! is dead-lettered; a registry that answers "no such schema" (404), or a
-//! schema that is not Avro, condemns the message.
+//! is dead-lettered; a registry that answers "no such schema" (404), a
+//! schema that is not Avro, or an answer too large to hold (over 16 MiB)
+//! condemns the message.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -129,6 +130,9 @@ impl Registry {
     }
 
     async fn ask(&self, id: u32) -> Result<Arc<WriterSchema>, RegistryError> {
+        /// The largest answer read: Avro schemas of the widest tables are
+        /// a few hundred kilobytes.
+        const MAX_ANSWER_BYTES: usize = 16 << 20;
         let url = format!("{}/schemas/ids/{id}", self.base);
         let unavailable = |msg: String| RegistryError::Unavailable { url: self.base.clone(), msg };
         let mut req = self
@@ -138,9 +142,20 @@ impl Registry {
         if let Some((user, password)) = &self.auth {
             req = req.basic_auth(user, password.as_deref());
         }
-        let resp = req.send().await.map_err(|e| unavailable(error_chain(&e)))?;
+        let mut resp = req.send().await.map_err(|e| unavailable(error_chain(&e)))?;
         let status = resp.status();
-        let body = resp.bytes().await.map_err(|e| unavailable(error_chain(&e)))?;
+        // Read up to a bound: the whole answer is held (and the schema in
+        // it parsed) in memory.
+        let mut body = vec![];
+        while let Some(chunk) = resp.chunk().await.map_err(|e| unavailable(error_chain(&e)))? {
+            if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+                return Err(RegistryError::Refused(format!(
+                    "schema id {id}: the schema registry's answer is larger than {} MiB",
+                    MAX_ANSWER_BYTES >> 20
+                )));
+            }
+            body.extend_from_slice(&chunk);
+        }
         if status == reqwest::StatusCode::NOT_FOUND {
             return Err(RegistryError::Refused(format!(
                 "schema id {id} is unknown to the schema registry (404: {})",
@@ -200,4 +215,61 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         cause = c.source();
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// A registry on a loopback port answering every request with `body`.
+    fn answering(body: Vec<u8>) -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut s) = stream else { return };
+                let mut req = [0u8; 4096];
+                let _ = s.read(&mut req);
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = s.write_all(head.as_bytes()).and_then(|()| s.write_all(&body));
+            }
+        });
+        url
+    }
+
+    fn registry(url: String) -> Registry {
+        let timeout = std::time::Duration::from_secs(10);
+        let cfg = SchemaRegistry {
+            url,
+            username: None,
+            password: None,
+            ca_location: None,
+            certificate_location: None,
+            key_location: None,
+            timeout,
+        };
+        Registry::new(&cfg).unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_answer_beyond_16_mib_is_refused_not_held() {
+        let schema =
+            r#"{"type": "record", "name": "R", "fields": [{"name": "id", "type": "long"}]}"#;
+        let small = serde_json::json!({ "schema": schema }).to_string().into_bytes();
+        let ok = registry(answering(small)).fetch(1).await;
+        assert!(ok.is_ok(), "{:?}", ok.err());
+        // The same schema with 17 MiB of padding in its text.
+        let padded = format!("{}{schema}", " ".repeat(17 << 20));
+        let large = serde_json::json!({ "schema": padded }).to_string().into_bytes();
+        match registry(answering(large)).fetch(2).await {
+            Err(RegistryError::Refused(why)) => {
+                assert!(why.contains("answer is larger than 16 MiB"), "{why}")
+            }
+            other => panic!("refused for its size: {:?}", other.err()),
+        }
+    }
 }

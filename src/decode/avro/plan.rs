@@ -232,10 +232,16 @@ fn connect_schema(t: &J) -> J {
             _ => return None,
         })
     });
+    // Only the parameters the typing reads: a named type is met once per
+    // field that uses it, and copying all its parameters each time was
+    // quadratic in a hostile schema (megabytes of parameters, thousands of
+    // fields).
     let mut parameters = serde_json::Map::new();
     if let Some(J::Object(p)) = attr("connect.parameters") {
-        for (k, v) in p {
-            parameters.insert(k.clone(), v.clone());
+        for k in ["scale", "connect.decimal.precision"] {
+            if let Some(v) = p.get(k) {
+                parameters.insert(k.into(), v.clone());
+            }
         }
     }
     if name == Some("org.apache.kafka.connect.data.Decimal") {
