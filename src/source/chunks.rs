@@ -79,6 +79,11 @@ pub struct ChunkReader {
     header_lines: u64,
     /// Bytes read past the last chunk: the start of the next one.
     pending: Vec<u8>,
+    /// Where a scan of `pending` that found no record end stopped, and
+    /// whether it was inside a quoted field there: the next scan, after
+    /// more is read, goes on from it instead of from the start (a long
+    /// record was otherwise scanned again for every megabyte read).
+    resume: Option<(usize, bool)>,
     /// File offset of `pending`'s first byte.
     offset: u64,
     lines: u64,
@@ -104,6 +109,7 @@ impl ChunkReader {
             header: vec![],
             header_lines: 0,
             pending: vec![],
+            resume: None,
             offset: 0,
             lines: 0,
             eof: false,
@@ -111,6 +117,13 @@ impl ChunkReader {
         if csv.is_some() {
             // The header: the first record of the file.
             while r.boundaries(1, usize::MAX).1 == 0 && !r.eof {
+                if r.pending.len() > crate::decode::MAX_MESSAGE_BYTES {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        "the header is longer than 64 MiB (a quoted name never closed, or no \
+                         line breaks)",
+                    ));
+                }
                 r.fill(1 << 16)?;
             }
             let end = match r.boundaries(1, usize::MAX) {
@@ -118,6 +131,7 @@ impl ChunkReader {
                 _ => r.pending.len(),
             };
             r.header = r.pending.drain(..end).collect();
+            r.resume = None;
             if !r.header.ends_with(b"\n") {
                 r.header.push(b'\n');
             }
@@ -131,6 +145,7 @@ impl ChunkReader {
             let skip = (rest as usize).min(r.pending.len());
             let mut lines = memchr::memchr_iter(b'\n', &r.pending[..skip]).count() as u64;
             r.pending.drain(..skip);
+            r.resume = None;
             each_block((&mut r.file).take(rest - skip as u64), |b| {
                 lines += memchr::memchr_iter(b'\n', b).count() as u64;
             })?;
@@ -160,10 +175,10 @@ impl ChunkReader {
     /// The end of the `max_records`-th record in `pending` (or of the last
     /// whole one within `max_bytes`; the first one however long), and how
     /// many records that is.
-    fn boundaries(&self, max_records: usize, max_bytes: usize) -> (usize, usize) {
-        let (mut end, mut records, mut quoted) = (0, 0, false);
+    fn boundaries(&mut self, max_records: usize, max_bytes: usize) -> (usize, usize) {
+        let (from, quoted) = self.resume.take().unwrap_or((0, false));
+        let (mut end, mut records, mut quoted, mut from) = (0, 0, quoted, from);
         let buf = &self.pending;
-        let mut from = 0;
         while records < max_records {
             let next = match self.csv {
                 Some(_) if quoted => memchr::memchr(b'"', &buf[from..]),
@@ -197,6 +212,9 @@ impl ChunkReader {
             }
             from = at + 1;
         }
+        if records == 0 {
+            self.resume = Some((from, quoted));
+        }
         (end, records)
     }
 
@@ -210,6 +228,18 @@ impl ChunkReader {
             }
             if self.eof {
                 break self.pending.len();
+            }
+            let longest = max_bytes.max(crate::decode::MAX_MESSAGE_BYTES);
+            if records == 0 && self.pending.len() > longest {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!(
+                        "the record after line {} is longer than {} MiB (a quoted field never \
+                         closed, or no line breaks); the chunks before it are committed",
+                        self.lines,
+                        longest >> 20
+                    ),
+                ));
             }
             // Not full yet (or one record longer than `max_bytes`): read on.
             let want = max_bytes.saturating_sub(self.pending.len()).max(1 << 20);
@@ -226,6 +256,7 @@ impl ChunkReader {
         bytes.extend_from_slice(&self.header);
         bytes.extend_from_slice(&self.pending[..end]);
         self.pending.drain(..end);
+        self.resume = None;
         // The last chunk: nothing buffered and nothing left to read.
         if self.pending.is_empty() && !self.eof {
             self.fill(1)?;
@@ -300,6 +331,31 @@ mod tests {
         let at = file.find("3,plain").unwrap() as u64;
         let c = chunks(file, true, at, 10, 1 << 20);
         assert_eq!((text(&c[0]), c[0].lines_before), ("id,note\n3,plain\n", 4));
+    }
+
+    #[test]
+    fn large_files_a_record_longer_than_max_bytes_is_read_on_and_one_beyond_64_mib_refused() {
+        // A quoted field of 3 MB of line breaks and doubled quotes: read a
+        // megabyte at a time, the scan goes on where it stopped, inside the
+        // quotes, and the record ends where the field does.
+        let field = "x\n\"\"".repeat(750_000);
+        let file = format!("id,note\n1,\"{field}\"\n2,b\n");
+        let c = chunks(&file, true, 0, 1, 10);
+        let texts: Vec<&str> = c.iter().map(text).collect();
+        assert_eq!(texts.len(), 2);
+        assert_eq!(texts[0], format!("id,note\n1,\"{field}\"\n"));
+        assert_eq!(texts[1], "id,note\n2,b\n");
+        // A line longer than the largest message, with more after it: an
+        // error naming it, not the whole file in memory.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        let long = format!("{{\"a\":1}}\n{}\n{{\"a\":2}}\n", "x".repeat(65 << 20));
+        std::fs::write(&p, &long).unwrap();
+        let limits = ChunkLimits { max_rows: 1, max_bytes: 10 };
+        let mut r = ChunkReader::open(&p, None, 0, long.len() as u64, limits).unwrap();
+        assert_eq!(text(&r.next_chunk().unwrap().unwrap()), "{\"a\":1}\n");
+        let e = r.next_chunk().unwrap_err();
+        assert!(e.to_string().contains("the record after line 1 is longer than 64 MiB"), "{e}");
     }
 
     fn chunks(text: &str, csv: bool, start: u64, max_rows: usize, max_bytes: usize) -> Vec<Chunk> {
