@@ -84,10 +84,14 @@ pub(super) struct Decoding {
 fn receive<M: Message>(m: &M, topic: Arc<str>, how: &Decoding) -> Ev {
     let at = Instant::now();
     let bytes = m.payload();
-    let decoded = within_width(match &how.registry {
-        Some(registry) => avro::decode(how.format, m.key(), bytes, &**registry),
-        None => decode(how.format, m.key(), bytes, &[]),
-    });
+    // Decoded without stored envelope columns (`route` adds them per table).
+    let decoded = within_width(
+        match &how.registry {
+            Some(registry) => avro::decode(how.format, m.key(), bytes, &**registry),
+            None => decode(how.format, m.key(), bytes, &[]),
+        },
+        0,
+    );
     let payload = payload(&decoded, bytes, how);
     Ev::Msg(Received { topic, partition: m.partition(), offset: m.offset(), decoded, payload, at })
 }
@@ -137,7 +141,7 @@ fn received_run<'q>(
         .iter()
         .zip(decoded)
         .map(|(m, decoded)| {
-            let decoded = within_width(decoded);
+            let decoded = within_width(decoded, 0);
             let payload = payload(&decoded, m.payload(), how);
             let (partition, offset) = (m.partition(), m.offset());
             Ev::Msg(Received { topic: topic.clone(), partition, offset, decoded, payload, at })

@@ -70,6 +70,12 @@ pub(super) fn key_fallback(
     if let Some(k) = key.and_then(|k| serde_json::from_slice::<J>(k).ok()) {
         let (kschema, kp) = unwrap_schema(&k);
         if let J::Object(km) = kp {
+            // A key wider than a row may be is not used (the row then has
+            // no key: a counted NULL key); merging it field by field into
+            // the row would be quadratic.
+            if km.len() > super::MAX_FIELDS {
+                return;
+            }
             let kf = FieldSchemas::of(kschema.and_then(|s| s.get("fields")).and_then(J::as_array));
             // Sets, not a search per key field: a key is a message's bytes too.
             let (mut held, mut null) = (HashSet::new(), HashSet::new());

@@ -194,24 +194,29 @@ pub const MAX_DEPTH: usize = 128;
 /// parsing allocates for it (Kafka's own default limit is 1 MiB).
 pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
 
-/// Most fields one row may have: the most columns any relational database
-/// allows in a table (MySQL's 4,096). A batch's rows all take the width of
+/// Most fields one row may have: MySQL's column limit, the highest of the
+/// common databases' regular tables (SQL Server's wide tables of sparse
+/// columns, up to 30,000, are refused). A batch's rows all take the width of
 /// the union of their fields, so one message of 200,000 fields (2 MB)
 /// would have widened each of the batch's 100,000 rows to 200,000 cells.
 pub const MAX_FIELDS: usize = 4096;
 
 /// Why a row with more than [`MAX_FIELDS`] fields is a dead letter
-/// (docs/bad-input.md).
-pub fn width_error(data: &Fields) -> Option<String> {
-    (data.len() > MAX_FIELDS)
-        .then(|| format!("a row of {} fields: more than {MAX_FIELDS}", data.len()))
+/// (docs/bad-input.md); `stored`: the envelope columns the table stores
+/// in it beside them, not counted.
+pub fn width_error(data: &Fields, stored: usize) -> Option<String> {
+    let fields = data.len().saturating_sub(stored);
+    (fields > MAX_FIELDS).then(|| format!("a row of {fields} fields: more than {MAX_FIELDS}"))
 }
 
 /// A decoded row too wide for a batch ([`width_error`]) as a dead letter;
 /// anything else as it is.
-pub fn within_width(decoded: Result<Decoded, Rejected>) -> Result<Decoded, Rejected> {
+pub fn within_width(
+    decoded: Result<Decoded, Rejected>,
+    stored: usize,
+) -> Result<Decoded, Rejected> {
     if let Ok(Decoded::Row { data, .. }) = &decoded {
-        if let Some(e) = width_error(data) {
+        if let Some(e) = width_error(data, stored) {
             return Err(Rejected::malformed(e));
         }
     }

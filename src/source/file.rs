@@ -242,7 +242,7 @@ fn decode_debezium_lines(
             continue;
         }
         let decoded = decode_keeping(Format::Debezium, None, Some(line), store_paths, keep);
-        match crate::decode::within_width(decoded) {
+        match crate::decode::within_width(decoded, store_paths.len()) {
             // Decoding already stored the table's envelope columns.
             Ok(Decoded::Row { data, env, declared }) => {
                 // A line that decoded is UTF-8 (both JSON parsers check).
@@ -319,7 +319,7 @@ fn decode_json_lines(Lines { source, file, lines }: Lines<'_>) -> RawBatch {
                 }
             },
         };
-        if let Some(error) = crate::decode::width_error(&data) {
+        if let Some(error) = crate::decode::width_error(&data, 0) {
             unparsable.push(bad(error));
             continue;
         }

@@ -149,6 +149,10 @@ impl Registry {
         let mut body = vec![];
         while let Some(chunk) = resp.chunk().await.map_err(|e| unavailable(error_chain(&e)))? {
             if body.len() + chunk.len() > MAX_ANSWER_BYTES {
+                if !status.is_success() {
+                    // Only the start of an error answer is shown anyway.
+                    break;
+                }
                 return Err(RegistryError::Refused(format!(
                     "schema id {id}: the schema registry's answer is larger than {} MiB",
                     MAX_ANSWER_BYTES >> 20

@@ -73,6 +73,10 @@ pub fn cmp(a: i128, sa: i32, b: i128, sb: i32) -> Ordering {
     if sa == sb {
         return a.cmp(&b);
     }
+    // A zero is zero at any scale (scaling it up below cannot overflow).
+    if a == 0 || b == 0 {
+        return a.signum().cmp(&b.signum());
+    }
     // Bring both to the larger scale; a product that leaves i128 is larger
     // in magnitude than any i128, so its sign decides.
     let (hi, lo) = (sa.max(sb), sa.min(sb));
@@ -299,6 +303,11 @@ mod tests {
         assert_eq!(cmp(1, 30, i128::MAX, 0), Ordering::Less);
         assert_eq!(cmp(i128::MIN, 0, -1, 30), Ordering::Less);
         assert_eq!(cmp(-1, 30, i128::MIN, 0), Ordering::Greater);
+        // Zero against values whose scales are too far apart to bring together.
+        assert_eq!(cmp(0, 0, 5, 40), Ordering::Less);
+        assert_eq!(cmp(5, 40, 0, 0), Ordering::Greater);
+        assert_eq!(cmp(0, 40, -5, 0), Ordering::Greater);
+        assert_eq!(cmp(0, 3, 0, 90), Ordering::Equal);
         assert_eq!(from_f64(12.34), Some((1234, 2)));
         assert_eq!(from_f64(1e20), Some((100000000000000000000, 0)));
     }

@@ -39,6 +39,10 @@ use crate::value::{decimal, parse_ts, Value};
 /// times could otherwise multiply).
 pub(super) const MAX_DEPTH: usize = 64;
 pub(super) const MAX_NODES: usize = 100_000;
+/// Most bytes of names and symbols a program copies: each use of a named
+/// type copies its field names, so a few long names used many times
+/// would otherwise fill memory within the type count.
+const MAX_NAME_BYTES: usize = 64 << 20;
 
 /// A writer schema's type, as its binary encoding is read.
 #[derive(Debug, Clone)]
@@ -63,7 +67,7 @@ enum Node {
     Map(Box<Node>),
     Record(Box<[(String, Node)]>),
     Union(Box<[Node]>),
-    /// A type this path does not make values of (uuid over a string,
+    /// A type this path does not make values of (uuid over bytes,
     /// big-decimal over bytes, duration over a fixed 12), encoded as its
     /// inner type: passed over for [`Program::refusal`], never read.
     Opaque(Box<Node>),
@@ -115,6 +119,7 @@ impl Program {
         let mut c = Compiler {
             names: resolved.get_names(),
             nodes: 0,
+            name_bytes: 0,
             checks_only: false,
             open: vec![],
             recursive: vec![],
@@ -149,6 +154,8 @@ impl Program {
 struct Compiler<'s> {
     names: &'s HashMap<AvroName, &'s Schema>,
     nodes: usize,
+    /// Bytes of field names and enum symbols copied so far.
+    name_bytes: usize,
     /// The schema holds a type the direct path does not read.
     checks_only: bool,
     /// The records being compiled, outermost first, each with its
@@ -189,7 +196,10 @@ impl Compiler<'_> {
                 _ => return None,
             },
             Schema::Fixed(f) => Node::Fixed(f.size),
-            Schema::Enum(e) => Node::Enum(e.symbols.clone().into()),
+            Schema::Enum(e) => {
+                self.copies(e.symbols.iter().map(String::len).sum())?;
+                Node::Enum(e.symbols.clone().into())
+            }
             Schema::Array(a) => Node::Array(Box::new(self.node(&a.items, ns, depth + 1)?)),
             Schema::Map(m) => Node::Map(Box::new(self.node(&m.types, ns, depth + 1)?)),
             Schema::Union(u) => Node::Union(
@@ -202,7 +212,10 @@ impl Compiler<'_> {
                 let fields = r
                     .fields
                     .iter()
-                    .map(|f| Some((f.name.clone(), self.node(&f.schema, &ns, depth + 1)?)))
+                    .map(|f| {
+                        self.copies(f.name.len())?;
+                        Some((f.name.clone(), self.node(&f.schema, &ns, depth + 1)?))
+                    })
                     .collect::<Option<_>>();
                 let (_, recursive) = self.open.pop()?;
                 let node = Node::Record(fields?);
@@ -223,12 +236,20 @@ impl Compiler<'_> {
             Schema::Uuid | Schema::BigDecimal | Schema::Duration => {
                 self.checks_only = true;
                 Node::Opaque(Box::new(match s {
-                    Schema::Uuid => Node::String,
+                    // Any 16 bytes are a binary uuid to `apache_avro`, so
+                    // not checked as UTF-8 here.
+                    Schema::Uuid => Node::Bytes,
                     Schema::BigDecimal => Node::Bytes,
                     _ => Node::Fixed(12),
                 }))
             }
         })
+    }
+
+    /// Counts `n` more bytes of names copied: None past [`MAX_NAME_BYTES`].
+    fn copies(&mut self, n: usize) -> Option<()> {
+        self.name_bytes += n;
+        (self.name_bytes <= MAX_NAME_BYTES).then_some(())
     }
 
     /// A reference to the record `open[at]`, inside that record.

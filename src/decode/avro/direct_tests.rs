@@ -438,6 +438,19 @@ fn schemas_the_direct_path_does_not_read_have_a_program_that_only_checks() {
     let Ok(Decoded::Row { data, .. }) = ok else { panic!("a uuid row: {ok:?}") };
     assert_eq!(data.get("id"), Some(&Value::Str(id.into())));
     assert_eq!(data.get("n"), Some(&Value::Int(2)));
+    // 16 bytes that are not UTF-8 are a binary uuid to the reference: the
+    // check passes over them and still refuses what follows.
+    let with_list = r#"{"type": "record", "name": "U", "fields": [
+      {"name": "id", "type": {"type": "string", "logicalType": "uuid"}},
+      {"name": "xs", "type": {"type": "array", "items": "long"}}]}"#;
+    let s2 = schemas(&[(36, with_list)]);
+    let mut claims = [&[MAGIC, 0, 0, 0, 36, 32][..], &[0xff; 16]].concat();
+    claims.extend(long_bytes(1 << 26));
+    let err = decode_keeping(Format::Json, None, Some(&claims), &s2, None).expect_err("claims");
+    assert!(err.error.contains("ends inside its record"), "{}", err.error);
+    let binary = [&[MAGIC, 0, 0, 0, 36, 32][..], &[0xff; 16], &[0]].concat();
+    let ok = decode_keeping(Format::Json, None, Some(&binary), &s2, None);
+    assert!(ok.is_ok(), "{ok:?}");
     let cut = &whole[..whole.len() - 1];
     let err = decode_keeping(Format::Json, None, Some(cut), &s, None).expect_err("truncated");
     assert!(err.error.contains("ends inside its record"), "{}", err.error);

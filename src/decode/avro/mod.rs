@@ -158,17 +158,19 @@ impl WriterSchema {
         // A schema too deep or too large to compile is refused: without a
         // program no body of it could be checked before `apache_avro`,
         // which recurses and allocates as a body claims (docs/avro.md).
+        let reader = apache_avro::GenericSingleObjectReader::new_with_header_builder(
+            schema.clone(),
+            Header(id),
+        )
+        .map_err(|e| format!("schema id {id} is not a usable Avro schema: {e}"))?;
         let direct = direct::Program::compile(&schema).ok_or_else(|| {
             format!(
                 "schema id {id} is not a usable Avro schema: it nests types more than {} deep or \
-                 holds more than {} types once its named types are expanded",
+                 holds more than {} types (or 64 MiB of names) once its named types are expanded",
                 direct::MAX_DEPTH,
                 direct::MAX_NODES
             )
         })?;
-        let reader =
-            apache_avro::GenericSingleObjectReader::new_with_header_builder(schema, Header(id))
-                .map_err(|e| format!("schema id {id} is not a usable Avro schema: {e}"))?;
         Ok(WriterSchema { id, reader, row, envelope, direct })
     }
 
@@ -419,6 +421,10 @@ fn key_fallback(
     let (Some(plan), Ok(Some(fields))) = (&writer.row, writer.value(key).map(record)) else {
         return;
     };
+    // A key wider than a row may be is not used (as for JSON keys).
+    if fields.len() > crate::decode::MAX_FIELDS {
+        return;
+    }
     for ((name, v), f) in fields.into_iter().zip(&plan.fields) {
         let have = data.iter().any(|(n, v)| **n == *name && !v.is_null());
         if !have {
