@@ -113,7 +113,8 @@ pub(super) struct Program {
 impl Program {
     /// The program for a schema (None when it nests types more than
     /// [`MAX_DEPTH`] deep without recursion, or holds more than
-    /// [`MAX_NODES`] once named types are expanded).
+    /// [`MAX_NODES`] types or [`MAX_NAME_BYTES`] of names once named types
+    /// are expanded).
     pub(super) fn compile(schema: &Schema) -> Option<Program> {
         let resolved = apache_avro::schema::ResolvedSchema::try_from(schema).ok()?;
         let mut c = Compiler {
@@ -133,8 +134,10 @@ impl Program {
     }
 
     /// Why `body` cannot be decoded with this program, when it reads as
-    /// impossible ([`Cursor::refusal`]: it runs out of bytes, or claims
-    /// more array or map items than it could hold). `apache_avro` reads a
+    /// impossible ([`Cursor::refusal`]: it runs out of bytes, claims more
+    /// array or map items than it could hold, or nests deeper than
+    /// [`super::cursor::MAX_NEST`], which `apache_avro` would follow down
+    /// its stack). `apache_avro` reads a
     /// body that ends where a boolean, a string's bytes or a union branch
     /// should be as a null there (its end-of-stream rule), so a truncated
     /// message could pass for a row with NULLs; and it reserves room for a
