@@ -102,7 +102,7 @@ const MAX_PLAIN_SCALE: i32 = 2 * MAX_PRECISION as i32;
 
 /// The exact text: `-0.01`, `12345678901234567.89`, `100` (scale 0),
 /// `1200` (negative scale -2, unscaled 12); `1E-100` and `12E+90` beyond
-/// [`MAX_PLAIN_SCALE`].
+/// `MAX_PLAIN_SCALE`.
 pub fn format(v: i128, scale: i32) -> String {
     if scale.unsigned_abs() > MAX_PLAIN_SCALE as u32 {
         let exp = -i64::from(scale);
