@@ -129,16 +129,16 @@ fn schema_odd_kinds_in_key_and_sequence_columns_are_dead_letters() {
     assert_eq!(dead_letters(&cfg).len(), 4);
 }
 
+/// A Debezium JSONL system feeding `contact` (scd2) and a flat one feeding
+/// `account` (scd1).
+const DEBEZIUM_AND_FLAT: &str = "systems:\n  dbz: {type: jsonl, format: debezium, path: 'dbz/*.jsonl'}\n  flat: {type: jsonl, path: 'flat/*.jsonl'}\nbronze:\n  tables:\n    contact:\n      source: {system: dbz, object: contact}\n      business_key: [id]\n      strategy: scd2\n    account:\n      source: {system: flat, object: account}\n      business_key: [id]\n      strategy: scd1\n";
+
 /// docs/bad-input.md: a message nested 200,000 levels deep is one dead
 /// letter; the run goes on.
 #[test]
 fn bad_input_deeply_nested_lines_are_dead_letters_and_the_run_goes_on() {
     let tmp = tempfile::tempdir().unwrap();
-    let cfg = write(
-        tmp.path(),
-        "c.yaml",
-        "systems:\n  dbz: {type: jsonl, format: debezium, path: 'dbz/*.jsonl'}\n  flat: {type: jsonl, path: 'flat/*.jsonl'}\nbronze:\n  tables:\n    contact:\n      source: {system: dbz, object: contact}\n      business_key: [id]\n      strategy: scd2\n    account:\n      source: {system: flat, object: account}\n      business_key: [id]\n      strategy: scd1\n",
-    );
+    let cfg = write(tmp.path(), "c.yaml", DEBEZIUM_AND_FLAT);
     let deep = format!("{}1{}", "[".repeat(200_000), "]".repeat(200_000));
     write(
         tmp.path(),
@@ -189,17 +189,13 @@ fn bad_input_a_decimal_claiming_an_extreme_scale_is_a_dead_letter_and_the_run_go
     assert!(dead.iter().any(|e| e.contains("1E-2147483647 has more than")), "{dead:?}");
 }
 
-/// docs/bad-input.md: a row of more fields than any database table has
-/// columns (4,096) is one dead letter: every row of its batch would have
+/// docs/bad-input.md: a row of more than 4,096 fields (MySQL's column
+/// limit) is one dead letter: every row of its batch would have
 /// taken its width, and the table its columns.
 #[test]
 fn bad_input_a_row_of_more_than_4096_fields_is_a_dead_letter_and_the_run_goes_on() {
     let tmp = tempfile::tempdir().unwrap();
-    let cfg = write(
-        tmp.path(),
-        "c.yaml",
-        "systems:\n  dbz: {type: jsonl, format: debezium, path: 'dbz/*.jsonl'}\n  flat: {type: jsonl, path: 'flat/*.jsonl'}\nbronze:\n  tables:\n    contact:\n      source: {system: dbz, object: contact}\n      business_key: [id]\n      strategy: scd2\n    account:\n      source: {system: flat, object: account}\n      business_key: [id]\n      strategy: scd1\n",
-    );
+    let cfg = write(tmp.path(), "c.yaml", DEBEZIUM_AND_FLAT);
     let wide = |n: usize| (0..n).map(|i| format!(",\"f{i}\":{i}")).collect::<String>();
     let (over, at) = (wide(5_000), wide(4_095));
     write(

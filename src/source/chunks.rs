@@ -20,6 +20,20 @@ use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 
+use crate::decode::MAX_MESSAGE_BYTES;
+
+/// A header or record longer than `limit` bytes: an error naming it, not
+/// the rest of the file read into memory.
+fn too_long(what: String, limit: usize) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!(
+            "{what} is longer than {} MiB (a quoted field never closed, or no line breaks)",
+            limit >> 20
+        ),
+    )
+}
+
 /// How much one chunk may hold.
 #[derive(Debug, Clone, Copy)]
 pub struct ChunkLimits {
@@ -117,12 +131,8 @@ impl ChunkReader {
         if csv.is_some() {
             // The header: the first record of the file.
             while r.boundaries(1, usize::MAX).1 == 0 && !r.eof {
-                if r.pending.len() > crate::decode::MAX_MESSAGE_BYTES {
-                    return Err(std::io::Error::new(
-                        std::io::ErrorKind::InvalidData,
-                        "the header is longer than 64 MiB (a quoted name never closed, or no \
-                         line breaks)",
-                    ));
+                if r.pending.len() > MAX_MESSAGE_BYTES {
+                    return Err(too_long("the header".into(), MAX_MESSAGE_BYTES));
                 }
                 r.fill(1 << 16)?;
             }
@@ -229,17 +239,10 @@ impl ChunkReader {
             if self.eof {
                 break self.pending.len();
             }
-            let longest = max_bytes.max(crate::decode::MAX_MESSAGE_BYTES);
+            let longest = max_bytes.max(MAX_MESSAGE_BYTES);
             if records == 0 && self.pending.len() > longest {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!(
-                        "the record after line {} is longer than {} MiB (a quoted field never \
-                         closed, or no line breaks); the chunks before it are committed",
-                        self.lines,
-                        longest >> 20
-                    ),
-                ));
+                let what = format!("the record after line {}", self.lines);
+                return Err(too_long(what, longest));
             }
             // Not full yet (or one record longer than `max_bytes`): read on.
             let want = max_bytes.saturating_sub(self.pending.len()).max(1 << 20);
