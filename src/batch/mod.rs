@@ -241,7 +241,8 @@ fn plan_columns(
     let table_exists = !table.columns.is_empty();
     // A column's type from this batch: declared, else inferred (None: only NULLs).
     let type_of = |ci: usize, name: &String| -> Option<DType> {
-        let kinds = raw.rows.iter().filter_map(|r| cell_type(&r.cells[ci], raw.text));
+        let kinds =
+            raw.rows.iter().filter_map(|r| r.cells.get(ci).and_then(|c| cell_type(c, raw.text)));
         match declared.of(name) {
             Some(t) => Some(t),
             // The first value's kind; a float never types a key (a float key
@@ -548,7 +549,7 @@ impl Typer<'_> {
             reason,
         };
         for &ci in unknown_strict {
-            if !cells[ci].is_null() {
+            if cells.get(ci).is_some_and(|c| !c.is_null()) {
                 return Err(dead(
                     "schema",
                     format!("unknown column `{}` (schema_policy: strict)", names[ci]),
@@ -584,10 +585,11 @@ impl Typer<'_> {
             v.map(Cell::Typed).map_err(|e| dead("type", format!("column `{}`: {e}", columns[i].0)))
         };
         let mut unavailable = vec![];
-        let data = if plan.in_place && cells.len() == target.len() {
+        let data = if plan.in_place && cells.len() <= target.len() {
             // Cell ci is column ci: typed where it stands, the row's
             // vector becomes its data (a second vector per row, written
-            // cell by cell, was half of conforming a narrow batch).
+            // cell by cell, was half of conforming a narrow batch); the
+            // columns past its last cell are NULL.
             let mut data = cells;
             let placeholders = table.unavailable.is_some();
             for (i, slot) in data.iter_mut().enumerate() {
@@ -604,7 +606,11 @@ impl Typer<'_> {
             data
         } else {
             let mut data = vec![Value::Null; columns.len()];
-            for (ci, v) in cells.into_iter().enumerate() {
+            // A NULL cell changes nothing: its column is NULL already, and
+            // an envelope field no column stores reads as NULL when absent
+            // (under `ignore`, a message's unknown fields were one NULL
+            // field per row of its batch).
+            for (ci, v) in cells.into_iter().enumerate().filter(|(_, v)| !v.is_null()) {
                 match typed(ci, v)? {
                     Cell::Typed(v) => data[target[ci].expect("typed cells have a column")] = v,
                     Cell::Unavailable => unavailable.push(target[ci].expect("a column")),

@@ -101,6 +101,39 @@ fn schema_ignore_drops_new_columns_strict_dead_letters_them() {
     assert_eq!(s.rows.len(), 1);
 }
 
+/// docs/bad-input.md, width: one row with many fields no column stores
+/// leaves the other rows of its batch as narrow as they came (no row is
+/// padded to the batch's width), whatever the policy.
+#[test]
+fn schema_a_wide_row_leaves_the_narrow_rows_of_its_batch_narrow() {
+    let table = vec![("id".to_string(), DType::Int), ("name".to_string(), DType::Str)];
+    let mut cols = vec!["id".to_string(), "name".to_string()];
+    cols.extend((0..1000).map(|i| format!("f{i}")));
+    let cols: Vec<&str> = cols.iter().map(String::as_str).collect();
+    let wide: Vec<String> =
+        (0..1002).map(|i| if i == 1 { String::new() } else { i.to_string() }).collect();
+    let wide: Vec<&str> = wide.iter().map(String::as_str).collect();
+    // As the sources now hand them over: each row as long as its own fields.
+    let batch = || raw(&cols, &[&["1", "a"], &wide, &["3"]]);
+    let c =
+        conform(batch(), shape(&table), &[], SchemaPolicy::Ignore, guard(&["id".into()])).unwrap();
+    assert_eq!(c.rows.iter().map(|r| r.data.len()).collect::<Vec<_>>(), [2, 2, 2]);
+    assert_eq!(c.rows[1].data, [Value::Int(0), Value::Null]);
+    assert_eq!(c.rows[2].data, [Value::Int(3), Value::Null]);
+    // Only the wide row keeps its ignored fields (for predicates), and only
+    // the ones it has: no NULL field for every ignored column in each row.
+    assert_eq!(c.rows.iter().map(|r| r.extra.len()).collect::<Vec<_>>(), [0, 1000, 0]);
+    let s =
+        conform(batch(), shape(&table), &[], SchemaPolicy::Strict, guard(&["id".into()])).unwrap();
+    assert_eq!((s.rows.len(), s.dead.len()), (2, 1));
+    let a = conform(batch(), shape(&table), &[], SchemaPolicy::Additive, guard(&["id".into()]))
+        .unwrap();
+    assert_eq!(a.new_columns.len(), 1000);
+    assert_eq!(a.rows[0].data[..2], [Value::Int(1), Value::Str("a".into())]);
+    assert!(a.rows[0].data[2..].iter().all(Value::is_null));
+    assert_eq!(a.rows[1].data[1001], Value::Int(1001));
+}
+
 #[test]
 fn schema_missing_key_column_is_an_error() {
     assert!(conform(

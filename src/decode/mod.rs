@@ -196,9 +196,10 @@ pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
 
 /// Most fields one row may have: MySQL's column limit, the highest of the
 /// common databases' regular tables (SQL Server's wide tables of sparse
-/// columns, up to 30,000, are refused). A batch's rows all take the width of
-/// the union of their fields, so one message of 200,000 fields (2 MB)
-/// would have widened each of the batch's 100,000 rows to 200,000 cells.
+/// columns, up to 30,000, are refused). Under `schema_policy: additive`
+/// a table takes a message's new fields as columns, and every row it types
+/// is as wide as the table: one message of 200,000 fields (2 MB) would have
+/// made each of its batch's 100,000 rows 200,000 cells wide.
 pub const MAX_FIELDS: usize = 4096;
 
 /// Why a row with more than [`MAX_FIELDS`] fields is a dead letter

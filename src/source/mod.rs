@@ -14,7 +14,11 @@ use crate::value::Value;
 
 #[derive(Debug, Clone)]
 pub struct RawRow {
-    /// One cell per `RawBatch::columns` entry (missing fields are NULL).
+    /// The cells of the first `RawBatch::columns` entries, one each; a
+    /// missing field is NULL, and so is every column past the last cell.
+    /// Rows are not padded to the batch's width: one message with thousands
+    /// of fields must not make each narrow row of its batch that wide
+    /// (docs/bad-input.md, width).
     pub cells: Vec<Value>,
     /// Position: line number (files) or offset (Kafka). Later wins ties.
     pub pos: u64,
@@ -149,7 +153,8 @@ impl RawBatch {
     }
 
     /// Appends another batch's rows (same source), aligning columns by name:
-    /// columns only the other batch has are added, NULL in rows already here.
+    /// columns only the other batch has are added (NULL in rows already
+    /// here, which stay as long as they are).
     pub fn append(&mut self, other: RawBatch) {
         self.unparsable.extend(other.unparsable);
         if self.rows.is_empty() && self.columns.is_empty() {
@@ -176,16 +181,16 @@ impl RawBatch {
                 }
             }
         }
-        let width = self.columns.len();
-        for r in &mut self.rows {
-            r.cells.resize(width, Value::Null);
-        }
+        let in_place = at.iter().enumerate().all(|(i, &c)| i == c);
         for mut r in other.rows {
-            let mut cells = vec![Value::Null; width];
-            for (v, &i) in r.cells.drain(..).zip(&at) {
-                cells[i] = v;
+            if !in_place {
+                let width = at[..r.cells.len()].iter().max().map_or(0, |&c| c + 1);
+                let mut cells = vec![Value::Null; width];
+                for (v, &i) in r.cells.drain(..).zip(&at) {
+                    cells[i] = v;
+                }
+                r.cells = cells;
             }
-            r.cells = cells;
             self.rows.push(r);
         }
     }
@@ -231,7 +236,8 @@ mod tests {
         a.append(b);
         assert_eq!(a.columns, vec!["id", "city", "phone"]);
         assert_eq!(a.rows.iter().map(|r| r.pos).collect::<Vec<_>>(), vec![1, 2]);
-        assert!(a.rows[0].cells[2].is_null());
+        // The row already here is not widened: `phone` is NULL past its cells.
+        assert_eq!(a.rows[0].cells.len(), 2);
         assert!(a.rows[1].cells[0].same(&Value::Int(2)) && a.rows[1].cells[1].is_null());
         assert!(a.rows[1].cells[2].same(&Value::Str("555".into())));
     }

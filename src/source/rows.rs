@@ -62,9 +62,10 @@ impl DecodedRows {
     }
 
     /// The batch: its columns are the union of the rows' field names, in
-    /// order of first appearance; a row whose layout is not every column
-    /// in that order gets its values moved into place (NULL where it has
-    /// no such field).
+    /// order of first appearance; a row whose layout is not the first
+    /// columns in that order gets its values moved into place (NULL where
+    /// it has no such field). Rows are not padded to the batch's width
+    /// ([`RawRow::cells`]).
     pub fn into_batch(self, source: String) -> RawBatch {
         let DecodedRows { mut rows, runs } = self;
         let mut columns: Vec<String> = vec![];
@@ -93,12 +94,12 @@ impl DecodedRows {
                 })
             })
             .collect();
-        let width = columns.len();
         for (i, Run { first, .. }) in runs.iter().enumerate() {
             let map = &maps[run_maps[i]];
-            if map.len() == width && map.iter().enumerate().all(|(i, &c)| i == c) {
+            if map.iter().enumerate().all(|(i, &c)| i == c) {
                 continue;
             }
+            let width = map.iter().max().map_or(0, |&c| c + 1);
             let end = runs.get(i + 1).map_or(rows.len(), |next| next.first);
             for r in &mut rows[*first..end] {
                 let mut cells = vec![Value::Null; width];
@@ -125,7 +126,7 @@ mod tests {
     }
 
     #[test]
-    fn rows_of_other_layouts_get_the_union_of_columns_in_first_seen_order() {
+    fn rows_of_other_layouts_get_the_union_of_columns_in_first_seen_order_and_no_padding() {
         let ab: Layout = vec![Name::from("a"), Name::from("b")].into();
         let ba: Layout = vec![Name::from("b"), Name::from("a")].into();
         let c: Layout = vec![Name::from("c")].into();
@@ -154,13 +155,15 @@ mod tests {
             .collect();
         assert_eq!(
             cells,
+            // No row is padded to the batch's width: the columns past a
+            // row's last cell are NULL.
             vec![
-                vec![Some(1), Some(2), None],
-                vec![Some(3), Some(4), None],
-                vec![Some(5), Some(6), None],
-                vec![None, None, None],
+                vec![Some(1), Some(2)],
+                vec![Some(3), Some(4)],
+                vec![Some(5), Some(6)],
+                vec![],
                 vec![None, None, Some(7)],
-                vec![Some(8), Some(9), None],
+                vec![Some(8), Some(9)],
             ]
         );
         assert_eq!(batch.rows.iter().map(|r| r.pos).collect::<Vec<_>>(), vec![1, 2, 3, 4, 5, 6]);
