@@ -602,18 +602,30 @@ impl Typer<'_> {
                     Cell::Extra(_) => unreachable!("every cell has its column"),
                 }
             }
-            data.resize(columns.len(), Value::Null);
             data
         } else {
-            let mut data = vec![Value::Null; columns.len()];
+            // As wide as the row (its cells mostly land in as many
+            // columns), grown for a cell whose column lies further on.
+            let mut data = vec![Value::Null; cells.len().min(columns.len())];
+            let at = |data: &mut Vec<Value>, i: usize| {
+                if data.len() <= i {
+                    data.resize(i + 1, Value::Null);
+                }
+                i
+            };
             // A NULL cell changes nothing: its column is NULL already, and
             // an envelope field no column stores reads as NULL when absent
             // (under `ignore`, a message's unknown fields were one NULL
             // field per row of its batch).
             for (ci, v) in cells.into_iter().enumerate().filter(|(_, v)| !v.is_null()) {
                 match typed(ci, v)? {
-                    Cell::Typed(v) => data[target[ci].expect("typed cells have a column")] = v,
-                    Cell::Unavailable => unavailable.push(target[ci].expect("a column")),
+                    Cell::Typed(v) => {
+                        let i = at(&mut data, target[ci].expect("typed cells have a column"));
+                        data[i] = v;
+                    }
+                    Cell::Unavailable => {
+                        unavailable.push(at(&mut data, target[ci].expect("a column")))
+                    }
                     Cell::Extra(v) => extra.push((names[ci].as_str().into(), v)),
                 }
             }
@@ -636,7 +648,7 @@ impl Typer<'_> {
 pub fn lookup(columns: &[(String, DType)], row: &TypedRow, text: bool, path: &[String]) -> Value {
     // Runs per row and predicate column: the path is matched, not joined.
     if let Some(i) = columns.iter().position(|(n, _)| is_path(n, path)) {
-        return row.data[i].clone();
+        return crate::merge::cell(&row.data, i).clone();
     }
     match row.extra.iter().find(|(n, _)| is_path(n, path)) {
         Some((_, Value::Str(s))) if text => {

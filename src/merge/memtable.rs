@@ -134,8 +134,8 @@ impl MemTable {
         let mut all: Vec<Version> =
             self.current.values().cloned().chain(self.history.iter().cloned()).collect();
         all.sort_by(|a, b| {
-            let ka: Vec<Value> = self.spec.key.iter().map(|&i| a.data[i].clone()).collect();
-            let kb: Vec<Value> = self.spec.key.iter().map(|&i| b.data[i].clone()).collect();
+            let ka: Vec<Value> = self.spec.key.iter().map(|&i| cell(&a.data, i).clone()).collect();
+            let kb: Vec<Value> = self.spec.key.iter().map(|&i| cell(&b.data, i).clone()).collect();
             cmp_slices(&ka, &kb).then(self.spec.cmp_versions(a, b))
         });
         all

@@ -314,9 +314,17 @@ pub fn version_order(by_sequence: Ordering, exec_a: i64, exec_b: i64) -> Orderin
     by_sequence.then(exec_a.cmp(&exec_b))
 }
 
+/// Column `i` of a row: NULL past its last cell. A row holds the columns
+/// up to its last field, not the table's whole width (docs/bad-input.md,
+/// width), and rows written before a column was added end before it.
+#[inline]
+pub fn cell(data: &[Value], i: usize) -> &Value {
+    data.get(i).unwrap_or(&Value::Null)
+}
+
 impl Spec {
     pub fn key_of(&self, data: &[Value]) -> Option<Key> {
-        key_from(self.key.iter().map(|&i| &data[i]))
+        key_from(self.key.iter().map(|&i| cell(data, i)))
     }
 
     pub fn seq_of(&self, data: &[Value]) -> Seq {
@@ -325,13 +333,13 @@ impl Spec {
 
     /// The sequence columns' values of a row.
     pub fn seq_values(&self, data: &[Value]) -> Vec<Value> {
-        self.seq.iter().map(|&i| data[i].clone()).collect()
+        self.seq.iter().map(|&i| cell(data, i).clone()).collect()
     }
 
     /// Compares a row's sequence columns with a stored sequence, in place.
     pub fn cmp_seq_to(&self, row: &[Value], seq: &[Value]) -> Ordering {
         for (&i, s) in self.seq.iter().zip(seq) {
-            let o = row[i].total_cmp(s);
+            let o = cell(row, i).total_cmp(s);
             if o != Ordering::Equal {
                 return o;
             }
@@ -347,7 +355,7 @@ impl Spec {
     /// Compares the sequence columns of two rows in place (no allocation: this runs in sorts).
     pub fn cmp_seq(&self, a: &[Value], b: &[Value]) -> Ordering {
         for &i in &self.seq {
-            let o = a[i].total_cmp(&b[i]);
+            let o = cell(a, i).total_cmp(cell(b, i));
             if o != Ordering::Equal {
                 return o;
             }
@@ -443,7 +451,7 @@ impl Spec {
         match &self.valid_time {
             ValidTime::Processing => None,
             ValidTime::Date(d) => Some(*d),
-            ValidTime::Column(i) => Some(match &data[*i] {
+            ValidTime::Column(i) => Some(match cell(data, *i) {
                 Value::Ts(t) => *t,
                 Value::Date(d) => crate::value::temporal::date_to_ts(*d),
                 Value::Int(t) => *t,

@@ -18,7 +18,7 @@ pub(super) fn carry(group: &mut [InRow]) {
             if prev.unavailable.contains(&c) {
                 return true;
             }
-            row.data[c] = prev.data[c].clone();
+            row.data[c] = super::cell(&prev.data, c).clone();
             false
         });
         row.hashes = None;

@@ -163,3 +163,45 @@ fn replay_same_batch_twice_changes_nothing() {
         assert_eq!(t.commits, commits);
     }
 }
+
+/// docs/bad-input.md, width: a row holds its columns up to its last field
+/// and reads NULL past it, so a row ending early (its trailing columns
+/// NULL, or its sequence and even its key left out) merges exactly as the
+/// same row written out to the table's width.
+#[test]
+fn a_row_shorter_than_the_table_merges_as_if_its_missing_columns_were_null() {
+    let trimmed = |rows: Vec<InRow>| -> Vec<InRow> {
+        rows.into_iter()
+            .map(|mut r| {
+                while r.data.last().is_some_and(Value::is_null) {
+                    r.data.pop();
+                }
+                r
+            })
+            .collect()
+    };
+    let padded = |mut v: Vec<Version>| {
+        v.iter_mut().for_each(|v| v.data.resize(4, Value::Null));
+        v
+    };
+    let no_seq = || mk(vec![Value::Int(4), cell_str("x")], false);
+    let no_key = || mk(vec![], false);
+    let batches = || {
+        vec![
+            vec![up(1, "Berlin", 1), up(2, "", 1), up_mod(3, "a", 1, 7)],
+            vec![up(1, "Hamburg", 2), del(2, 2), up(3, "a", 2), no_seq(), no_key()],
+            vec![up(1, "Paris", 1), up(2, "Bonn", 3), del(3, 3)],
+        ]
+    };
+    for strategy in [Strategy::Scd1, Strategy::Scd2] {
+        let (mut full, mut short) = (table(strategy, |_| {}), table(strategy, |_| {}));
+        for (b, s) in batches().into_iter().zip(batches()) {
+            let (a, z) = (full.run(b), short.run(trimmed(s)));
+            assert_eq!(format!("{:?}", a.stats), format!("{:?}", z.stats), "{strategy:?}");
+        }
+        assert_eq!(padded(short.rows()), padded(full.rows()), "{strategy:?}");
+        // The row without a sequence landed; the one without a key did not.
+        let ids: Vec<Value> = short.rows().iter().map(|v| v.data[ID].clone()).collect();
+        assert!(ids.contains(&Value::Int(4)) && !ids.contains(&Value::Null), "{ids:?}");
+    }
+}
