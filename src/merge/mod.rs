@@ -322,6 +322,14 @@ pub fn cell(data: &[Value], i: usize) -> &Value {
     data.get(i).unwrap_or(&Value::Null)
 }
 
+/// Sets column `i` of a row, growing the row to it first (see [`cell`]).
+pub(crate) fn set_cell(data: &mut Vec<Value>, i: usize, v: Value) {
+    if data.len() <= i {
+        data.resize(i + 1, Value::Null);
+    }
+    data[i] = v;
+}
+
 impl Spec {
     pub fn key_of(&self, data: &[Value]) -> Option<Key> {
         key_from(self.key.iter().map(|&i| cell(data, i)))

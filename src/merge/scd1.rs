@@ -72,10 +72,7 @@ pub(super) fn apply_key(
             DeleteMode::Soft => {
                 // Keep the values, store the delete row's own sequence.
                 for &i in &spec.seq {
-                    if next.data.len() <= i {
-                        next.data.resize(i + 1, crate::value::Value::Null);
-                    }
-                    next.data[i] = super::cell(&r.data, i).clone();
+                    super::set_cell(&mut next.data, i, super::cell(&r.data, i).clone());
                 }
                 if !cur.deleted {
                     next.deleted = true;

@@ -3,7 +3,7 @@
 //! value — from an earlier event of the batch, else from the stored row —
 //! before the scd1/scd2 rules compare anything.
 
-use super::{InRow, Stats, Value, Version};
+use super::{InRow, Stats, Version};
 
 /// Within one key's rows in order, an unchanged (unavailable) value is the
 /// previous row's: a deduplicated batch keeps what the rows it drops had set.
@@ -18,7 +18,7 @@ pub(super) fn carry(group: &mut [InRow]) {
             if prev.unavailable.contains(&c) {
                 return true;
             }
-            row.data[c] = super::cell(&prev.data, c).clone();
+            super::set_cell(&mut row.data, c, super::cell(&prev.data, c).clone());
             false
         });
         row.hashes = None;
@@ -33,7 +33,7 @@ pub(super) fn fill(rows: &mut [InRow], current: Option<&Version>, stats: &mut St
         match current {
             Some(v) => {
                 for &c in &r.unavailable {
-                    r.data[c] = v.data.get(c).cloned().unwrap_or(Value::Null);
+                    super::set_cell(&mut r.data, c, super::cell(&v.data, c).clone());
                 }
             }
             None => stats.unavailable_nulls += 1,

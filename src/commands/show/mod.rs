@@ -148,7 +148,7 @@ async fn show_table(c: &Config, table: &str, q: &Query, out: impl Write) -> Resu
         for (key, ats) in page.into_keys() {
             let mut vs: Vec<Version> = ats.iter().filter_map(|a| versions.remove(a)).collect();
             vs.sort_by(|a, b| spec.cmp_versions(a, b).then(a.valid_from.cmp(&b.valid_from)));
-            lines.extend(vs.iter().map(|v| cells(t, v)));
+            lines.extend(vs.iter().map(|v| cells(t, store.columns.len(), v)));
             after = Some(key.0);
         }
         lines.truncate(left);
@@ -184,10 +184,12 @@ fn header(t: &TableConfig, store: &TableStore) -> Vec<String> {
     h
 }
 
-/// A version's printed cells, in [`header`] order.
-fn cells(t: &TableConfig, v: &Version) -> Vec<Value> {
+/// A version's printed cells, in [`header`] order: its `width` data
+/// columns (NULL past its last value), then the reserved ones.
+fn cells(t: &TableConfig, width: usize, v: &Version) -> Vec<Value> {
     let scd2 = t.strategy == Strategy::Scd2;
     let mut out = v.data.clone();
+    out.resize(width, Value::Null);
     if scd2 {
         out.push(v.valid_from.map(Value::Ts).unwrap_or(Value::Null));
         out.push(v.valid_to.map(Value::Ts).unwrap_or(Value::Null));
