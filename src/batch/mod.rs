@@ -15,7 +15,7 @@ use std::borrow::Cow;
 
 use crate::config::SchemaPolicy;
 use crate::source::{RawBatch, RawRow, Unparsable};
-use crate::value::{infer, parse_as, unify, DType, Value};
+use crate::value::{cell, infer, parse_as, set_cell, unify, DType, Value};
 
 #[derive(Debug)]
 pub struct TypedRow {
@@ -607,12 +607,6 @@ impl Typer<'_> {
             // As wide as the row (its cells mostly land in as many
             // columns), grown for a cell whose column lies further on.
             let mut data = vec![Value::Null; cells.len().min(columns.len())];
-            let at = |data: &mut Vec<Value>, i: usize| {
-                if data.len() <= i {
-                    data.resize(i + 1, Value::Null);
-                }
-                i
-            };
             // A NULL cell changes nothing: its column is NULL already, and
             // an envelope field no column stores reads as NULL when absent
             // (under `ignore`, a message's unknown fields were one NULL
@@ -620,11 +614,13 @@ impl Typer<'_> {
             for (ci, v) in cells.into_iter().enumerate().filter(|(_, v)| !v.is_null()) {
                 match typed(ci, v)? {
                     Cell::Typed(v) => {
-                        let i = at(&mut data, target[ci].expect("typed cells have a column"));
-                        data[i] = v;
+                        set_cell(&mut data, target[ci].expect("typed cells have a column"), v)
                     }
                     Cell::Unavailable => {
-                        unavailable.push(at(&mut data, target[ci].expect("a column")))
+                        // Present in the row, NULL until the merge fills it.
+                        let i = target[ci].expect("a column");
+                        set_cell(&mut data, i, Value::Null);
+                        unavailable.push(i);
                     }
                     Cell::Extra(v) => extra.push((names[ci].as_str().into(), v)),
                 }
@@ -648,7 +644,7 @@ impl Typer<'_> {
 pub fn lookup(columns: &[(String, DType)], row: &TypedRow, text: bool, path: &[String]) -> Value {
     // Runs per row and predicate column: the path is matched, not joined.
     if let Some(i) = columns.iter().position(|(n, _)| is_path(n, path)) {
-        return crate::merge::cell(&row.data, i).clone();
+        return cell(&row.data, i).clone();
     }
     match row.extra.iter().find(|(n, _)| is_path(n, path)) {
         Some((_, Value::Str(s))) if text => {

@@ -2,7 +2,7 @@
 //! engine does, so the rules can be tested (and property-tested) without I/O.
 
 use super::*;
-use crate::value::cmp_slices;
+use crate::value::{cell, cmp_slices};
 
 pub struct MemTable {
     pub spec: Spec,

@@ -26,7 +26,7 @@ pub use self::apply::apply;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::config::{DeleteMode, Strategy};
-use crate::value::Value;
+use crate::value::{cell, Value};
 
 /// Encoded business key: the type-tagged bytes of every key column.
 pub type Key = Box<[u8]>;
@@ -312,22 +312,6 @@ pub struct RunCtx {
 /// comparison of their sequences.
 pub fn version_order(by_sequence: Ordering, exec_a: i64, exec_b: i64) -> Ordering {
     by_sequence.then(exec_a.cmp(&exec_b))
-}
-
-/// Column `i` of a row: NULL past its last cell. A row holds the columns
-/// up to its last field, not the table's whole width (docs/bad-input.md,
-/// width), and rows written before a column was added end before it.
-#[inline]
-pub fn cell(data: &[Value], i: usize) -> &Value {
-    data.get(i).unwrap_or(&Value::Null)
-}
-
-/// Sets column `i` of a row, growing the row to it first (see [`cell`]).
-pub(crate) fn set_cell(data: &mut Vec<Value>, i: usize, v: Value) {
-    if data.len() <= i {
-        data.resize(i + 1, Value::Null);
-    }
-    data[i] = v;
 }
 
 impl Spec {

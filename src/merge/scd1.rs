@@ -4,6 +4,7 @@ use std::cmp::Ordering;
 
 use super::{InRow, Key, KeyState, Output, RunCtx, Spec, Version};
 use crate::config::DeleteMode;
+use crate::value::{cell, set_cell};
 
 fn row(data: Vec<super::Value>, exec: i64, deleted: bool) -> Version {
     Version {
@@ -72,7 +73,7 @@ pub(super) fn apply_key(
             DeleteMode::Soft => {
                 // Keep the values, store the delete row's own sequence.
                 for &i in &spec.seq {
-                    super::set_cell(&mut next.data, i, super::cell(&r.data, i).clone());
+                    set_cell(&mut next.data, i, cell(&r.data, i).clone());
                 }
                 if !cur.deleted {
                     next.deleted = true;

@@ -4,6 +4,7 @@
 //! before the scd1/scd2 rules compare anything.
 
 use super::{InRow, Stats, Version};
+use crate::value::{cell, set_cell};
 
 /// Within one key's rows in order, an unchanged (unavailable) value is the
 /// previous row's: a deduplicated batch keeps what the rows it drops had set.
@@ -18,7 +19,7 @@ pub(super) fn carry(group: &mut [InRow]) {
             if prev.unavailable.contains(&c) {
                 return true;
             }
-            super::set_cell(&mut row.data, c, super::cell(&prev.data, c).clone());
+            set_cell(&mut row.data, c, cell(&prev.data, c).clone());
             false
         });
         row.hashes = None;
@@ -33,7 +34,7 @@ pub(super) fn fill(rows: &mut [InRow], current: Option<&Version>, stats: &mut St
         match current {
             Some(v) => {
                 for &c in &r.unavailable {
-                    super::set_cell(&mut r.data, c, super::cell(&v.data, c).clone());
+                    set_cell(&mut r.data, c, cell(&v.data, c).clone());
                 }
             }
             None => stats.unavailable_nulls += 1,

@@ -141,6 +141,23 @@ impl<'a> From<&'a RawBatch> for std::borrow::Cow<'a, RawBatch> {
     }
 }
 
+/// Does a row laid out by `map` (its cell i goes to column `map[i]`) hold
+/// the batch's first columns in order, so that its cells stay as they are?
+fn in_order(map: &[usize]) -> bool {
+    map.iter().enumerate().all(|(i, &c)| i == c)
+}
+
+/// Moves a row's cells to the columns `map` gives them: NULL between, and
+/// nothing past the last (rows are not padded, [`RawRow::cells`]).
+fn place(cells: &mut Vec<Value>, map: &[usize]) {
+    let width = map[..cells.len()].iter().max().map_or(0, |&c| c + 1);
+    let mut placed = vec![Value::Null; width];
+    for (v, &c) in cells.drain(..).zip(map) {
+        placed[c] = v;
+    }
+    *cells = placed;
+}
+
 impl RawBatch {
     /// Moves every row's and dead letter's position on by `lines`: a part
     /// of a file decoded apart from the lines before it.
@@ -181,15 +198,10 @@ impl RawBatch {
                 }
             }
         }
-        let in_place = at.iter().enumerate().all(|(i, &c)| i == c);
+        let in_place = in_order(&at);
         for mut r in other.rows {
             if !in_place {
-                let width = at[..r.cells.len()].iter().max().map_or(0, |&c| c + 1);
-                let mut cells = vec![Value::Null; width];
-                for (v, &i) in r.cells.drain(..).zip(&at) {
-                    cells[i] = v;
-                }
-                r.cells = cells;
+                place(&mut r.cells, &at);
             }
             self.rows.push(r);
         }

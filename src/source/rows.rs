@@ -13,9 +13,8 @@
 
 use rustc_hash::FxHashMap;
 
-use super::{RawBatch, RawRow};
+use super::{in_order, place, RawBatch, RawRow};
 use crate::decode::{layout_id, Fields, Layout, Name};
-use crate::value::Value;
 
 /// Rows as they are decoded, before their batch knows its columns.
 #[derive(Debug, Default)]
@@ -96,17 +95,12 @@ impl DecodedRows {
             .collect();
         for (i, Run { first, .. }) in runs.iter().enumerate() {
             let map = &maps[run_maps[i]];
-            if map.iter().enumerate().all(|(i, &c)| i == c) {
+            if in_order(map) {
                 continue;
             }
-            let width = map.iter().max().map_or(0, |&c| c + 1);
             let end = runs.get(i + 1).map_or(rows.len(), |next| next.first);
             for r in &mut rows[*first..end] {
-                let mut cells = vec![Value::Null; width];
-                for (v, &c) in r.cells.drain(..).zip(map) {
-                    cells[c] = v;
-                }
-                r.cells = cells;
+                place(&mut r.cells, map);
             }
         }
         RawBatch { source, columns, rows, text: false, unparsable: vec![] }
@@ -116,6 +110,7 @@ impl DecodedRows {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::value::Value;
 
     fn fields(layout: &Layout, values: Vec<Value>) -> Fields {
         Fields::new(layout.clone(), values)

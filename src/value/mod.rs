@@ -550,6 +550,22 @@ pub fn unify(a: Option<DType>, b: Option<DType>) -> Option<DType> {
     }
 }
 
+/// Column `i` of a row: NULL past its last cell. A row holds the columns
+/// up to its last field, not the table's whole width (docs/bad-input.md,
+/// width), and rows written before a column was added end before it.
+#[inline]
+pub fn cell(row: &[Value], i: usize) -> &Value {
+    row.get(i).unwrap_or(&Value::Null)
+}
+
+/// Sets column `i` of a row, growing the row to it first (see [`cell`]).
+pub fn set_cell(row: &mut Vec<Value>, i: usize, v: Value) {
+    if row.len() <= i {
+        row.resize(i + 1, Value::Null);
+    }
+    row[i] = v;
+}
+
 /// Compares two value slices column by column (composite sequences, docs/batch.md).
 pub fn cmp_slices(a: &[Value], b: &[Value]) -> Ordering {
     for (x, y) in a.iter().zip(b) {
