@@ -12,6 +12,7 @@
 pub mod declared;
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 use crate::config::SchemaPolicy;
 use crate::source::{RawBatch, RawRow, Unparsable};
@@ -239,25 +240,36 @@ fn plan_columns(
         in_place: false,
     };
     let table_exists = !table.columns.is_empty();
+    let stored: HashMap<&str, usize> =
+        table.columns.iter().enumerate().map(|(i, (n, _))| (n.as_str(), i)).collect();
+    // A column needs its cells' kinds when it has no type yet (new, or
+    // stored untyped) and none is declared; a batch's columns are then
+    // inferred in one pass over its rows (a pass per column was columns x
+    // rows: a wide row made a batch of narrow rows scan thousands of times).
+    let wants = |name: &String| match stored.get(name.as_str()) {
+        Some(_) => table.untyped.contains(name),
+        None => !table_exists || policy == SchemaPolicy::Additive,
+    };
+    let mut inferred: Vec<Option<Inference>> = (raw.columns.iter())
+        .map(|name| {
+            (declared.of(name).is_none() && wants(name)).then(|| Inference::new(name, guarded))
+        })
+        .collect();
+    if inferred.iter().any(Option::is_some) {
+        for r in &raw.rows {
+            for (slot, c) in inferred.iter_mut().zip(&r.cells) {
+                if let Some(inf) = slot.as_mut().filter(|inf| !inf.settled()) {
+                    inf.add(cell_type(c, raw.text));
+                }
+            }
+        }
+    }
     // A column's type from this batch: declared, else inferred (None: only NULLs).
     let type_of = |ci: usize, name: &String| -> Option<DType> {
-        let kinds =
-            raw.rows.iter().filter_map(|r| r.cells.get(ci).and_then(|c| cell_type(c, raw.text)));
-        match declared.of(name) {
-            Some(t) => Some(t),
-            // The first value's kind; a float never types a key (a float key
-            // value, or an integer beyond 64 bits, is then a dead letter).
-            None if guarded.keys.contains(name) => {
-                let mut kinds = kinds.peekable();
-                let any = kinds.peek().is_some();
-                kinds.find(|&t| t != DType::Float).or(any.then_some(DType::Int))
-            }
-            None if guarded.sequence.contains(name) => kinds.take(1).next(),
-            None => kinds.fold(None, |acc, t| unify(acc, Some(t))),
-        }
+        declared.of(name).or_else(|| inferred[ci].as_ref().and_then(Inference::result))
     };
     for (ci, name) in raw.columns.iter().enumerate() {
-        if let Some(i) = plan.columns.iter().position(|(n, _)| n == name) {
+        if let Some(&i) = stored.get(name.as_str()) {
             let stored = plan.columns[i].1;
             if table.untyped.contains(name) {
                 // No type yet: its first values (if any here) decide it.
@@ -320,6 +332,59 @@ fn plan_columns(
     plan
 }
 
+/// What a batch's cells say a column's type is (see [`plan_columns`]).
+enum Inference {
+    /// A key column: its first non-float kind; only floats type it as an
+    /// integer (a float key value is then a dead letter).
+    Key { first: Option<DType>, any: bool },
+    /// A sequence column: its first value's kind.
+    Sequence(Option<DType>),
+    /// Any other column: every value's kind, unified.
+    Values(Option<DType>),
+}
+
+impl Inference {
+    fn new(name: &String, guarded: Guarded) -> Self {
+        if guarded.keys.contains(name) {
+            Inference::Key { first: None, any: false }
+        } else if guarded.sequence.contains(name) {
+            Inference::Sequence(None)
+        } else {
+            Inference::Values(None)
+        }
+    }
+
+    /// Nothing later can change the result.
+    fn settled(&self) -> bool {
+        match self {
+            Inference::Key { first, .. } => first.is_some(),
+            Inference::Sequence(t) => t.is_some(),
+            Inference::Values(_) => false,
+        }
+    }
+
+    fn add(&mut self, kind: Option<DType>) {
+        let Some(t) = kind else { return };
+        match self {
+            Inference::Key { first, any } => {
+                *any = true;
+                if t != DType::Float {
+                    *first = Some(t);
+                }
+            }
+            Inference::Sequence(first) => *first = Some(t),
+            Inference::Values(acc) => *acc = unify(*acc, Some(t)),
+        }
+    }
+
+    fn result(&self) -> Option<DType> {
+        match self {
+            Inference::Key { first, any } => first.or(any.then_some(DType::Int)),
+            Inference::Sequence(t) | Inference::Values(t) => *t,
+        }
+    }
+}
+
 /// Converts a cell of a key or sequence column: only to the same kind of
 /// value (an integer column takes integers, a timestamp column timestamps),
 /// never across kinds, which would change how values match and order. Text
@@ -368,7 +433,7 @@ fn connect_bytes(v: Value, t: DType, table: TableShape) -> Value {
 fn legacy_time_columns(
     row: &[(String, crate::decode::Declared)],
     plan: &ColumnPlan,
-    index: &std::collections::HashMap<&str, usize>,
+    index: &HashMap<&str, usize>,
     exact: bool,
 ) -> Vec<usize> {
     if exact || row.is_empty() {
@@ -388,7 +453,7 @@ fn legacy_time_columns(
 fn declarations_refused(
     row: &[(String, crate::decode::Declared)],
     plan: &ColumnPlan,
-    index: &std::collections::HashMap<&str, usize>,
+    index: &HashMap<&str, usize>,
     exact: bool,
 ) -> Option<String> {
     for (name, d) in row {
@@ -422,7 +487,7 @@ fn type_rows(
     plan: &ColumnPlan,
     table: TableShape,
 ) -> (Vec<TypedRow>, Vec<Unparsable>) {
-    let index: std::collections::HashMap<&str, usize> =
+    let index: HashMap<&str, usize> =
         plan.columns.iter().enumerate().map(|(i, (n, _))| (n.as_str(), i)).collect();
     let text = raw.text;
     // Kept rows (a batch its caller may retry) are copied piece by piece on
@@ -522,7 +587,7 @@ enum Cell {
 struct Typer<'a> {
     plan: &'a ColumnPlan,
     table: TableShape<'a>,
-    index: &'a std::collections::HashMap<&'a str, usize>,
+    index: &'a HashMap<&'a str, usize>,
     /// The batch's raw column names.
     names: &'a [String],
     text: bool,

@@ -131,6 +131,9 @@ fn schema_a_wide_row_leaves_the_narrow_rows_of_its_batch_narrow() {
         .unwrap();
     // The table takes the 1,000 columns; the narrow rows stay narrow.
     assert_eq!(a.new_columns.len(), 1000);
+    // Typed from the one row that has them (one pass over the rows for all
+    // of them, not one per column).
+    assert!(a.new_columns.iter().all(|(_, t)| *t == DType::Int), "{:?}", &a.new_columns[..3]);
     assert_eq!(a.rows.iter().map(|r| r.data.len()).collect::<Vec<_>>(), [2, 1002, 1]);
     assert_eq!(a.rows[0].data, [Value::Int(1), Value::Str("a".into())]);
     assert_eq!(a.rows[1].data[1001], Value::Int(1001));
