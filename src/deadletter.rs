@@ -57,7 +57,7 @@ pub async fn append(loc: &Location, groups: Vec<Group>) -> Result<usize, TableEr
     // The same parquet settings as data tables (no business key to filter on).
     let batch = to_batch(&rows).map_err(data_err)?;
     let buf = encode_parquet(&batch, &[], Codec::Zstd, Cuts::default()).map_err(data_err)?;
-    let stats = file_stats(&batch, &StatsColumns::default());
+    let stats = file_stats(&batch, &StatsColumns::default(), &batch.schema());
     let name = format!("part-{}.parquet", uuid::Uuid::new_v4());
     let file = FileAction {
         path: &name,

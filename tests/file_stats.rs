@@ -78,6 +78,7 @@ fn assert_stats_hold(v: &serde_json::Value, files_at_least: u64, wide: bool) {
         );
     }
     assert!(!v["with_bounds"].as_array().unwrap().iter().any(|x| x == "note"), "{v}");
+    assert_eq!(v["held_empty"], serde_json::json!([]), "{v}");
     assert_eq!(v["wide"].as_u64().unwrap() > 0, wide, "{v}");
     assert_eq!(v["opened"], 1, "a key equality opens one file: {v}");
     assert_eq!(v["rows"], 1, "{v}");
@@ -118,4 +119,67 @@ fn file_statistics_with_deletion_vectors_are_marked_wide_and_still_prune() {
     let table = tmp.path().join("lake/bronze/account");
     let v = check(&table, 1);
     assert_stats_hold(&v, 8, true);
+}
+
+/// One column of the table as an independent reader sees it, for a key.
+fn read_column(table: &Path, column: &str, filter: &str) -> String {
+    let py = "import sys, os\nimport pyarrow as pa\nfrom deltalake import DeltaTable, QueryBuilder\nt = QueryBuilder().register('t', DeltaTable(sys.argv[1])).execute(f'select {sys.argv[2]} as v from t where {sys.argv[3]}').read_all()\nprint(pa.table(t).column('v').to_pylist())\nsys.stdout.flush(); os._exit(0)\n";
+    let out = Command::new("python3")
+        .args(["-c", py])
+        .arg(table)
+        .arg(column)
+        .arg(filter)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// docs/schema.md, "What a data file holds": one row with 60 more fields
+/// gives an `additive` table 60 columns, but only the file holding that
+/// row holds them; every other file, and every file written later, leaves
+/// out the columns NULL in all its rows, and readers still read them as
+/// NULL, with statistics counted in the table's column order. Copy-on-write
+/// (rewrites keep and add columns) and scd2 with deletion vectors (closes,
+/// history, row companions).
+#[test]
+fn schema_one_wide_row_widens_only_the_file_that_holds_it() {
+    for (strategy, layout) in
+        [("scd1", "file_rows: 5000"), ("scd2", "file_rows: 5000, deletion_vectors: true")]
+    {
+        let tmp = tempfile::tempdir().unwrap();
+        let cfg = write(tmp.path(), "c.yaml", &config(strategy, layout));
+        write(tmp.path(), "data/1.csv", &csv(0, 20_000, 1, "Berlin"));
+        ok(cli(&["run", "--once"], &cfg));
+        // Narrow updates and new keys, then key 12,345 with 60 more fields
+        // (a CSV file's rows share its header: the wide row is a file).
+        let mut two = every_nth(&csv(0, 20_000, 2, "Hamburg"), 13);
+        two.extend(csv(30_000, 3_000, 1, "Bonn").lines().skip(1).map(|l| format!("{l}\n")));
+        write(tmp.path(), "data/2.csv", &two);
+        let one = csv(12_345, 1, 2, "Wide");
+        let (header, row) = one.split_once('\n').unwrap();
+        let wide_cols: String = (0..60).map(|i| format!(",x{i}")).collect();
+        let wide_vals: String = (0..60).map(|i| format!(",{}", 1000 + i)).collect();
+        write(
+            tmp.path(),
+            "data/2w.csv",
+            &format!("{header}{wide_cols}\n{}{wide_vals}\n", row.trim_end()),
+        );
+        ok(cli(&["run", "--once"], &cfg));
+        write(tmp.path(), "data/3.csv", &every_nth(&csv(0, 20_000, 3, "Köln"), 7));
+        ok(cli(&["run", "--once"], &cfg));
+        let table = tmp.path().join("lake/bronze/account");
+        let v = check(&table, 12_345);
+        assert_eq!(v["mismatches"], serde_json::json!([]), "{strategy}: {v}");
+        assert_eq!(v["held_empty"], serde_json::json!([]), "{strategy}: {v}");
+        assert!(v["rows"].as_u64().unwrap() >= 1, "{strategy}: {v}");
+        // 12,345 is not a multiple of 7: its wide version is still current.
+        let current = if strategy == "scd2" { " and _is_current" } else { "" };
+        let of = |id: u64| format!("id = {id}{current}");
+        assert_eq!(read_column(&table, "x7", &of(12_345)), "[1007]", "{strategy}");
+        assert_eq!(read_column(&table, "x7", &of(30_001)), "[None]", "{strategy}");
+        assert_eq!(read_column(&table, "city", &of(30_001)), "['Bonn']", "{strategy}");
+        assert_eq!(read_column(&table, "city", &of(14)), "['Köln']", "{strategy}");
+        assert_eq!(read_column(&table, "count(x7)", "true"), "[1]", "{strategy}");
+    }
 }

@@ -244,11 +244,61 @@ pub fn cell(a: &ArrayRef, i: usize) -> Value {
 }
 
 impl TableStore {
+    /// The table's columns as files hold them: every typed data column,
+    /// then the system columns.
     pub(super) fn arrow_schema(&self) -> Arc<ArrowSchema> {
-        // Files hold only typed columns: an untyped one is NULL to readers.
-        let mut fields: Vec<Field> = (self.columns.iter())
-            .filter(|(n, _)| self.stored(n))
-            .map(|(n, t)| Field::new(n, arrow_type(*t), true))
+        self.file_schema(&self.columns_kept(None))
+    }
+
+    /// Which data columns (by table position) a file holds: the typed ones
+    /// (an untyped column is NULL to readers) with a value in at least one
+    /// of `versions`' rows, or every typed one (None). A column that is
+    /// NULL in every row of a file is left out of it, as files written
+    /// before a column was added leave it out: every reader reads it as
+    /// NULL (docs/schema.md, "What a data file holds"). Without this, one
+    /// message that gave an `additive` table thousands of columns made
+    /// every later file carry them all, NULL, as full Arrow buffers.
+    pub(super) fn columns_kept(&self, versions: Option<&[&Version]>) -> Vec<bool> {
+        let mut kept: Vec<bool> = self.columns.iter().map(|_| versions.is_none()).collect();
+        if let Some(vs) = versions {
+            let mut left = kept.len();
+            for v in vs {
+                for (k, c) in kept.iter_mut().zip(v.data.iter()) {
+                    if !*k && !matches!(c, Value::Null) {
+                        *k = true;
+                        left -= 1;
+                    }
+                }
+                if left == 0 {
+                    break;
+                }
+            }
+        }
+        for (k, (n, _)) in kept.iter_mut().zip(&self.columns) {
+            // Business-key columns always: key lookups (bloom filters, key
+            // ranges) read them from every file.
+            *k = self.stored(n) && (*k || self.meta.business_key.contains(n));
+        }
+        kept
+    }
+
+    /// The table's columns as Delta counts them for statistics: every data
+    /// column (an untyped one too, as text), then the system columns.
+    pub(super) fn stats_schema(&self) -> Arc<ArrowSchema> {
+        let mut fields: Vec<Field> =
+            self.columns.iter().map(|(n, t)| Field::new(n, arrow_type(*t), true)).collect();
+        for (n, t) in self.meta.system_fields() {
+            fields.push(Field::new(n, arrow_type(t), true));
+        }
+        Arc::new(ArrowSchema::new(fields))
+    }
+
+    /// The schema of a file holding the `kept` data columns (see
+    /// [`Self::columns_kept`]) and every system column.
+    pub(super) fn file_schema(&self, kept: &[bool]) -> Arc<ArrowSchema> {
+        let mut fields: Vec<Field> = (self.columns.iter().zip(kept))
+            .filter(|(_, &k)| k)
+            .map(|((n, t), _)| Field::new(n, arrow_type(*t), true))
             .collect();
         for (n, t) in self.meta.system_fields() {
             fields.push(Field::new(n, arrow_type(t), true));
@@ -276,7 +326,19 @@ impl TableStore {
         self.to_batch_refs(&versions.iter().collect::<Vec<_>>())
     }
 
+    /// The versions' rows as one Arrow batch holding the columns they have
+    /// values in (see [`Self::columns_kept`]).
     pub(super) fn to_batch_refs(&self, versions: &[&Version]) -> Result<RecordBatch> {
+        let kept = self.columns_kept((!versions.is_empty()).then_some(versions));
+        self.to_batch_keeping(versions, &kept)
+    }
+
+    /// [`Self::to_batch_refs`] with the file's data columns given.
+    pub(super) fn to_batch_keeping(
+        &self,
+        versions: &[&Version],
+        kept: &[bool],
+    ) -> Result<RecordBatch> {
         // Row ranges on all cores, each small enough to stay in cache while
         // its columns are built one after another, then joined. Column by
         // column over the whole batch, each column's pass went through every
@@ -284,18 +346,19 @@ impl TableStore {
         // 29-46 ms -> 26-34 ms for 100,000 rows; docs/performance.md).
         let chunk = versions.len().div_ceil(2 * rayon::current_num_threads()).clamp(1024, 4096);
         let parts: Vec<Result<RecordBatch>> =
-            par_map(versions.chunks(chunk).collect(), |part| self.batch_of(part));
+            par_map(versions.chunks(chunk).collect(), |part| self.batch_of(part, kept));
         let parts = parts.into_iter().collect::<Result<Vec<_>>>()?;
         match &parts[..] {
             [one] => Ok(one.clone()),
-            _ => deltalake::arrow::compute::concat_batches(&self.arrow_schema(), &parts)
+            _ => deltalake::arrow::compute::concat_batches(&self.file_schema(kept), &parts)
                 .map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e.to_string() }),
         }
     }
 
-    /// The versions' rows as one Arrow batch of the table's schema.
-    fn batch_of(&self, versions: &[&Version]) -> Result<RecordBatch> {
-        let cols = (self.columns.iter().enumerate()).filter(|(_, (n, _))| self.stored(n));
+    /// The versions' rows as one Arrow batch of the `kept` data columns
+    /// and the system columns.
+    fn batch_of(&self, versions: &[&Version], kept: &[bool]) -> Result<RecordBatch> {
+        let cols = (self.columns.iter().enumerate()).filter(|(i, _)| kept[*i]);
         let mut arrays: Vec<ArrayRef> = cols
             .map(|(i, (_, t))| {
                 build_array(*t, versions.iter().map(|v| v.data.get(i).unwrap_or(&Value::Null)))
@@ -321,8 +384,30 @@ impl TableStore {
                 .collect();
             arrays.push(build_array(t, vals.iter()));
         }
-        RecordBatch::try_new(self.arrow_schema(), arrays)
+        RecordBatch::try_new(self.file_schema(kept), arrays)
             .map_err(|e| TableError::Data { uri: self.uri.clone(), msg: e.to_string() })
+    }
+
+    /// `batch` (a file about to be written) without the data columns that
+    /// are NULL in every row (see [`Self::columns_kept`]); system and
+    /// business-key columns stay. Files gathered from stored rows (closes,
+    /// compaction, rewrites) come in the table's whole width.
+    pub(super) fn without_empty_columns(&self, batch: RecordBatch) -> Result<RecordBatch> {
+        let mut system: Vec<String> =
+            self.meta.system_fields().into_iter().map(|(n, _)| n).collect();
+        system.extend(self.meta.business_key.iter().cloned());
+        let schema = batch.schema();
+        let keep: Vec<usize> = (0..batch.num_columns())
+            .filter(|&i| {
+                batch.num_rows() == 0
+                    || batch.column(i).null_count() < batch.num_rows()
+                    || system.contains(schema.field(i).name())
+            })
+            .collect();
+        if keep.len() == batch.num_columns() {
+            return Ok(batch);
+        }
+        batch.project(&keep).map_err(|e| self.data_err(e.to_string()))
     }
 }
 

@@ -30,7 +30,7 @@ use deltalake::arrow::compute::kernels::aggregate::{
 };
 use deltalake::arrow::datatypes::{
     DataType, Date32Type, Decimal128Type, Float32Type, Float64Type, Int16Type, Int32Type,
-    Int64Type, Int8Type, TimeUnit, TimestampMicrosecondType,
+    Int64Type, Int8Type, Schema, TimeUnit, TimestampMicrosecondType,
 };
 
 /// Characters of a string bound (Delta's `stringPrefixLength`).
@@ -82,16 +82,32 @@ impl StatsColumns {
     }
 }
 
-/// The `stats` JSON of a file holding exactly `batch`.
-pub(crate) fn file_stats(batch: &RecordBatch, columns: &StatsColumns) -> String {
+/// The `stats` JSON of a file holding exactly `batch`, a file of a table
+/// whose files have the columns of `table` (which columns get statistics
+/// counts positions there). A file may leave out a column that is NULL in
+/// all its rows: its `nullCount` is then every row, as if it were there.
+pub(crate) fn file_stats(batch: &RecordBatch, columns: &StatsColumns, table: &Schema) -> String {
     let (mut mins, mut maxs, mut nulls) = (String::new(), String::new(), String::new());
-    for (i, field) in batch.schema().fields().iter().enumerate() {
+    let schema = batch.schema();
+    let whole = schema.fields() == table.fields();
+    let at: HashMap<&str, usize> = match whole {
+        true => HashMap::new(),
+        false => schema.fields().iter().enumerate().map(|(i, f)| (f.name().as_str(), i)).collect(),
+    };
+    for (i, field) in table.fields().iter().enumerate() {
         if !columns.includes(i, field.name()) {
             continue;
         }
-        let col = batch.column(i);
         let name = json_string(field.name());
         sep(&mut nulls);
+        let col = match whole {
+            true => Some(batch.column(i)),
+            false => at.get(field.name().as_str()).map(|&j| batch.column(j)),
+        };
+        let Some(col) = col else {
+            let _ = write!(nulls, "{name}:{}", batch.num_rows());
+            continue;
+        };
         let _ = write!(nulls, "{name}:{}", col.null_count());
         if let Some((lo, hi)) = bounds(col) {
             sep(&mut mins);

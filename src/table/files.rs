@@ -47,6 +47,15 @@ pub(super) struct SelectedRows {
     pub(super) briefs: Option<deltalake::arrow::array::BinaryArray>,
 }
 
+/// How wide a batch read from a data file comes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Width {
+    /// Every column of the table (those the file lacks are NULL).
+    Table,
+    /// The data columns the file holds, and the system columns.
+    Held,
+}
+
 impl FileMeta {
     #[inline]
     pub(super) fn deleted(&self, row: u32) -> bool {
@@ -205,6 +214,17 @@ impl TableStore {
         self.decode_groups(id, bytes, None, selection)
     }
 
+    /// A whole data file in the columns it holds (in the table's order and
+    /// types), without the table's other columns added as NULL: what a
+    /// rewrite of the file starts from (see [`Self::columns_kept`]).
+    pub(super) fn decode_file_as_held(
+        &self,
+        id: u32,
+        bytes: bytes::Bytes,
+    ) -> Result<Vec<RecordBatch>> {
+        self.decode_groups_as(id, bytes, None, None, Width::Held)
+    }
+
     /// [`TableStore::decode_file`] reading only some row `groups` (sorted;
     /// None: all), as [`TableStore::fetch_parts`] fetches them: every
     /// selected row must lie in one of them.
@@ -214,6 +234,17 @@ impl TableStore {
         bytes: bytes::Bytes,
         groups: Option<&[usize]>,
         selection: Option<&[u32]>,
+    ) -> Result<Vec<RecordBatch>> {
+        self.decode_groups_as(id, bytes, groups, selection, Width::Table)
+    }
+
+    fn decode_groups_as(
+        &self,
+        id: u32,
+        bytes: bytes::Bytes,
+        groups: Option<&[usize]>,
+        selection: Option<&[u32]>,
+        width: Width,
     ) -> Result<Vec<RecordBatch>> {
         use deltalake::parquet::arrow::arrow_reader::{
             ArrowReaderOptions, RowSelection, RowSelector,
@@ -288,7 +319,7 @@ impl TableStore {
         let mut out = vec![];
         for batch in reader {
             let batch = batch.map_err(|e| data_err(format!("parquet {}: {e}", f.path)))?;
-            out.push(self.in_table_schema(batch)?);
+            out.push(self.conformed(batch, width)?);
         }
         Ok(out)
     }
@@ -297,33 +328,52 @@ impl TableStore {
     /// current schema: columns added since it was written are NULL, a
     /// changed type is converted as [`Value::convert`] does.
     pub(super) fn in_table_schema(&self, batch: RecordBatch) -> Result<RecordBatch> {
-        let schema = self.arrow_schema();
+        self.conformed(batch, Width::Table)
+    }
+
+    /// A batch read from a data file in the table's order and types, in
+    /// the table's whole width or in the data columns it holds.
+    fn conformed(&self, batch: RecordBatch, width: Width) -> Result<RecordBatch> {
+        let mut schema = self.arrow_schema();
         if batch.schema() == schema {
             return Ok(batch);
         }
+        if width == Width::Held {
+            let held: std::collections::HashSet<&str> =
+                batch.schema_ref().fields().iter().map(|f| f.name().as_str()).collect();
+            let kept: Vec<bool> = self
+                .columns
+                .iter()
+                .map(|(n, _)| self.stored(n) && held.contains(n.as_str()))
+                .collect();
+            schema = self.file_schema(&kept);
+        }
         let n = batch.num_rows();
+        let at: std::collections::HashMap<&str, usize> = (batch.schema_ref().fields().iter())
+            .enumerate()
+            .map(|(i, f)| (f.name().as_str(), i))
+            .collect();
         let mut cols = Vec::with_capacity(schema.fields().len());
         for field in schema.fields().iter() {
-            let col =
-                match batch.schema().index_of(field.name()).ok().map(|i| batch.column(i).clone()) {
-                    Some(c) if c.data_type() == field.data_type() => c,
-                    Some(c) => {
-                        let t = (self.columns.iter().find(|(n, _)| n == field.name()))
-                            .map(|(_, t)| *t)
-                            .or_else(|| {
-                                self.meta
-                                    .system_fields()
-                                    .into_iter()
-                                    .find(|(name, _)| name == field.name())
-                                    .map(|(_, t)| t)
-                            });
-                        let t = t.expect("schema field is a data or system column");
-                        let converted: Vec<Value> =
-                            (0..n).map(|i| cell(&c, i).convert(t).unwrap_or(Value::Null)).collect();
-                        build_array(t, converted.iter())
-                    }
-                    None => deltalake::arrow::array::new_null_array(field.data_type(), n),
-                };
+            let col = match at.get(field.name().as_str()).map(|&i| batch.column(i).clone()) {
+                Some(c) if c.data_type() == field.data_type() => c,
+                Some(c) => {
+                    let t = (self.columns.iter().find(|(n, _)| n == field.name()))
+                        .map(|(_, t)| *t)
+                        .or_else(|| {
+                            self.meta
+                                .system_fields()
+                                .into_iter()
+                                .find(|(name, _)| name == field.name())
+                                .map(|(_, t)| t)
+                        });
+                    let t = t.expect("schema field is a data or system column");
+                    let converted: Vec<Value> =
+                        (0..n).map(|i| cell(&c, i).convert(t).unwrap_or(Value::Null)).collect();
+                    build_array(t, converted.iter())
+                }
+                None => deltalake::arrow::array::new_null_array(field.data_type(), n),
+            };
             cols.push(col);
         }
         RecordBatch::try_new(schema, cols).map_err(|e| self.data_err(e.to_string()))

@@ -8,6 +8,7 @@
 //! ([`Codec`]).
 
 use deltalake::arrow::array::RecordBatch;
+use deltalake::arrow::datatypes::Schema;
 use deltalake::parquet::arrow::ArrowWriter;
 use deltalake::parquet::basic::{Compression, ZstdLevel};
 use deltalake::parquet::file::properties::{
@@ -263,10 +264,13 @@ pub(super) fn encode_all(
     batches: Vec<(&RecordBatch, Codec, Cuts)>,
     key_columns: &[String],
     stats: &StatsColumns,
+    table: &Schema,
 ) -> std::result::Result<Vec<(Vec<u8>, String)>, String> {
-    par_map(batches, |(b, c, g)| Ok((encode_parquet(b, key_columns, c, g)?, file_stats(b, stats))))
-        .into_iter()
-        .collect()
+    par_map(batches, |(b, c, g)| {
+        Ok((encode_parquet(b, key_columns, c, g)?, file_stats(b, stats, table)))
+    })
+    .into_iter()
+    .collect()
 }
 
 #[cfg(test)]

@@ -206,12 +206,14 @@ impl TableStore {
         stored: bytes::Bytes,
         key_cols: &[String],
     ) -> Result<Vec<EncodedFile>> {
-        let batches = self.decode_file(id, stored, None)?;
-        let schema = self.arrow_schema();
+        // The stored file in the columns it holds: a column NULL in all its
+        // rows is not built as NULL buffers (see `columns_kept`).
+        let batches = self.decode_file_as_held(id, stored)?;
         let data_err = |e: deltalake::arrow::error::ArrowError| self.data_err(e.to_string());
-        let old = match batches.len() {
-            1 => batches.into_iter().next().expect("one batch"),
-            _ => deltalake::arrow::compute::concat_batches(&schema, batches.iter())
+        let old = match &batches[..] {
+            [] => RecordBatch::new_empty(self.file_schema(&vec![false; self.columns.len()])),
+            [one] => one.clone(),
+            [first, ..] => deltalake::arrow::compute::concat_batches(&first.schema(), &batches)
                 .map_err(data_err)?,
         };
         let f = self.files[id as usize].as_ref().expect("live file");
@@ -236,9 +238,19 @@ impl TableStore {
         }
         let plan = plan_rows(old.num_rows(), &replaced, &dropped, edit.append.len());
         let briefs = self.rewritten_briefs(id, old.num_rows(), &new, &plan.sources);
-        let new = self.to_batch_refs(&new)?;
-        let cols = (old.columns().iter().zip(new.columns()))
-            .map(|(o, n)| {
+        // The columns the stored file holds and those the new versions have
+        // values in; the stored rows are NULL in the latter.
+        let mut kept = self.columns_kept(Some(&new));
+        for (k, (n, _)) in kept.iter_mut().zip(&self.columns) {
+            *k |= self.stored(n) && old.column_by_name(n).is_some();
+        }
+        let new = self.to_batch_keeping(&new, &kept)?;
+        let cols = (new.schema().fields().iter().zip(new.columns()))
+            .map(|(f, n)| {
+                let o = match old.column_by_name(f.name()) {
+                    Some(o) => o.clone(),
+                    None => deltalake::arrow::array::new_null_array(f.data_type(), old.num_rows()),
+                };
                 deltalake::arrow::compute::interleave(
                     &[o.as_ref() as &dyn Array, n.as_ref()],
                     &plan.sources,
@@ -246,12 +258,14 @@ impl TableStore {
             })
             .collect::<std::result::Result<Vec<ArrayRef>, _>>()
             .map_err(data_err)?;
-        let all = RecordBatch::try_new(schema, cols).map_err(data_err)?;
+        let all = RecordBatch::try_new(new.schema(), cols).map_err(data_err)?;
+        let table = self.stats_schema();
         let codec = plan::codec(true, &self.meta.layout);
         let file_rows = self.meta.layout.file_rows.max(1);
         plan::slices(all.num_rows(), file_rows)
             .map(|r| {
-                let batch = all.slice(r.start, r.len());
+                // Each file without the columns NULL in all its rows.
+                let batch = self.without_empty_columns(all.slice(r.start, r.len()))?;
                 let keys = if r.start == 0 {
                     // Moved and appended rows are the only ones whose entries change.
                     let rows: Vec<usize> = (plan.moved.iter().map(|&m| m as usize))
@@ -270,7 +284,7 @@ impl TableStore {
                     codec,
                     keys,
                     rows: batch.num_rows(),
-                    stats: file_stats(&batch, &self.stats_columns),
+                    stats: file_stats(&batch, &self.stats_columns, &table),
                     bytes: bytes.into(),
                     companion: self.companion(
                         true,

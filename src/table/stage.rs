@@ -201,12 +201,16 @@ impl TableStore {
         pc: &mut PendingCommit,
         phases: &mut Phases,
     ) -> Result<()> {
+        let files = (files.into_iter())
+            .map(|f| Ok(OutFile { batch: self.without_empty_columns(f.batch)?, ..f }))
+            .collect::<Result<Vec<_>>>()?;
         let codecs: Vec<_> =
             files.iter().map(|f| plan::codec(f.current, &self.meta.layout)).collect();
         let batches = (files.iter().zip(&codecs))
             .map(|(f, c)| (&f.batch, *c, plan::cuts(f.current)))
             .collect();
-        let encoded = encode_all(batches, &key_columns(spec), &self.stats_columns)
+        let table = self.stats_schema();
+        let encoded = encode_all(batches, &key_columns(spec), &self.stats_columns, &table)
             .map_err(|e| self.data_err(e))?;
         phases.mark("encode");
         let companions = crate::par::par_map(files.iter().collect(), |f: &OutFile| {

@@ -10,6 +10,9 @@ Prints one JSON object:
   wide          files whose stats say tightBounds false (deletion vectors)
   opened        files delta-rs' DataFusion reader opened for KEY = VALUE
   rows          rows that query returned
+  held_empty    data columns a file holds that are NULL in all its rows
+                (a file leaves such a column out; system columns, which
+                start with `_`, stay)
 
 The rules checked are the ones docs/commit-protocol.md ("File statistics") states:
 strings cut to 32 characters (a longer maximum gets U+10FFFF appended),
@@ -72,7 +75,11 @@ def main():
                     a = json.loads(line).get("add")
                     if a:
                         raw[a["path"]] = json.loads(a.get("stats") or "{}")
-    mismatches, wide, bounded = [], 0, None
+    mismatches, wide, bounded, held_empty = [], 0, None, []
+    table_columns = [f.name for f in dt.schema().fields]
+    # No table here sets delta.dataSkippingNumIndexedCols: the first 32
+    # columns of the table (not of each file) have statistics.
+    indexed = set(table_columns[:32])
     for add in adds:
         path = add["path"]
         data = pq.ParquetFile(os.path.join(table, path)).read()
@@ -81,11 +88,22 @@ def main():
         if add["num_records"] != data.num_rows:
             mismatches.append(f"{path}: num_records {add['num_records']} != {data.num_rows}")
         cols = set()
+        # A column the file leaves out is NULL in all its rows.
+        for name in table_columns:
+            nc = add.get(f"null_count.{name}")
+            if name not in data.column_names and nc is not None and nc != data.num_rows:
+                mismatches.append(f"{path}: null_count.{name} {nc} for a column it lacks")
         for name in data.column_names:
             col = data.column(name).combine_chunks()
+            if data.num_rows and col.null_count == data.num_rows and not name.startswith("_"):
+                held_empty.append(f"{path}: {name}")
             nc = add.get(f"null_count.{name}")
             if nc is not None and nc != col.null_count:
                 mismatches.append(f"{path}: null_count.{name} {nc} != {col.null_count}")
+            if name not in indexed:
+                if nc is not None:
+                    mismatches.append(f"{path}: {name} has statistics beyond the first 32 columns")
+                continue
             want = expected_bounds(col)
             got = (add.get(f"min.{name}"), add.get(f"max.{name}"))
             if want is None:
@@ -112,6 +130,7 @@ def main():
                 "wide": wide,
                 "opened": opened,
                 "rows": rows,
+                "held_empty": held_empty[:20],
             }
         ),
         flush=True,

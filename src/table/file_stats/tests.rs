@@ -30,7 +30,7 @@ fn statistics_hold_bounds_and_null_counts_of_every_indexed_column() {
         ("score", Arc::new(Float64Array::from(vec![Some(1.5), Some(2.0), None, None]))),
         ("gone", Arc::new(StringArray::from(vec![None::<&str>, None, None, None]))),
     ]);
-    let s = parsed(&file_stats(&b, &StatsColumns::default()));
+    let s = parsed(&file_stats(&b, &StatsColumns::default(), &b.schema()));
     assert_eq!(s["numRecords"], 4);
     assert_eq!(s["minValues"]["id"], -3);
     assert_eq!(s["maxValues"]["id"], 12);
@@ -52,7 +52,7 @@ fn statistics_cover_the_first_32_columns_unless_the_table_says_otherwise() {
         .map(|i| (format!("c{i:02}"), Arc::new(Int64Array::from(vec![i as i64])) as ArrayRef))
         .collect();
     let b = batch(cols.iter().map(|(n, a)| (n.as_str(), a.clone())).collect());
-    let s = parsed(&file_stats(&b, &StatsColumns::default()));
+    let s = parsed(&file_stats(&b, &StatsColumns::default(), &b.schema()));
     assert_eq!(s["nullCount"].as_object().unwrap().len(), 32);
     assert!(s["minValues"].get("c31").is_some() && s["minValues"].get("c32").is_none());
 
@@ -62,10 +62,13 @@ fn statistics_cover_the_first_32_columns_unless_the_table_says_otherwise() {
         StatsColumns::All
     );
     let five = StatsColumns::from_properties(&props("delta.dataSkippingNumIndexedCols", "5"));
-    assert_eq!(parsed(&file_stats(&b, &five))["nullCount"].as_object().unwrap().len(), 5);
+    assert_eq!(
+        parsed(&file_stats(&b, &five, &b.schema()))["nullCount"].as_object().unwrap().len(),
+        5
+    );
     let named =
         StatsColumns::from_properties(&props("delta.dataSkippingStatsColumns", "c39, `c02`"));
-    let s = parsed(&file_stats(&b, &named));
+    let s = parsed(&file_stats(&b, &named, &b.schema()));
     let keys: Vec<&String> = s["minValues"].as_object().unwrap().keys().collect();
     assert_eq!(keys, ["c02", "c39"]);
     assert_eq!(
@@ -79,7 +82,7 @@ fn string_bounds_are_cut_to_32_characters_and_stay_bounds() {
     let long_a = "a".repeat(40);
     let long_z = format!("{}é{}", "z".repeat(31), "q".repeat(10));
     let b = batch(vec![("s", Arc::new(StringArray::from(vec![long_a.as_str(), long_z.as_str()])))]);
-    let s = parsed(&file_stats(&b, &StatsColumns::default()));
+    let s = parsed(&file_stats(&b, &StatsColumns::default(), &b.schema()));
     let lo = s["minValues"]["s"].as_str().unwrap();
     let hi = s["maxValues"]["s"].as_str().unwrap();
     assert_eq!(lo, "a".repeat(32));
@@ -102,7 +105,7 @@ fn timestamps_are_floored_to_milliseconds_and_dates_written_as_dates() {
     let ts = TimestampMicrosecondArray::from(vec![1_700_000_000_123_999, -1]).with_timezone("UTC");
     let b =
         batch(vec![("at", Arc::new(ts)), ("day", Arc::new(Date32Array::from(vec![0, 19_723])))]);
-    let s = parsed(&file_stats(&b, &StatsColumns::default()));
+    let s = parsed(&file_stats(&b, &StatsColumns::default(), &b.schema()));
     assert_eq!(s["minValues"]["at"], "1969-12-31T23:59:59.999Z");
     assert_eq!(s["maxValues"]["at"], "2023-11-14T22:13:20.123Z");
     assert_eq!(s["minValues"]["day"], "1970-01-01");
@@ -123,7 +126,7 @@ fn decimal_bounds_are_exact_numbers() {
     .with_precision_and_scale(38, 9)
     .unwrap();
     let b = batch(vec![("amount", Arc::new(d))]);
-    let text = file_stats(&b, &StatsColumns::default());
+    let text = file_stats(&b, &StatsColumns::default(), &b.schema());
     assert!(text.contains("\"minValues\":{\"amount\":-0.000000005}"), "{text}");
     assert!(text.contains("\"maxValues\":{\"amount\":12345678901234567890.123456789}"), "{text}");
     assert_eq!(parsed(&text)["nullCount"]["amount"], 1);
@@ -137,7 +140,7 @@ fn binary_and_nan_columns_get_no_bounds() {
         ("g", Arc::new(Float64Array::from(vec![1.0, f64::INFINITY]))),
         ("h", Arc::new(Float64Array::from(vec![3.0, 1e300]))),
     ]);
-    let s = parsed(&file_stats(&b, &StatsColumns::default()));
+    let s = parsed(&file_stats(&b, &StatsColumns::default(), &b.schema()));
     for c in ["blob", "f", "g"] {
         assert!(s["minValues"].get(c).is_none(), "{c}: {s}");
         assert_eq!(s["nullCount"][c], 0);
@@ -155,4 +158,29 @@ fn a_deletion_vector_makes_the_bounds_wide() {
     );
     assert_eq!(widened("{\"tightBounds\":false}"), "{\"tightBounds\":false}");
     assert_eq!(widened("{}"), "{\"tightBounds\":false}");
+}
+
+/// docs/schema.md, "What a data file holds": a file may leave out a column
+/// that is NULL in all its rows; its statistics are those the column would
+/// have had (every row NULL, no bounds), and which columns get statistics
+/// counts the table's columns, not the file's.
+#[test]
+fn statistics_count_a_column_the_file_leaves_out_as_null_in_every_row() {
+    let a = |v: i64| Arc::new(Int64Array::from(vec![v, v + 1])) as ArrayRef;
+    let table = batch(vec![("a", a(1)), ("b", a(2)), ("c", a(3)), ("d", a(4))]).schema();
+    let held = batch(vec![("a", a(1)), ("c", a(3)), ("d", a(4))]);
+    let first_three = StatsColumns::First(3);
+    let s = parsed(&file_stats(&held, &first_three, &table));
+    assert_eq!(s["numRecords"], 2);
+    assert_eq!(s["nullCount"], serde_json::json!({"a": 0, "b": 2, "c": 0}));
+    assert_eq!(s["minValues"], serde_json::json!({"a": 1, "c": 3}));
+    assert_eq!(s["maxValues"], serde_json::json!({"a": 2, "c": 4}));
+    // The whole width gives the same statistics for the columns it shares.
+    let whole = batch(vec![
+        ("a", a(1)),
+        ("b", Arc::new(Int64Array::from(vec![None, None]))),
+        ("c", a(3)),
+        ("d", a(4)),
+    ]);
+    assert_eq!(parsed(&file_stats(&whole, &first_three, &table)), s);
 }
