@@ -237,3 +237,54 @@ fn bad_input_a_table_name_that_is_a_path_is_refused_by_check_and_run() {
     }
     assert!(!tmp.path().join("escaped").exists() && !tmp.path().join("lake").exists());
 }
+
+/// docs/schema.md, "What a data file holds": a row of 4,000 fields among
+/// 20,000 narrow new keys (`additive`, merge-on-read) is written in a file
+/// of at most 32M cells at its widest row (about 8,000 rows), not in one
+/// file of 20,001 rows x 4,003 columns; the narrow rows' files hold only
+/// their own columns, and every row reads back.
+#[test]
+fn bad_input_one_wide_row_gets_a_file_of_its_own_size() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = write(
+        tmp.path(),
+        "c.yaml",
+        "systems:\n  flat: {type: jsonl, path: 'flat/*.jsonl'}\nbronze:\n  tables:\n    account:\n      source: {system: flat, object: account}\n      business_key: [id]\n      strategy: scd2\n      layout: {deletion_vectors: true}\n",
+    );
+    let wide: String = (0..4_000).map(|i| format!(",\"f{i}\":{i}")).collect();
+    let lines: String = (0..20_001)
+        .map(|id| match id {
+            10_000 => format!("{{\"id\":{id},\"name\":\"n{id}\"{wide}}}\n"),
+            _ => format!("{{\"id\":{id},\"name\":\"n{id}\"}}\n"),
+        })
+        .collect();
+    write(tmp.path(), "flat/1.jsonl", &lines);
+    stdout_of(cli(&["run", "--once"], &cfg));
+    let table = tmp.path().join("lake/bronze/account");
+    let py = "import sys, os, glob\nimport pyarrow.parquet as pq\nfor f in sorted(glob.glob(sys.argv[1] + '/**/*.parquet', recursive=True)):\n    m = pq.ParquetFile(f).metadata\n    print(m.num_rows, m.num_columns)\nsys.stdout.flush(); os._exit(0)\n";
+    let out = Command::new("python3").args(["-c", py]).arg(&table).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let files: Vec<(u64, u64)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let (r, c) = l.split_once(' ').unwrap();
+            (r.parse().unwrap(), c.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(files.iter().map(|f| f.0).sum::<u64>(), 20_001, "{files:?}");
+    let wide_files: Vec<&(u64, u64)> = files.iter().filter(|f| f.1 > 10).collect();
+    assert_eq!(wide_files.len(), 1, "{files:?}");
+    assert!(wide_files[0].0 * wide_files[0].1 <= 32 << 20, "{files:?}");
+    assert!(files.iter().filter(|f| f.1 <= 10).count() >= 2, "{files:?}");
+    for (id, f3999) in [(10_000, Some(3999)), (10_001, None)] {
+        let out = stdout_of(cli(
+            &["show", "account", "--format", "jsonl", "--key", &id.to_string()],
+            &cfg,
+        ));
+        let row: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+        assert_eq!(
+            (row["name"].as_str(), row["f3999"].as_i64()),
+            (Some(&*format!("n{id}")), f3999)
+        );
+    }
+}

@@ -9,12 +9,14 @@
 //! selection. Every other column (data, `_valid_from`,
 //! `_execution_id`, surrogate key) is carried over untouched.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::sync::Arc;
 
-use deltalake::arrow::array::{BooleanArray, RecordBatch, TimestampMicrosecondArray};
-use deltalake::arrow::compute::interleave_record_batch;
+use deltalake::arrow::array::{
+    new_null_array, Array, ArrayRef, BooleanArray, RecordBatch, TimestampMicrosecondArray,
+};
+use deltalake::arrow::compute::interleave;
 
 use super::commit::OutFile;
 use super::files::SelectedRows;
@@ -66,15 +68,13 @@ impl TableStore {
             let all = (0..sel.batch.num_rows() as u32).collect();
             got.push((sel.file, sel.batch, all));
         }
-        // Rows read before this run added columns lack them: NULL there.
-        let current = self.arrow_schema();
-        let mut sources = Vec::with_capacity(got.len());
         // (source, row) per closed version, in file and row order, with
         // its close and key.
+        let mut sources = Vec::with_capacity(got.len());
         let (mut order, mut here, mut keys) = (vec![], vec![], vec![]);
         for (id, batch, pos) in got {
             let source = sources.len();
-            sources.push(with_schema(batch, &current).map_err(|e| self.data_err(e))?);
+            sources.push(batch);
             for (c, p) in closes[&id].iter().zip(pos) {
                 order.push((source, p as usize));
                 here.push((c.valid_to, c.deleted));
@@ -84,28 +84,74 @@ impl TableStore {
         if order.is_empty() {
             return Ok(vec![]);
         }
+        // The rows come in the columns their files hold (see
+        // `columns_kept`): a history file takes the columns its rows' files
+        // hold, NULL where one lacks a column, and a row from a far wider
+        // file than the others is cut into a file of its own size.
+        let at: Vec<HashMap<&str, usize>> = (sources.iter())
+            .map(|b| {
+                b.schema_ref()
+                    .fields()
+                    .iter()
+                    .enumerate()
+                    .map(|(i, f)| (f.name().as_str(), i))
+                    .collect()
+            })
+            .collect();
+        let widths: Vec<usize> = order.iter().map(|(s, _)| sources[*s].num_columns()).collect();
+        let chunk = plan::even_chunk(order.len(), self.meta.layout.file_rows);
+        let ranges: Vec<Range<usize>> = (plan::slices(order.len(), chunk))
+            .flat_map(|c| {
+                plan::cut_by_width(&widths[c.clone()], c.len(), plan::FILE_CELLS)
+                    .into_iter()
+                    .map(move |p| c.start + p.start..c.start + p.end)
+            })
+            .collect();
         // Each history file is gathered straight from the rows read (one
         // copy, on all cores), with `_valid_to` and `_is_deleted` replaced;
         // every other column is carried over untouched.
-        let (valid_to, is_deleted) = (
-            current.index_of(&r.valid_to).map_err(|e| self.data_err(e.to_string()))?,
-            current.index_of(&r.is_deleted).map_err(|e| self.data_err(e.to_string()))?,
-        );
-        let sources: Vec<&RecordBatch> = sources.iter().collect();
-        let chunk = plan::even_chunk(order.len(), self.meta.layout.file_rows);
-        let files = par_map(plan::slices(order.len(), chunk).collect(), |r: Range<usize>| {
-            let batch = interleave_record_batch(&sources, &order[r.clone()])
-                .map_err(|e| self.data_err(e.to_string()))?;
-            let mut cols = batch.columns().to_vec();
-            let here = &here[r.clone()];
-            cols[valid_to] = Arc::new(
-                TimestampMicrosecondArray::from_iter_values(here.iter().map(|c| c.0))
-                    .with_timezone("UTC"),
-            );
-            cols[is_deleted] = Arc::new(BooleanArray::from_iter(here.iter().map(|c| Some(c.1))));
-            let batch = RecordBatch::try_new(batch.schema(), cols)
-                .map_err(|e| self.data_err(e.to_string()))?;
-            Ok(OutFile { current: false, keys: keys[r].to_vec(), batch, briefs: None })
+        let files = par_map(ranges, |rg: Range<usize>| {
+            let order = &order[rg.clone()];
+            let here = &here[rg.clone()];
+            let mut used: Vec<usize> = order.iter().map(|(s, _)| *s).collect();
+            used.dedup();
+            let schema = self.held_schema(used.iter().map(|&s| &sources[s]));
+            let mut cols: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+            for f in schema.fields().iter() {
+                let name = f.name().as_str();
+                if name == r.valid_to {
+                    cols.push(Arc::new(
+                        TimestampMicrosecondArray::from_iter_values(here.iter().map(|c| c.0))
+                            .with_timezone("UTC"),
+                    ));
+                    continue;
+                }
+                if name == r.is_deleted {
+                    cols.push(Arc::new(BooleanArray::from_iter(here.iter().map(|c| Some(c.1)))));
+                    continue;
+                }
+                // A source without the column gives a one-row NULL array.
+                let null = new_null_array(f.data_type(), 1);
+                let arrays: Vec<&dyn Array> = (sources.iter().zip(&at))
+                    .map(|(b, at)| match at.get(name) {
+                        Some(&i) => b.column(i).as_ref(),
+                        None => null.as_ref(),
+                    })
+                    .collect();
+                let all_have = used.iter().all(|&s| at[s].contains_key(name));
+                let col = if all_have {
+                    interleave(&arrays, order)
+                } else {
+                    let idx: Vec<(usize, usize)> = (order.iter())
+                        .map(|&(s, row)| if at[s].contains_key(name) { (s, row) } else { (s, 0) })
+                        .collect();
+                    interleave(&arrays, &idx)
+                };
+                cols.push(col.map_err(|e| self.data_err(e.to_string()))?);
+            }
+            let batch =
+                RecordBatch::try_new(schema, cols).map_err(|e| self.data_err(e.to_string()))?;
+            Ok(OutFile { current: false, keys: keys[rg].to_vec(), batch, briefs: None })
         });
         files.into_iter().collect()
     }
@@ -130,25 +176,4 @@ impl TableStore {
         }
         got
     }
-}
-
-/// A batch in `schema`: columns by name, NULL where the batch has none
-/// (columns added after it was read).
-fn with_schema(
-    batch: RecordBatch,
-    schema: &Arc<deltalake::arrow::datatypes::Schema>,
-) -> std::result::Result<RecordBatch, String> {
-    if batch.schema() == *schema {
-        return Ok(batch);
-    }
-    let n = batch.num_rows();
-    let cols = schema
-        .fields()
-        .iter()
-        .map(|f| match batch.column_by_name(f.name()) {
-            Some(c) => c.clone(),
-            None => deltalake::arrow::array::new_null_array(f.data_type(), n),
-        })
-        .collect();
-    RecordBatch::try_new(schema.clone(), cols).map_err(|e| e.to_string())
 }

@@ -116,10 +116,18 @@ impl TableStore {
             }
             self.remove_file(id, pc);
         }
-        let all = deltalake::arrow::compute::concat_batches(&self.arrow_schema(), &batches)
+        // Each file's rows come in the columns it holds: joined in the
+        // columns any of them holds (see `columns_kept`).
+        let schema = self.held_schema(&batches);
+        let batches = (batches.into_iter())
+            .map(|b| super::convert::padded_to(b, &schema))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| self.data_err(e))?;
+        let all = deltalake::arrow::compute::concat_batches(&schema, &batches)
             .map_err(|e| self.data_err(e.to_string()))?;
         let briefs = briefs.joined();
-        Ok(plan::slices(all.num_rows(), self.meta.layout.file_rows)
+        let rows = plan::FILE_CELLS / schema.fields().len().max(1);
+        Ok(plan::slices(all.num_rows(), self.meta.layout.file_rows.min(rows.max(1)))
             .map(|r| OutFile {
                 current,
                 keys: if current { keys[r.clone()].to_vec() } else { vec![] },

@@ -112,7 +112,7 @@ impl TableStore {
                 // A companion gives exactly the rows asked for, or an error.
                 Ok(batch) => {
                     let (batch, briefs) = split_brief_column(batch);
-                    let batch = self.in_table_schema(batch)?;
+                    let batch = self.as_held(batch)?;
                     out.push(SelectedRows { file: id, rows, batch, briefs })
                 }
                 Err(error) => {

@@ -282,6 +282,22 @@ impl TableStore {
         kept
     }
 
+    /// The schema of a file gathering rows of these batches (each in the
+    /// columns its file holds): the data columns any of them holds, in the
+    /// table's order, and the system columns.
+    pub(super) fn held_schema<'b>(
+        &self,
+        batches: impl IntoIterator<Item = &'b RecordBatch>,
+    ) -> Arc<ArrowSchema> {
+        let mut held = std::collections::HashSet::new();
+        for b in batches {
+            held.extend(b.schema_ref().fields().iter().map(|f| f.name().clone()));
+        }
+        let kept: Vec<bool> =
+            self.columns.iter().map(|(n, _)| self.stored(n) && held.contains(n)).collect();
+        self.file_schema(&kept)
+    }
+
     /// The table's columns as Delta counts them for statistics: every data
     /// column (an untyped one too, as text), then the system columns.
     pub(super) fn stats_schema(&self) -> Arc<ArrowSchema> {
@@ -409,6 +425,25 @@ impl TableStore {
         }
         batch.project(&keep).map_err(|e| self.data_err(e.to_string()))
     }
+}
+
+/// A batch in `schema` (a superset of its columns, same types): columns by
+/// name, NULL where the batch has none.
+pub(super) fn padded_to(
+    batch: RecordBatch,
+    schema: &Arc<ArrowSchema>,
+) -> std::result::Result<RecordBatch, String> {
+    if batch.schema() == *schema {
+        return Ok(batch);
+    }
+    let n = batch.num_rows();
+    let cols = (schema.fields().iter())
+        .map(|f| match batch.column_by_name(f.name()) {
+            Some(c) => c.clone(),
+            None => deltalake::arrow::array::new_null_array(f.data_type(), n),
+        })
+        .collect();
+    RecordBatch::try_new(schema.clone(), cols).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

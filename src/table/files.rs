@@ -103,12 +103,18 @@ impl TableStore {
         Ok(())
     }
 
-    /// The file as Arrow batches in the table's current schema (columns added
-    /// since it was written are NULL; a changed type is converted as
-    /// [`Value::convert`] does).
+    /// The file as Arrow batches in the columns it holds, in the table's
+    /// order and current types (a changed type is converted as
+    /// [`Value::convert`] does; columns it lacks read NULL by name).
     pub(super) async fn read_batches(&self, id: u32) -> Result<Vec<RecordBatch>> {
         let bytes = self.fetch(id).await?;
-        self.decode_file(id, bytes, None)
+        self.decode_file_as_held(id, bytes)
+    }
+
+    /// A batch read from a row companion, conformed as
+    /// [`Self::read_batches`] conforms a file's.
+    pub(super) fn as_held(&self, batch: RecordBatch) -> Result<RecordBatch> {
+        self.conformed(batch, Width::Held)
     }
 
     pub(super) async fn fetch(&self, id: u32) -> Result<bytes::Bytes> {
@@ -325,14 +331,9 @@ impl TableStore {
     }
 
     /// A batch read from a data file (or its row companion) in the table's
-    /// current schema: columns added since it was written are NULL, a
-    /// changed type is converted as [`Value::convert`] does.
-    pub(super) fn in_table_schema(&self, batch: RecordBatch) -> Result<RecordBatch> {
-        self.conformed(batch, Width::Table)
-    }
-
-    /// A batch read from a data file in the table's order and types, in
-    /// the table's whole width or in the data columns it holds.
+    /// order and current types (a changed type is converted as
+    /// [`Value::convert`] does), in the table's whole width (columns added
+    /// since it was written are NULL) or in the data columns it holds.
     fn conformed(&self, batch: RecordBatch, width: Width) -> Result<RecordBatch> {
         let mut schema = self.arrow_schema();
         if batch.schema() == schema {
@@ -428,13 +429,17 @@ impl TableStore {
         want: BTreeMap<u32, Vec<u32>>,
     ) -> Result<Vec<SelectedRows>> {
         let data_err = |msg: String| TableError::Data { uri: self.uri.clone(), msg };
-        let schema = self.arrow_schema();
         let mut todo = vec![];
         for (id, rows) in want {
             todo.push((id, rows, self.fetch(id).await?));
         }
+        // In the columns each file holds (readers look columns up by name).
         par_map(todo, |(id, rows, bytes)| {
-            let batches = self.decode_file(id, bytes, Some(&rows))?;
+            let batches = self.decode_groups_as(id, bytes, None, Some(&rows), Width::Held)?;
+            let schema = match batches.first() {
+                Some(b) => b.schema(),
+                None => self.arrow_schema(),
+            };
             let all = deltalake::arrow::compute::concat_batches(&schema, &batches)
                 .map_err(|e| data_err(e.to_string()))?;
             if all.num_rows() != rows.len() {

@@ -206,10 +206,60 @@ pub(super) fn slices(total: usize, len: usize) -> impl Iterator<Item = Range<usi
     (0..total).step_by(len).map(move |start| start..(start + len).min(total))
 }
 
+/// Cells (rows times columns) a new file is built with at most, counted at
+/// its widest row. A file is built as Arrow columns, each as long as the
+/// file: one row with thousands of fields among tens of thousands of
+/// narrow ones (an `additive` table that one message widened) made every
+/// column a full buffer, gigabytes for one file. 32M cells leaves a file of
+/// 65,536 rows up to 512 columns.
+pub(super) const FILE_CELLS: usize = 32 << 20;
+
+/// Cuts rows of these widths (in order: key order is kept) into files of at
+/// most `max_rows` rows and at most `cells` cells at each file's widest
+/// row: a narrow run of rows stays one file; a wide row starts a file of
+/// its own when the one it would join would grow beyond `cells`.
+pub(super) fn cut_by_width(widths: &[usize], max_rows: usize, cells: usize) -> Vec<Range<usize>> {
+    let max_rows = max_rows.max(1);
+    let (mut out, mut start, mut widest) = (vec![], 0usize, 0usize);
+    for (i, &w) in widths.iter().enumerate() {
+        let wider = widest.max(w);
+        let rows = i - start + 1;
+        if i > start && (rows > max_rows || rows.saturating_mul(wider) > cells) {
+            out.push(start..i);
+            (start, widest) = (i, w);
+        } else {
+            widest = wider;
+        }
+    }
+    if start < widths.len() {
+        out.push(start..widths.len());
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::Arc;
+
+    #[test]
+    fn a_wide_row_gets_a_file_of_its_own_size_and_narrow_rows_stay_together() {
+        // Narrow rows: one file, up to max_rows.
+        assert_eq!(cut_by_width(&[3; 10], 10, 100), vec![0..10]);
+        assert_eq!(cut_by_width(&[3; 10], 4, 100), vec![0..4, 4..8, 8..10]);
+        // A row 40 wide among rows 3 wide, 100 cells a file: the file it
+        // would join has 6 rows (240 cells), so it starts one, which takes
+        // rows while 40 x rows fits (2 rows), then narrow rows go on.
+        let mut w = vec![3; 12];
+        w[6] = 40;
+        assert_eq!(cut_by_width(&w, 100, 100), vec![0..6, 6..8, 8..12]);
+        // A row wider than the whole budget is still written, alone.
+        assert_eq!(cut_by_width(&[1, 500, 1], 100, 100), vec![0..1, 1..2, 2..3]);
+        assert_eq!(cut_by_width(&[], 10, 100), Vec::<Range<usize>>::new());
+        // The default leaves a file of 65,536 rows of 512 columns whole.
+        assert_eq!(cut_by_width(&vec![512; 65_536], 65_536, FILE_CELLS).len(), 1);
+        assert_eq!(cut_by_width(&vec![513; 65_536], 65_536, FILE_CELLS).len(), 2);
+    }
 
     fn layout(file_rows: usize, deletion_vectors: bool) -> Layout {
         Layout { file_rows, spread: 4, deletion_vectors, ..Layout::default() }

@@ -146,8 +146,18 @@ impl TableStore {
             }
             let masked = f.dv.as_ref().map_or(0, |d| d.len() as usize);
             let live = f.rows.saturating_sub(masked + e.remove.len());
+            // Not beyond `plan::FILE_CELLS` at the widest row appended: a
+            // far wider row goes to a new file of its own size instead.
+            let system = self.meta.system_fields().len();
+            let mut widest = e.append.iter().map(|v| v.data.len() + system).max().unwrap_or(0);
             while live + e.append.len() < layout.file_rows {
-                let Some((_, v)) = pending.pop_front() else { return };
+                let Some(&(_, v)) = pending.front() else { return };
+                let wider = widest.max(v.data.len() + system);
+                if (live + e.append.len() + 1).saturating_mul(wider) > plan::FILE_CELLS {
+                    break;
+                }
+                pending.pop_front();
+                widest = wider;
                 e.append.push(v);
             }
         }

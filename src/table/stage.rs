@@ -146,11 +146,21 @@ impl TableStore {
         }
         let chunk = plan::new_key_file_rows(pending_new.len(), &self.meta.layout);
         let all: Vec<(&Key, &Version)> = pending_new.into_iter().collect();
+        // A chunk holding a row far wider than the rest is cut around it.
+        let system = self.meta.system_fields().len();
+        let files: Vec<&[(&Key, &Version)]> = (all.chunks(chunk))
+            .flat_map(|c| {
+                let widths: Vec<usize> = c.iter().map(|(_, v)| v.data.len() + system).collect();
+                plan::cut_by_width(&widths, c.len(), plan::FILE_CELLS)
+                    .into_iter()
+                    .map(move |r| &c[r])
+            })
+            .collect();
         // Files on all cores: copying a file's keys (the commit keeps them
         // for the key index) is a cache miss per key, and on the narrow
         // shape, where every upsert goes to a new file, it was the longest
         // serial step of staging.
-        crate::par::par_map(all.chunks(chunk).collect(), |c| {
+        crate::par::par_map(files, |c| {
             let keys: Vec<Key> = c.iter().map(|(k, _)| (*k).clone()).collect();
             let vs: Vec<&Version> = c.iter().map(|(_, v)| *v).collect();
             let briefs = self.briefs_of(&vs);
@@ -182,8 +192,11 @@ impl TableStore {
             }
             self.remove_file(id, pc);
         }
-        appends
-            .chunks(self.meta.layout.file_rows.max(1))
+        let system = self.meta.system_fields().len();
+        let widths: Vec<usize> = appends.iter().map(|v| v.data.len() + system).collect();
+        plan::cut_by_width(&widths, self.meta.layout.file_rows, plan::FILE_CELLS)
+            .into_iter()
+            .map(|r| &appends[r])
             .map(|c| {
                 let keys = c.iter().filter_map(|v| spec.key_of(&v.data)).collect();
                 Ok(OutFile { current: false, keys, batch: self.to_batch(c)?, briefs: None })

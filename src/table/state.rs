@@ -173,7 +173,11 @@ impl TableStore {
     ) -> Vec<Version> {
         let current = self.files[id as usize].as_ref().is_some_and(|f| f.current);
         let r = &self.meta.reserved;
-        let col = |name: &str| batch.schema().index_of(name).ok().map(|i| batch.column(i).clone());
+        let at: std::collections::HashMap<&str, usize> = (batch.schema_ref().fields().iter())
+            .enumerate()
+            .map(|(i, f)| (f.name().as_str(), i))
+            .collect();
+        let col = |name: &str| at.get(name).map(|&i| batch.column(i).clone());
         let data_cols: Vec<Option<ArrayRef>> = self.columns.iter().map(|(n, _)| col(n)).collect();
         let (vf, vt, del, ex, sk) = (
             col(&r.valid_from),
@@ -183,7 +187,12 @@ impl TableStore {
             col(&r.sk),
         );
         rows.map(|(i, row)| {
-            let data: Vec<Value> = data_cols
+            // A row ends at its last value, as typed rows do (NULL past
+            // it): a table one message widened to thousands of columns
+            // would otherwise give every row read a value per column.
+            let width = (data_cols.iter().rposition(|c| c.as_ref().is_some_and(|c| c.is_valid(i))))
+                .map_or(0, |p| p + 1);
+            let data: Vec<Value> = data_cols[..width]
                 .iter()
                 .zip(&self.columns)
                 .map(|(c, (_, t))| {
