@@ -9,14 +9,17 @@
 //! a stored column's type dead-letters its row, except a decimal's growing
 //! precision, which widens the column ([`declared`]).
 
+mod columns;
 pub mod declared;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
 
+use columns::{plan_columns, ColumnPlan, Declarations};
+
 use crate::config::SchemaPolicy;
 use crate::source::{RawBatch, RawRow, Unparsable};
-use crate::value::{cell, infer, parse_as, set_cell, unify, DType, Value};
+use crate::value::{cell, infer, parse_as, set_cell, DType, Value};
 
 #[derive(Debug)]
 pub struct TypedRow {
@@ -103,18 +106,6 @@ pub struct Guarded<'a> {
     pub sequence: &'a [String],
 }
 
-fn cell_type(v: &Value, text: bool) -> Option<DType> {
-    match v {
-        Value::Str(s) if text => infer(s),
-        // Only a VariableScaleDecimal without its schema brings a decimal
-        // without a declaration: its column takes that rule's type.
-        Value::Decimal(..) => {
-            declared::resolve(&crate::decode::Declared::VariableScaleDecimal, None).ok()
-        }
-        other => other.dtype(),
-    }
-}
-
 fn convert(v: Value, t: DType, text: bool) -> Result<Value, String> {
     match v {
         Value::Str(s) if text => {
@@ -170,219 +161,6 @@ pub fn conform<'a>(
     let (rows, dead) = type_rows(raw, &plan, table);
     let ColumnPlan { columns, new_columns, ignored_columns, untyped, widened, .. } = plan;
     Ok(Conformed { columns, new_columns, rows, dead, ignored_columns, untyped, widened })
-}
-
-/// The declared types a batch is planned with: the config's `columns:`
-/// (they win) and the batch's schema declarations ([`declared::batch_types`]).
-#[derive(Clone, Copy)]
-struct Declarations<'a> {
-    configured: &'a [(String, DType)],
-    schema: &'a [(String, DType)],
-}
-
-impl Declarations<'_> {
-    fn configured(&self, name: &str) -> Option<DType> {
-        self.configured.iter().find(|(n, _)| n == name).map(|(_, t)| *t)
-    }
-
-    fn of(&self, name: &str) -> Option<DType> {
-        self.configured(name)
-            .or_else(|| self.schema.iter().find(|(n, _)| n == name).map(|(_, t)| *t))
-    }
-}
-
-/// Where each raw column of a batch goes, and the table's columns after it.
-struct ColumnPlan {
-    /// The table's columns, then the new ones.
-    columns: Vec<(String, DType)>,
-    new_columns: Vec<(String, DType)>,
-    ignored_columns: Vec<String>,
-    /// Per raw column: its index in `columns`, or None (dropped / unknown).
-    target: Vec<Option<usize>>,
-    /// Raw columns unknown to a `schema_policy: strict` table.
-    unknown_strict: Vec<usize>,
-    /// New columns without a non-NULL value yet.
-    untyped: Vec<String>,
-    /// Per column of `columns`: values must keep their kind (see [`Guarded`]).
-    strict_kind: Vec<bool>,
-    /// Per column of `columns`: `columns:` declares it (its values convert
-    /// to it whatever their schema says).
-    configured: Vec<bool>,
-    widened: Vec<(String, DType)>,
-    /// Raw column ci is column ci for every raw column: rows are typed in
-    /// their own vectors.
-    in_place: bool,
-}
-
-/// Existing columns keep their type (a decimal may widen); a new column
-/// takes its declared type, or the type its cells infer to, unless the
-/// policy ignores or refuses new columns of an existing table. A new column
-/// with only NULLs and no declaration has no type yet and is left out; a
-/// key or sequence column takes the kind of its first value (docs/schema.md,
-/// how a column gets its type).
-fn plan_columns(
-    raw: &RawBatch,
-    table: TableShape,
-    declared: Declarations,
-    policy: SchemaPolicy,
-    guarded: Guarded,
-) -> ColumnPlan {
-    let mut plan = ColumnPlan {
-        columns: table.columns.to_vec(),
-        new_columns: vec![],
-        ignored_columns: vec![],
-        target: vec![],
-        unknown_strict: vec![],
-        untyped: vec![],
-        strict_kind: vec![],
-        configured: vec![],
-        widened: vec![],
-        in_place: false,
-    };
-    let table_exists = !table.columns.is_empty();
-    let stored: HashMap<&str, usize> =
-        table.columns.iter().enumerate().map(|(i, (n, _))| (n.as_str(), i)).collect();
-    // A column needs its cells' kinds when it has no type yet (new, or
-    // stored untyped) and none is declared; a batch's columns are then
-    // inferred in one pass over its rows (a pass per column was columns x
-    // rows: a wide row made a batch of narrow rows scan thousands of times).
-    let wants = |name: &String| match stored.get(name.as_str()) {
-        Some(_) => table.untyped.contains(name),
-        None => !table_exists || policy == SchemaPolicy::Additive,
-    };
-    let mut inferred: Vec<Option<Inference>> = (raw.columns.iter())
-        .map(|name| {
-            (declared.of(name).is_none() && wants(name)).then(|| Inference::new(name, guarded))
-        })
-        .collect();
-    if inferred.iter().any(Option::is_some) {
-        for r in &raw.rows {
-            for (slot, c) in inferred.iter_mut().zip(&r.cells) {
-                if let Some(inf) = slot.as_mut().filter(|inf| !inf.settled()) {
-                    inf.add(cell_type(c, raw.text));
-                }
-            }
-        }
-    }
-    // A column's type from this batch: declared, else inferred (None: only NULLs).
-    let type_of = |ci: usize, name: &String| -> Option<DType> {
-        declared.of(name).or_else(|| inferred[ci].as_ref().and_then(Inference::result))
-    };
-    for (ci, name) in raw.columns.iter().enumerate() {
-        if let Some(&i) = stored.get(name.as_str()) {
-            let stored = plan.columns[i].1;
-            if table.untyped.contains(name) {
-                // No type yet: its first values (if any here) decide it.
-                match type_of(ci, name) {
-                    Some(t) => plan.columns[i].1 = t,
-                    None => plan.untyped.push(name.clone()),
-                }
-            } else if let Some(t) = declared.of(name) {
-                if let Some(w) = declared::widened(stored, t) {
-                    plan.columns[i].1 = w;
-                    plan.widened.push((name.clone(), w));
-                } else if t != stored && t.storage() == stored {
-                    // A declared time of day in its text column: values are
-                    // checked and written as times.
-                    plan.columns[i].1 = t;
-                }
-            }
-            plan.target.push(Some(i));
-            continue;
-        }
-        if table_exists && policy == SchemaPolicy::Ignore {
-            plan.ignored_columns.push(name.clone());
-            plan.target.push(None);
-            continue;
-        }
-        if table_exists && policy == SchemaPolicy::Strict {
-            plan.unknown_strict.push(ci);
-            plan.target.push(None);
-            continue;
-        }
-        let t = match type_of(ci, name) {
-            Some(t) => t,
-            // A key without values yet: the table cannot exist yet (no row has a key).
-            None if guarded.keys.contains(name) => {
-                plan.target.push(None);
-                continue;
-            }
-            // Provisional text in the schema, in no file, until values arrive.
-            None => {
-                plan.untyped.push(name.clone());
-                DType::Str
-            }
-        };
-        plan.target.push(Some(plan.columns.len()));
-        plan.columns.push((name.clone(), t));
-        plan.new_columns.push((name.clone(), t));
-    }
-    // Untyped columns this batch does not mention stay untyped.
-    for u in table.untyped {
-        if !raw.columns.contains(u) {
-            plan.untyped.push(u.clone());
-        }
-    }
-    plan.in_place = plan.target.iter().enumerate().all(|(ci, t)| *t == Some(ci));
-    plan.configured = plan.columns.iter().map(|(n, _)| declared.configured(n).is_some()).collect();
-    // A configured type is the user's word: values convert to it.
-    plan.strict_kind = (plan.columns.iter().zip(&plan.configured))
-        .map(|((n, _), &conf)| !conf && (guarded.keys.contains(n) || guarded.sequence.contains(n)))
-        .collect();
-    plan
-}
-
-/// What a batch's cells say a column's type is (see [`plan_columns`]).
-enum Inference {
-    /// A key column: its first non-float kind; only floats type it as an
-    /// integer (a float key value is then a dead letter).
-    Key { first: Option<DType>, any: bool },
-    /// A sequence column: its first value's kind.
-    Sequence(Option<DType>),
-    /// Any other column: every value's kind, unified.
-    Values(Option<DType>),
-}
-
-impl Inference {
-    fn new(name: &String, guarded: Guarded) -> Self {
-        if guarded.keys.contains(name) {
-            Inference::Key { first: None, any: false }
-        } else if guarded.sequence.contains(name) {
-            Inference::Sequence(None)
-        } else {
-            Inference::Values(None)
-        }
-    }
-
-    /// Nothing later can change the result.
-    fn settled(&self) -> bool {
-        match self {
-            Inference::Key { first, .. } => first.is_some(),
-            Inference::Sequence(t) => t.is_some(),
-            Inference::Values(_) => false,
-        }
-    }
-
-    fn add(&mut self, kind: Option<DType>) {
-        let Some(t) = kind else { return };
-        match self {
-            Inference::Key { first, any } => {
-                *any = true;
-                if t != DType::Float {
-                    *first = Some(t);
-                }
-            }
-            Inference::Sequence(first) => *first = Some(t),
-            Inference::Values(acc) => *acc = unify(*acc, Some(t)),
-        }
-    }
-
-    fn result(&self) -> Option<DType> {
-        match self {
-            Inference::Key { first, any } => first.or(any.then_some(DType::Int)),
-            Inference::Sequence(t) | Inference::Values(t) => *t,
-        }
-    }
 }
 
 /// Converts a cell of a key or sequence column: only to the same kind of

@@ -19,6 +19,7 @@ use deltalake::arrow::array::{
 use deltalake::arrow::compute::interleave;
 
 use super::commit::OutFile;
+use super::convert::positions;
 use super::files::SelectedRows;
 use super::index::Location;
 use super::plan;
@@ -88,16 +89,8 @@ impl TableStore {
         // `columns_kept`): a history file takes the columns its rows' files
         // hold, NULL where one lacks a column, and a row from a far wider
         // file than the others is cut into a file of its own size.
-        let at: Vec<HashMap<&str, usize>> = (sources.iter())
-            .map(|b| {
-                b.schema_ref()
-                    .fields()
-                    .iter()
-                    .enumerate()
-                    .map(|(i, f)| (f.name().as_str(), i))
-                    .collect()
-            })
-            .collect();
+        let at: Vec<HashMap<&str, usize>> =
+            sources.iter().map(|b| positions(b.schema_ref())).collect();
         let widths: Vec<usize> = order.iter().map(|(s, _)| sources[*s].num_columns()).collect();
         let chunk = plan::even_chunk(order.len(), self.meta.layout.file_rows);
         let ranges: Vec<Range<usize>> = (plan::slices(order.len(), chunk))

@@ -126,8 +126,8 @@ impl TableStore {
         let all = deltalake::arrow::compute::concat_batches(&schema, &batches)
             .map_err(|e| self.data_err(e.to_string()))?;
         let briefs = briefs.joined();
-        let rows = plan::FILE_CELLS / schema.fields().len().max(1);
-        Ok(plan::slices(all.num_rows(), self.meta.layout.file_rows.min(rows.max(1)))
+        let rows = plan::rows_within_cells(schema.fields().len(), self.meta.layout.file_rows);
+        Ok(plan::slices(all.num_rows(), rows)
             .map(|r| OutFile {
                 current,
                 keys: if current { keys[r.clone()].to_vec() } else { vec![] },

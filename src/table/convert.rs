@@ -274,12 +274,29 @@ impl TableStore {
                 }
             }
         }
+        let always = self.always_held();
         for (k, (n, _)) in kept.iter_mut().zip(&self.columns) {
-            // Business-key columns always: key lookups (bloom filters, key
-            // ranges) read them from every file.
-            *k = self.stored(n) && (*k || self.meta.business_key.contains(n));
+            *k = self.stored(n) && (*k || always(n));
         }
         kept
+    }
+
+    /// Columns every file holds, NULL or not: the system columns, and the
+    /// business key (key lookups, bloom filters and key ranges, read it
+    /// from every file).
+    fn always_held(&self) -> impl Fn(&str) -> bool + '_ {
+        let system: Vec<String> = self.meta.system_fields().into_iter().map(|(n, _)| n).collect();
+        move |name| {
+            system.iter().any(|n| n == name) || self.meta.business_key.iter().any(|k| k == name)
+        }
+    }
+
+    /// How many columns a file holding a version has at most: its data
+    /// columns up to its last value, and the system columns (what
+    /// [`plan::cut_by_width`](super::plan::cut_by_width) counts).
+    pub(super) fn file_width(&self) -> impl Fn(&Version) -> usize {
+        let system = self.meta.system_fields().len();
+        move |v| v.data.len() + system
     }
 
     /// The schema of a file gathering rows of these batches (each in the
@@ -405,19 +422,17 @@ impl TableStore {
     }
 
     /// `batch` (a file about to be written) without the data columns that
-    /// are NULL in every row (see [`Self::columns_kept`]); system and
-    /// business-key columns stay. Files gathered from stored rows (closes,
-    /// compaction, rewrites) come in the table's whole width.
+    /// are NULL in every row (see [`Self::columns_kept`]). Files gathered
+    /// from stored rows (closes, compaction, rewrites) come in the columns
+    /// their sources hold, which may be NULL in every row gathered.
     pub(super) fn without_empty_columns(&self, batch: RecordBatch) -> Result<RecordBatch> {
-        let mut system: Vec<String> =
-            self.meta.system_fields().into_iter().map(|(n, _)| n).collect();
-        system.extend(self.meta.business_key.iter().cloned());
         let schema = batch.schema();
+        let always = self.always_held();
         let keep: Vec<usize> = (0..batch.num_columns())
             .filter(|&i| {
                 batch.num_rows() == 0
                     || batch.column(i).null_count() < batch.num_rows()
-                    || system.contains(schema.field(i).name())
+                    || always(schema.field(i).name())
             })
             .collect();
         if keep.len() == batch.num_columns() {
@@ -425,6 +440,12 @@ impl TableStore {
         }
         batch.project(&keep).map_err(|e| self.data_err(e.to_string()))
     }
+}
+
+/// Where each column of a schema is, by name (a schema of thousands of
+/// columns is looked up by name once per column, not searched).
+pub(super) fn positions(schema: &ArrowSchema) -> std::collections::HashMap<&str, usize> {
+    schema.fields().iter().enumerate().map(|(i, f)| (f.name().as_str(), i)).collect()
 }
 
 /// A batch in `schema` (a superset of its columns, same types): columns by
@@ -437,9 +458,10 @@ pub(super) fn padded_to(
         return Ok(batch);
     }
     let n = batch.num_rows();
+    let at = positions(batch.schema_ref());
     let cols = (schema.fields().iter())
-        .map(|f| match batch.column_by_name(f.name()) {
-            Some(c) => c.clone(),
+        .map(|f| match at.get(f.name().as_str()) {
+            Some(&i) => batch.column(i).clone(),
             None => deltalake::arrow::array::new_null_array(f.data_type(), n),
         })
         .collect();

@@ -92,7 +92,7 @@ pub(crate) fn file_stats(batch: &RecordBatch, columns: &StatsColumns, table: &Sc
     let whole = schema.fields() == table.fields();
     let at: HashMap<&str, usize> = match whole {
         true => HashMap::new(),
-        false => schema.fields().iter().enumerate().map(|(i, f)| (f.name().as_str(), i)).collect(),
+        false => super::convert::positions(&schema),
     };
     for (i, field) in table.fields().iter().enumerate() {
         if !columns.includes(i, field.name()) {

@@ -15,7 +15,7 @@ use deltalake::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use deltalake::{DeltaTable, Path};
 use object_store::ObjectStoreExt;
 
-use super::convert::{build_array, cell, KeyCols};
+use super::convert::{build_array, cell, positions, KeyCols};
 use super::{dv, Result};
 use super::{TableError, TableStore};
 use crate::merge::{Key, Spec};
@@ -340,20 +340,10 @@ impl TableStore {
             return Ok(batch);
         }
         if width == Width::Held {
-            let held: std::collections::HashSet<&str> =
-                batch.schema_ref().fields().iter().map(|f| f.name().as_str()).collect();
-            let kept: Vec<bool> = self
-                .columns
-                .iter()
-                .map(|(n, _)| self.stored(n) && held.contains(n.as_str()))
-                .collect();
-            schema = self.file_schema(&kept);
+            schema = self.held_schema([&batch]);
         }
         let n = batch.num_rows();
-        let at: std::collections::HashMap<&str, usize> = (batch.schema_ref().fields().iter())
-            .enumerate()
-            .map(|(i, f)| (f.name().as_str(), i))
-            .collect();
+        let at = positions(batch.schema_ref());
         let mut cols = Vec::with_capacity(schema.fields().len());
         for field in schema.fields().iter() {
             let col = match at.get(field.name().as_str()).map(|&i| batch.column(i).clone()) {

@@ -214,6 +214,12 @@ pub(super) fn slices(total: usize, len: usize) -> impl Iterator<Item = Range<usi
 /// 65,536 rows up to 512 columns.
 pub(super) const FILE_CELLS: usize = 32 << 20;
 
+/// Rows per file for rows all `width` columns wide: `file_rows`, or fewer
+/// where that would go beyond [`FILE_CELLS`].
+pub(super) fn rows_within_cells(width: usize, file_rows: usize) -> usize {
+    file_rows.min(FILE_CELLS / width.max(1)).max(1)
+}
+
 /// Cuts rows of these widths (in order: key order is kept) into files of at
 /// most `max_rows` rows and at most `cells` cells at each file's widest
 /// row: a narrow run of rows stays one file; a wide row starts a file of
@@ -259,6 +265,9 @@ mod tests {
         // The default leaves a file of 65,536 rows of 512 columns whole.
         assert_eq!(cut_by_width(&vec![512; 65_536], 65_536, FILE_CELLS).len(), 1);
         assert_eq!(cut_by_width(&vec![513; 65_536], 65_536, FILE_CELLS).len(), 2);
+        assert_eq!(rows_within_cells(512, 65_536), 65_536);
+        assert_eq!(rows_within_cells(4_006, 65_536), FILE_CELLS / 4_006);
+        assert_eq!(rows_within_cells(usize::MAX, 65_536), 1);
     }
 
     fn layout(file_rows: usize, deletion_vectors: bool) -> Layout {

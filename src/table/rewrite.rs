@@ -22,6 +22,7 @@ use deltalake::arrow::array::{Array, ArrayRef, RecordBatch};
 use futures::{StreamExt, TryStreamExt};
 
 use super::commit::{EncodedFile, FileKeys, PendingCommit};
+use super::convert::positions;
 use super::file_stats::file_stats;
 use super::index::Location;
 use super::parquet::{encode_parquet, key_columns, Cuts};
@@ -139,6 +140,7 @@ impl TableStore {
         pending: &mut VecDeque<(&'a Key, &'a Version)>,
     ) {
         let layout = &self.meta.layout;
+        let width = self.file_width();
         for (&id, e) in edits.iter_mut() {
             let f = self.files[id as usize].as_ref().expect("live file");
             if !plan::is_small_for_top_up(f.rows, layout) {
@@ -148,11 +150,10 @@ impl TableStore {
             let live = f.rows.saturating_sub(masked + e.remove.len());
             // Not beyond `plan::FILE_CELLS` at the widest row appended: a
             // far wider row goes to a new file of its own size instead.
-            let system = self.meta.system_fields().len();
-            let mut widest = e.append.iter().map(|v| v.data.len() + system).max().unwrap_or(0);
+            let mut widest = e.append.iter().map(|v| width(v)).max().unwrap_or(0);
             while live + e.append.len() < layout.file_rows {
                 let Some(&(_, v)) = pending.front() else { return };
-                let wider = widest.max(v.data.len() + system);
+                let wider = widest.max(width(v));
                 if (live + e.append.len() + 1).saturating_mul(wider) > plan::FILE_CELLS {
                     break;
                 }
@@ -250,15 +251,16 @@ impl TableStore {
         let briefs = self.rewritten_briefs(id, old.num_rows(), &new, &plan.sources);
         // The columns the stored file holds and those the new versions have
         // values in; the stored rows are NULL in the latter.
+        let held = positions(old.schema_ref());
         let mut kept = self.columns_kept(Some(&new));
         for (k, (n, _)) in kept.iter_mut().zip(&self.columns) {
-            *k |= self.stored(n) && old.column_by_name(n).is_some();
+            *k |= self.stored(n) && held.contains_key(n.as_str());
         }
         let new = self.to_batch_keeping(&new, &kept)?;
         let cols = (new.schema().fields().iter().zip(new.columns()))
             .map(|(f, n)| {
-                let o = match old.column_by_name(f.name()) {
-                    Some(o) => o.clone(),
+                let o = match held.get(f.name().as_str()) {
+                    Some(&i) => old.column(i).clone(),
                     None => deltalake::arrow::array::new_null_array(f.data_type(), old.num_rows()),
                 };
                 deltalake::arrow::compute::interleave(

@@ -147,10 +147,10 @@ impl TableStore {
         let chunk = plan::new_key_file_rows(pending_new.len(), &self.meta.layout);
         let all: Vec<(&Key, &Version)> = pending_new.into_iter().collect();
         // A chunk holding a row far wider than the rest is cut around it.
-        let system = self.meta.system_fields().len();
+        let width = self.file_width();
         let files: Vec<&[(&Key, &Version)]> = (all.chunks(chunk))
             .flat_map(|c| {
-                let widths: Vec<usize> = c.iter().map(|(_, v)| v.data.len() + system).collect();
+                let widths: Vec<usize> = c.iter().map(|(_, v)| width(v)).collect();
                 plan::cut_by_width(&widths, c.len(), plan::FILE_CELLS)
                     .into_iter()
                     .map(move |r| &c[r])
@@ -192,8 +192,7 @@ impl TableStore {
             }
             self.remove_file(id, pc);
         }
-        let system = self.meta.system_fields().len();
-        let widths: Vec<usize> = appends.iter().map(|v| v.data.len() + system).collect();
+        let widths: Vec<usize> = appends.iter().map(self.file_width()).collect();
         plan::cut_by_width(&widths, self.meta.layout.file_rows, plan::FILE_CELLS)
             .into_iter()
             .map(|r| &appends[r])

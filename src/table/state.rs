@@ -10,7 +10,7 @@
 use deltalake::arrow::array::{ArrayRef, RecordBatch};
 use std::collections::BTreeMap;
 
-use super::convert::cell;
+use super::convert::{cell, positions};
 use super::files::{FileMeta, SelectedRows};
 use super::history::HistoryHead;
 use super::index::{Entry, NO_FILE};
@@ -173,10 +173,7 @@ impl TableStore {
     ) -> Vec<Version> {
         let current = self.files[id as usize].as_ref().is_some_and(|f| f.current);
         let r = &self.meta.reserved;
-        let at: std::collections::HashMap<&str, usize> = (batch.schema_ref().fields().iter())
-            .enumerate()
-            .map(|(i, f)| (f.name().as_str(), i))
-            .collect();
+        let at = positions(batch.schema_ref());
         let col = |name: &str| at.get(name).map(|&i| batch.column(i).clone());
         let data_cols: Vec<Option<ArrayRef>> = self.columns.iter().map(|(n, _)| col(n)).collect();
         let (vf, vt, del, ex, sk) = (
