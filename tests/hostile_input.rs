@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{cli, stdout_of, write};
@@ -243,11 +243,26 @@ fn bad_input_a_table_name_that_is_a_path_is_refused_by_check_and_run() {
 /// of at most 32M cells at its widest row (about 8,000 rows), not in one
 /// file of 20,001 rows x 4,003 columns; the narrow rows' files hold only
 /// their own columns, and every row reads back.
-#[test]
-fn bad_input_one_wide_row_gets_a_file_of_its_own_size() {
-    let tmp = tempfile::tempdir().unwrap();
+/// Rows and columns of the table's live data files whose path contains
+/// `part` (as Python `deltalake` lists them; pyarrow reads their footers).
+fn parquet_shapes(table: &Path, part: &str) -> Vec<(u64, u64)> {
+    let py = "import sys, os\nimport pyarrow.parquet as pq\nfrom deltalake import DeltaTable\nfor f in sorted(DeltaTable(sys.argv[1]).file_uris()):\n    if sys.argv[2] in f:\n        m = pq.ParquetFile(f.removeprefix('file://')).metadata\n        print(m.num_rows, m.num_columns)\nsys.stdout.flush(); os._exit(0)\n";
+    let out = Command::new("python3").args(["-c", py]).arg(table).arg(part).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let (r, c) = l.split_once(' ').unwrap();
+            (r.parse().unwrap(), c.parse().unwrap())
+        })
+        .collect()
+}
+
+/// An scd2 merge-on-read table of keys 0..=20,000 where key 10,000 has
+/// 4,000 more fields than the rest: its config, loaded.
+fn table_with_one_wide_row(dir: &Path) -> PathBuf {
     let cfg = write(
-        tmp.path(),
+        dir,
         "c.yaml",
         "systems:\n  flat: {type: jsonl, path: 'flat/*.jsonl'}\nbronze:\n  tables:\n    account:\n      source: {system: flat, object: account}\n      business_key: [id]\n      strategy: scd2\n      layout: {deletion_vectors: true}\n",
     );
@@ -258,19 +273,16 @@ fn bad_input_one_wide_row_gets_a_file_of_its_own_size() {
             _ => format!("{{\"id\":{id},\"name\":\"n{id}\"}}\n"),
         })
         .collect();
-    write(tmp.path(), "flat/1.jsonl", &lines);
+    write(dir, "flat/1.jsonl", &lines);
     stdout_of(cli(&["run", "--once"], &cfg));
-    let table = tmp.path().join("lake/bronze/account");
-    let py = "import sys, os, glob\nimport pyarrow.parquet as pq\nfor f in sorted(glob.glob(sys.argv[1] + '/**/*.parquet', recursive=True)):\n    m = pq.ParquetFile(f).metadata\n    print(m.num_rows, m.num_columns)\nsys.stdout.flush(); os._exit(0)\n";
-    let out = Command::new("python3").args(["-c", py]).arg(&table).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let files: Vec<(u64, u64)> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| {
-            let (r, c) = l.split_once(' ').unwrap();
-            (r.parse().unwrap(), c.parse().unwrap())
-        })
-        .collect();
+    cfg
+}
+
+#[test]
+fn bad_input_one_wide_row_gets_a_file_of_its_own_size() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = table_with_one_wide_row(tmp.path());
+    let files = parquet_shapes(&tmp.path().join("lake/bronze/account"), "");
     assert_eq!(files.iter().map(|f| f.0).sum::<u64>(), 20_001, "{files:?}");
     let wide_files: Vec<&(u64, u64)> = files.iter().filter(|f| f.1 > 10).collect();
     assert_eq!(wide_files.len(), 1, "{files:?}");
@@ -286,5 +298,37 @@ fn bad_input_one_wide_row_gets_a_file_of_its_own_size() {
             (row["name"].as_str(), row["f3999"].as_i64()),
             (Some(&*format!("n{id}")), f3999)
         );
+    }
+}
+
+#[test]
+fn bad_input_a_rewritten_wide_file_is_not_topped_up_beyond_its_own_size() {
+    // The wide row's file holds keys 10,000..=18,375 (8,376 rows at 4,006
+    // columns, the widest that stays within 32M cells). Its odd keys
+    // updated mask half of it, so it is rewritten, and being small it would
+    // take the 30,000 new keys: built in its 4,006 columns, 160M cells.
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = table_with_one_wide_row(tmp.path());
+    let lines: String = (10_001..19_000)
+        .step_by(2)
+        .chain(20_001..50_001)
+        .map(|id| format!("{{\"id\":{id},\"name\":\"v{id}\"}}\n"))
+        .collect();
+    write(tmp.path(), "flat/2.jsonl", &lines);
+    stdout_of(cli(&["run", "--once"], &cfg));
+    let files = parquet_shapes(&tmp.path().join("lake/bronze/account"), "_is_current=true");
+    let wide: Vec<&(u64, u64)> = files.iter().filter(|f| f.1 > 10).collect();
+    assert_eq!(wide.len(), 1, "{files:?}");
+    assert!(wide[0].0 * wide[0].1 <= 32 << 20, "{files:?}");
+    for (id, name, f3999) in
+        [(10_000, "n10000", Some(3999)), (10_001, "v10001", None), (45_000, "v45000", None)]
+    {
+        let out = stdout_of(cli(
+            &["show", "account", "--format", "jsonl", "--key", &id.to_string()],
+            &cfg,
+        ));
+        // Versions oldest first: the last is the current one.
+        let row: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+        assert_eq!((row["name"].as_str(), row["f3999"].as_i64()), (Some(name), f3999), "{id}");
     }
 }

@@ -13,6 +13,7 @@ use deltalake::arrow::array::{Array, BinaryArray, Int64Array, RecordBatch};
 use deltalake::arrow::datatypes::{DataType, Field, Schema};
 
 use super::files::SelectedRows;
+use super::rowcodec::Columns;
 use super::FxMap;
 use super::TableStore;
 use crate::merge::{brief, Key, KeyMap, KeyState, Spec, Version};
@@ -48,7 +49,7 @@ impl TableStore {
         }
         let path = &self.files[id as usize].as_ref()?.path;
         let all: Vec<u32> = (0..rows as u32).collect();
-        let read = self.rows.read(path, &all).ok()?;
+        let read = self.rows.read(path, &all, Columns::Named(BRIEF_COLUMN)).ok()?;
         split_brief_column(read).1.filter(|b| b.len() == rows)
     }
 

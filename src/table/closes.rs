@@ -9,18 +9,15 @@
 //! selection. Every other column (data, `_valid_from`,
 //! `_execution_id`, surrogate key) is carried over untouched.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
-use deltalake::arrow::array::{
-    new_null_array, Array, ArrayRef, BooleanArray, RecordBatch, TimestampMicrosecondArray,
-};
-use deltalake::arrow::compute::interleave;
+use deltalake::arrow::array::{ArrayRef, BooleanArray, RecordBatch, TimestampMicrosecondArray};
 
 use super::commit::OutFile;
-use super::convert::positions;
 use super::files::SelectedRows;
+use super::gather::Sources;
 use super::index::Location;
 use super::plan;
 use super::state::ClosingRows;
@@ -89,8 +86,8 @@ impl TableStore {
         // `columns_kept`): a history file takes the columns its rows' files
         // hold, NULL where one lacks a column, and a row from a far wider
         // file than the others is cut into a file of its own size.
-        let at: Vec<HashMap<&str, usize>> =
-            sources.iter().map(|b| positions(b.schema_ref())).collect();
+        let batches: Vec<&RecordBatch> = sources.iter().collect();
+        let gather = Sources::new(&batches);
         let widths: Vec<usize> = order.iter().map(|(s, _)| sources[*s].num_columns()).collect();
         let chunk = plan::even_chunk(order.len(), self.meta.layout.file_rows);
         let ranges: Vec<Range<usize>> = (plan::slices(order.len(), chunk))
@@ -123,24 +120,9 @@ impl TableStore {
                     cols.push(Arc::new(BooleanArray::from_iter(here.iter().map(|c| Some(c.1)))));
                     continue;
                 }
-                // A source without the column gives a one-row NULL array.
-                let null = new_null_array(f.data_type(), 1);
-                let arrays: Vec<&dyn Array> = (sources.iter().zip(&at))
-                    .map(|(b, at)| match at.get(name) {
-                        Some(&i) => b.column(i).as_ref(),
-                        None => null.as_ref(),
-                    })
-                    .collect();
-                let all_have = used.iter().all(|&s| at[s].contains_key(name));
-                let col = if all_have {
-                    interleave(&arrays, order)
-                } else {
-                    let idx: Vec<(usize, usize)> = (order.iter())
-                        .map(|&(s, row)| if at[s].contains_key(name) { (s, row) } else { (s, 0) })
-                        .collect();
-                    interleave(&arrays, &idx)
-                };
-                cols.push(col.map_err(|e| self.data_err(e.to_string()))?);
+                // NULL in rows from files without the column.
+                let col = gather.column(f, order).map_err(|e| self.data_err(e.to_string()))?;
+                cols.push(col);
             }
             let batch =
                 RecordBatch::try_new(schema, cols).map_err(|e| self.data_err(e.to_string()))?;

@@ -46,6 +46,7 @@ mod convert;
 mod dv;
 mod file_stats;
 mod files;
+mod gather;
 mod history;
 mod index;
 mod index_snapshot;

@@ -18,12 +18,15 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use deltalake::arrow::array::{Array, ArrayRef, RecordBatch};
+use std::sync::Arc;
+
+use deltalake::arrow::array::{ArrayRef, RecordBatch};
+use deltalake::arrow::datatypes::Schema;
 use futures::{StreamExt, TryStreamExt};
 
 use super::commit::{EncodedFile, FileKeys, PendingCommit};
-use super::convert::positions;
 use super::file_stats::file_stats;
+use super::gather::Sources;
 use super::index::Location;
 use super::parquet::{encode_parquet, key_columns, Cuts};
 use super::plan;
@@ -206,9 +209,9 @@ impl TableStore {
     }
 
     /// One file's job: its rows with the edits applied (see [`plan_rows`]),
-    /// encoded with their statistics. The first `file_rows` rows replace
-    /// the file under its id; rows beyond (a file larger than `file_rows`)
-    /// go to new files.
+    /// encoded with their statistics. The first file's worth of rows
+    /// (`file_rows`, fewer where `plan::FILE_CELLS` cuts) replaces the file
+    /// under its id; rows beyond go to new files.
     fn rewrite_one(
         &self,
         spec: &Spec,
@@ -249,42 +252,53 @@ impl TableStore {
         }
         let plan = plan_rows(old.num_rows(), &replaced, &dropped, edit.append.len());
         let briefs = self.rewritten_briefs(id, old.num_rows(), &new, &plan.sources);
-        // The columns the stored file holds and those the new versions have
-        // values in; the stored rows are NULL in the latter.
-        let held = positions(old.schema_ref());
-        let mut kept = self.columns_kept(Some(&new));
-        for (k, (n, _)) in kept.iter_mut().zip(&self.columns) {
-            *k |= self.stored(n) && held.contains_key(n.as_str());
-        }
-        let new = self.to_batch_keeping(&new, &kept)?;
-        let cols = (new.schema().fields().iter().zip(new.columns()))
-            .map(|(f, n)| {
-                let o = match held.get(f.name().as_str()) {
-                    Some(&i) => old.column(i).clone(),
-                    None => deltalake::arrow::array::new_null_array(f.data_type(), old.num_rows()),
-                };
-                deltalake::arrow::compute::interleave(
-                    &[o.as_ref() as &dyn Array, n.as_ref()],
-                    &plan.sources,
-                )
-            })
-            .collect::<std::result::Result<Vec<ArrayRef>, _>>()
-            .map_err(data_err)?;
-        let all = RecordBatch::try_new(new.schema(), cols).map_err(data_err)?;
+        // The new file holds the columns the stored file holds and those
+        // the new versions have values in. Each side is built in its own
+        // columns only and is NULL in the other's (see `gather.rs`).
+        let filled = self.columns_kept(Some(&new));
+        let new_rows = self.to_batch_keeping(&new, &filled)?;
+        let batches = [&old, &new_rows];
+        let sources = Sources::new(&batches);
+        let kept: Vec<bool> = (self.columns.iter().zip(&filled))
+            .map(|((n, _), &f)| f || (self.stored(n) && sources.holds(0, n)))
+            .collect();
+        let schema = self.file_schema(&kept);
         let table = self.stats_schema();
         let codec = plan::codec(true, &self.meta.layout);
-        let file_rows = self.meta.layout.file_rows.max(1);
-        plan::slices(all.num_rows(), file_rows)
+        // Files of at most `file_rows` rows and `plan::FILE_CELLS` cells, a
+        // stored row counted at the stored file's width: new keys topping
+        // up a file one wide row made wide go to a file of their own width.
+        let width = self.file_width();
+        let widths: Vec<usize> = (plan.sources.iter())
+            .map(|&(s, i)| if s == 0 { old.num_columns() } else { width(new[i]) })
+            .collect();
+        (plan::cut_by_width(&widths, self.meta.layout.file_rows, plan::FILE_CELLS).into_iter())
             .map(|r| {
-                // Each file without the columns NULL in all its rows.
-                let batch = self.without_empty_columns(all.slice(r.start, r.len()))?;
+                // Each file in the columns its rows' sides hold, then without
+                // those NULL in all its rows.
+                let order = &plan.sources[r.clone()];
+                let side = |s: usize| order.iter().any(|o| o.0 == s);
+                let (stored, added) = (side(0), side(1));
+                let fields: Vec<_> = (schema.fields().iter())
+                    .filter(|f| {
+                        (stored && sources.holds(0, f.name()))
+                            || (added && sources.holds(1, f.name()))
+                    })
+                    .cloned()
+                    .collect();
+                let cols = (fields.iter().map(|f| sources.column(f, order)))
+                    .collect::<std::result::Result<Vec<ArrayRef>, _>>()
+                    .map_err(data_err)?;
+                let batch =
+                    RecordBatch::try_new(Arc::new(Schema::new(fields)), cols).map_err(data_err)?;
+                let batch = self.without_empty_columns(batch)?;
                 let keys = if r.start == 0 {
                     // Moved and appended rows are the only ones whose entries change.
                     let rows: Vec<usize> = (plan.moved.iter().map(|&m| m as usize))
                         .chain(plan.appended_from..r.end)
                         .filter(|&row| row < r.end)
                         .collect();
-                    FileKeys::InPlace { slot: id, moved: self.keys_at(spec, &all, &rows) }
+                    FileKeys::InPlace { slot: id, moved: self.keys_at(spec, &batch, &rows) }
                 } else {
                     let rows: Vec<usize> = (0..batch.num_rows()).collect();
                     FileKeys::Sparse(self.keys_at(spec, &batch, &rows))

@@ -157,6 +157,9 @@ enum Build {
     Dec(Decimal128Builder, u8, i8),
     Str(StringBuilder),
     Bin(BinaryBuilder),
+    /// A column not built: its values are read over (their width, None
+    /// for a length-prefixed one).
+    Skip(Option<usize>),
 }
 
 /// Reads records back, one byte slice per row.
@@ -187,15 +190,35 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Which columns [`decode`] builds.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Columns<'a> {
+    /// Every column of the schema (tests compare whole batches).
+    #[cfg(test)]
+    All,
+    /// The columns with a value in at least one of the records: a reader
+    /// that reads a missing column as NULL (as for a data file that lacks
+    /// it) needs no more, and a file one wide message widened to thousands
+    /// of columns gives its narrow rows in their own few.
+    Filled,
+    /// The one column of this name (none if the schema has no such column).
+    Named(&'a str),
+}
+
 /// Chosen records (each one row's bytes, as [`encode`] wrote it) as a batch
-/// of `schema`.
-pub(super) fn decode(schema: Arc<Schema>, records: &[&[u8]]) -> Result<RecordBatch, CodecError> {
+/// of `schema`'s `columns`.
+pub(super) fn decode(
+    schema: Arc<Schema>,
+    records: &[&[u8]],
+    columns: Columns<'_>,
+) -> Result<RecordBatch, CodecError> {
     supports(&schema)?;
     let n = records.len();
-    let mut builds: Vec<Build> = schema
-        .fields()
-        .iter()
-        .map(|f| match f.data_type() {
+    let bitmap = schema.fields().len().div_ceil(8);
+    let built = which_columns(&schema, records, columns, bitmap)?;
+    let mut builds: Vec<Build> = (schema.fields().iter().zip(&built))
+        .map(|(f, &built)| match f.data_type() {
+            _ if !built => Build::Skip(fixed_width(f.data_type())),
             DataType::Boolean => Build::Bool(BooleanBuilder::with_capacity(n)),
             DataType::Int64 => Build::I64(Int64Builder::with_capacity(n)),
             DataType::Float64 => Build::F64(Float64Builder::with_capacity(n)),
@@ -209,7 +232,6 @@ pub(super) fn decode(schema: Arc<Schema>, records: &[&[u8]]) -> Result<RecordBat
             _ => unreachable!("checked by supports"),
         })
         .collect();
-    let bitmap = builds.len().div_ceil(8);
     for (row, rec) in records.iter().enumerate() {
         let bad = || CodecError::Malformed(row);
         let mut r = Reader { b: rec, at: 0 };
@@ -256,16 +278,24 @@ pub(super) fn decode(schema: Arc<Schema>, records: &[&[u8]]) -> Result<RecordBat
                         b.append_value(r.take(len).ok_or_else(bad)?)
                     }
                 }
+                Build::Skip(width) => {
+                    if !null {
+                        let len = match *width {
+                            Some(w) => w,
+                            None => r.len().ok_or_else(bad)?,
+                        };
+                        r.take(len).ok_or_else(bad)?;
+                    }
+                }
             }
         }
         if r.at != rec.len() {
             return Err(bad());
         }
     }
-    let cols: Vec<ArrayRef> = builds
-        .into_iter()
-        .map(|b| -> ArrayRef {
-            match b {
+    let cols: Vec<ArrayRef> = (builds.into_iter())
+        .filter_map(|b| -> Option<ArrayRef> {
+            Some(match b {
                 Build::Bool(mut b) => Arc::new(b.finish()),
                 Build::I64(mut b) => Arc::new(b.finish()),
                 Build::F64(mut b) => Arc::new(b.finish()),
@@ -276,11 +306,54 @@ pub(super) fn decode(schema: Arc<Schema>, records: &[&[u8]]) -> Result<RecordBat
                 ),
                 Build::Str(mut b) => Arc::new(b.finish()),
                 Build::Bin(mut b) => Arc::new(b.finish()),
-            }
+                Build::Skip(_) => return None,
+            })
         })
         .collect();
+    let fields: Vec<_> =
+        (schema.fields().iter().zip(&built)).filter(|(_, &b)| b).map(|(f, _)| f.clone()).collect();
+    let schema = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
     let opts = deltalake::arrow::array::RecordBatchOptions::new().with_row_count(Some(n));
     RecordBatch::try_new_with_options(schema, cols, &opts).map_err(|_| CodecError::Malformed(0))
+}
+
+/// Which of `schema`'s columns [`decode`] builds for `columns`.
+fn which_columns(
+    schema: &Schema,
+    records: &[&[u8]],
+    columns: Columns<'_>,
+    bitmap: usize,
+) -> Result<Vec<bool>, CodecError> {
+    let fields = schema.fields();
+    Ok(match columns {
+        #[cfg(test)]
+        Columns::All => vec![true; fields.len()],
+        Columns::Named(name) => fields.iter().map(|f| f.name() == name).collect(),
+        Columns::Filled => {
+            // A column is NULL in every record where its bit is set in all
+            // the null bitmaps.
+            let mut all_null = vec![0xffu8; bitmap];
+            for (row, rec) in records.iter().enumerate() {
+                let nulls = rec.get(..bitmap).ok_or(CodecError::Malformed(row))?;
+                for (a, n) in all_null.iter_mut().zip(nulls) {
+                    *a &= n;
+                }
+            }
+            (0..fields.len()).map(|i| all_null[i / 8] & (1 << (i % 8)) == 0).collect()
+        }
+    })
+}
+
+/// The bytes a non-NULL value of this type takes (None: a length, then
+/// that many bytes).
+fn fixed_width(t: &DataType) -> Option<usize> {
+    match t {
+        DataType::Boolean => Some(1),
+        DataType::Date32 => Some(4),
+        DataType::Decimal128(_, _) => Some(16),
+        DataType::Utf8 | DataType::Binary => None,
+        _ => Some(8),
+    }
 }
 
 #[cfg(test)]
@@ -343,17 +416,70 @@ mod tests {
         let records: Vec<&[u8]> = (0..n)
             .map(|r| &bytes[if r == 0 { 0 } else { ends[r - 1] as usize }..ends[r] as usize])
             .collect();
-        assert_eq!(decode(schema.clone(), &records).unwrap(), batch);
+        assert_eq!(decode(schema.clone(), &records, Columns::All).unwrap(), batch);
         let chosen = [records[3], records[299], records[0]];
         let idx = deltalake::arrow::array::UInt32Array::from(vec![3, 299, 0]);
         let expected = deltalake::arrow::compute::take_record_batch(&batch, &idx).unwrap();
-        assert_eq!(decode(schema.clone(), &chosen).unwrap(), expected);
+        assert_eq!(decode(schema.clone(), &chosen, Columns::All).unwrap(), expected);
         // A record cut short or too long is an error, not a wrong row.
         let cut = &records[7][..records[7].len() - 1];
-        assert!(matches!(decode(schema.clone(), &[cut]), Err(CodecError::Malformed(0))));
+        assert!(matches!(
+            decode(schema.clone(), &[cut], Columns::All),
+            Err(CodecError::Malformed(0))
+        ));
         let mut long_rec = records[7].to_vec();
         long_rec.push(0);
-        assert!(decode(schema, &[&long_rec]).is_err());
+        assert!(decode(schema, &[&long_rec], Columns::All).is_err());
+    }
+
+    #[test]
+    fn filled_leaves_out_columns_null_in_every_record_read_and_named_reads_over_the_others() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int64, true),
+            Field::new("b", DataType::Utf8, true),
+            Field::new("c", DataType::Decimal128(38, 2), true),
+            Field::new("d", DataType::Utf8, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from(vec![Some(1), Some(2), Some(3)])),
+                Arc::new(StringArray::from(vec![None, None, Some("wide ".repeat(40))])),
+                Arc::new(
+                    Decimal128Array::from(vec![None, None, Some(7)])
+                        .with_precision_and_scale(38, 2)
+                        .unwrap(),
+                ),
+                Arc::new(StringArray::from(vec!["x", "yy", "zzz"])),
+            ],
+        )
+        .unwrap();
+        let mut bytes = vec![];
+        let ends = encode(&batch, &mut bytes).unwrap();
+        let rec =
+            |r: usize| &bytes[if r == 0 { 0 } else { ends[r - 1] as usize }..ends[r] as usize];
+        let names = |b: &RecordBatch| -> Vec<String> {
+            b.schema().fields().iter().map(|f| f.name().clone()).collect()
+        };
+        // Rows 0 and 1: b and c are NULL in both, so not built.
+        let narrow = decode(schema.clone(), &[rec(0), rec(1)], Columns::Filled).unwrap();
+        assert_eq!(names(&narrow), ["a", "d"]);
+        assert_eq!(narrow.num_rows(), 2);
+        let d = narrow.column(1).as_any().downcast_ref::<StringArray>().unwrap();
+        assert_eq!(d.iter().collect::<Vec<_>>(), [Some("x"), Some("yy")]);
+        // With row 2 every column has a value somewhere.
+        let all = decode(schema.clone(), &[rec(1), rec(2)], Columns::Filled).unwrap();
+        assert_eq!(names(&all), ["a", "b", "c", "d"]);
+        // One column by name: the values before it are read over.
+        let one = decode(schema.clone(), &[rec(2), rec(0)], Columns::Named("d")).unwrap();
+        assert_eq!(names(&one), ["d"]);
+        let d = one.column(0).as_any().downcast_ref::<StringArray>().unwrap();
+        assert_eq!(d.iter().collect::<Vec<_>>(), [Some("zzz"), Some("x")]);
+        // A record too short for its null bitmap is malformed, not skipped.
+        assert!(matches!(
+            decode(schema, &[rec(0), &[]], Columns::Filled),
+            Err(CodecError::Malformed(1))
+        ));
     }
 
     #[test]

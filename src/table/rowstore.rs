@@ -38,11 +38,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use deltalake::arrow::array::RecordBatch;
-use deltalake::arrow::datatypes::Schema;
+use deltalake::arrow::datatypes::{Field, Schema};
+use deltalake::arrow::error::ArrowError;
 use std::os::unix::fs::FileExt;
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::rowcodec::{self, CodecError};
+use super::gather::Sources;
+use super::rowcodec::{self, CodecError, Columns};
 
 const MAGIC: &[u8; 8] = b"CLROWS01";
 /// A directory entry: the record's end and its checksum.
@@ -149,11 +151,16 @@ impl RowStore {
 
     /// Chosen physical rows (sorted, distinct) of a data file, in its
     /// companion's schema (the table's when the file was written).
-    pub(super) fn read(&self, data_file: &str, rows: &[u32]) -> Result<RecordBatch> {
+    pub(super) fn read(
+        &self,
+        data_file: &str,
+        rows: &[u32],
+        columns: Columns<'_>,
+    ) -> Result<RecordBatch> {
         let path = self.path(data_file).ok_or(RowStoreError::Format)?;
         let file = std::fs::File::open(path)?;
         let len = file.metadata()?.len();
-        read_rows(&file, len, rows)
+        read_rows(&file, len, rows, columns)
     }
 
     /// Chosen rows (sorted, distinct) of several data files, one result per
@@ -175,7 +182,7 @@ impl RowStore {
                 s.spawn(|| loop {
                     let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some((_, file, rows)) = pieces.get(at) else { break };
-                    let got = self.read(file, rows);
+                    let got = self.read(file, rows, Columns::Filled);
                     done.lock().unwrap_or_else(|e| e.into_inner())[at] = Some(got);
                 });
             }
@@ -192,12 +199,10 @@ impl RowStore {
         per_file
             .into_iter()
             .zip(failed)
-            .map(|(batches, failed)| match (failed, batches.first()) {
+            .map(|(batches, failed)| match (failed, batches.is_empty()) {
                 (Some(e), _) => Err(e),
-                (None, Some(first)) => {
-                    Ok(deltalake::arrow::compute::concat_batches(&first.schema(), &batches)?)
-                }
-                (None, None) => Err(RowStoreError::Damaged("no rows asked for".into())),
+                (None, false) => Ok(joined(&batches)?),
+                (None, true) => Err(RowStoreError::Damaged("no rows asked for".into())),
             })
             .collect()
     }
@@ -345,7 +350,39 @@ impl Ranges {
     }
 }
 
-fn read_rows(file: &std::fs::File, file_len: u64, rows: &[u32]) -> Result<RecordBatch> {
+/// A file's pieces as one batch. Each piece holds the columns with a value
+/// in its rows (`Columns::Filled`), so pieces may differ: the result holds
+/// every column some piece holds, NULL in the rows of pieces without it.
+fn joined(pieces: &[RecordBatch]) -> std::result::Result<RecordBatch, ArrowError> {
+    let first = pieces[0].schema();
+    if pieces.iter().all(|p| p.schema() == first) {
+        return deltalake::arrow::compute::concat_batches(&first, pieces);
+    }
+    let mut fields: Vec<Arc<Field>> = vec![];
+    let mut seen = std::collections::HashSet::new();
+    for f in pieces.iter().flat_map(|p| p.schema().fields().iter().cloned().collect::<Vec<_>>()) {
+        if seen.insert(f.name().clone()) {
+            fields.push(f);
+        }
+    }
+    let refs: Vec<&RecordBatch> = pieces.iter().collect();
+    let sources = Sources::new(&refs);
+    let order: Vec<(usize, usize)> = (pieces.iter().enumerate())
+        .flat_map(|(s, p)| (0..p.num_rows()).map(move |r| (s, r)))
+        .collect();
+    let cols = (fields.iter())
+        .map(|f| sources.column(f, &order))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let schema = Arc::new(Schema::new_with_metadata(fields, first.metadata().clone()));
+    RecordBatch::try_new(schema, cols)
+}
+
+fn read_rows(
+    file: &std::fs::File,
+    file_len: u64,
+    rows: &[u32],
+    columns: Columns<'_>,
+) -> Result<RecordBatch> {
     let head = read_exact(file, 0, 12, file_len)?;
     if &head[..8] != MAGIC {
         return Err(RowStoreError::Format);
@@ -394,7 +431,7 @@ fn read_rows(file: &std::fs::File, file_len: u64, rows: &[u32]) -> Result<Record
             return Err(RowStoreError::Damaged(format!("row {r}: checksum")));
         }
     }
-    Ok(rowcodec::decode(schema, &records)?)
+    Ok(rowcodec::decode(schema, &records, columns)?)
 }
 
 #[cfg(test)]
@@ -451,6 +488,14 @@ mod tests {
         deltalake::arrow::compute::take_record_batch(b, &idx).unwrap()
     }
 
+    /// A batch without its columns that are NULL in every row, as
+    /// `read_many` reads rows (`Columns::Filled`).
+    fn filled(b: RecordBatch) -> RecordBatch {
+        let keep: Vec<usize> =
+            (0..b.num_columns()).filter(|&i| b.column(i).null_count() < b.num_rows()).collect();
+        b.project(&keep).unwrap()
+    }
+
     #[test]
     fn chosen_rows_read_back_equal_to_the_written_ones() {
         let dir = tempfile::tempdir().unwrap();
@@ -460,11 +505,14 @@ mod tests {
         assert!(store.holds("_is_current=true/part-1.parquet"));
         for rows in [vec![0u32], vec![4999], vec![0, 1, 2, 3], vec![7, 900, 901, 2500, 4998, 4999]]
         {
-            let got = store.read("_is_current=true/part-1.parquet", &rows).unwrap();
+            let got = store.read("_is_current=true/part-1.parquet", &rows, Columns::All).unwrap();
             assert_eq!(got, take(&b, &rows), "rows {rows:?}");
         }
         let every_third: Vec<u32> = (0..5000).step_by(3).collect();
-        assert_eq!(store.read("part-1.parquet", &every_third).unwrap(), take(&b, &every_third));
+        assert_eq!(
+            store.read("part-1.parquet", &every_third, Columns::All).unwrap(),
+            take(&b, &every_third)
+        );
         // Several files at once, in pieces: each file's rows in order.
         store.write("part-2.parquet", &batch(3000)).unwrap();
         let some: Vec<u32> = (0..3000).step_by(7).collect();
@@ -473,9 +521,38 @@ mod tests {
             ("part-2.parquet", &some),
             ("part-9.parquet", &[1]),
         ]);
-        assert_eq!(got[0].as_ref().unwrap(), &take(&b, &every_third));
-        assert_eq!(got[1].as_ref().unwrap(), &take(&batch(3000), &some));
+        // Every third row has no `deleted` value: it is not built.
+        assert_eq!(got[0].as_ref().unwrap(), &filled(take(&b, &every_third)));
+        assert_eq!(got[0].as_ref().unwrap().num_columns(), b.num_columns() - 1);
+        assert_eq!(got[1].as_ref().unwrap(), &filled(take(&batch(3000), &some)));
         assert!(got[2].is_err(), "no companion");
+    }
+
+    #[test]
+    fn rows_come_back_in_the_columns_they_fill_and_pieces_join_on_the_union() {
+        // One row of 3,000 fills `w`: the first two pieces of 1,024 rows
+        // read without it, the third with it.
+        let dir = tempfile::tempdir().unwrap();
+        let store = RowStore::at(dir.path().to_path_buf());
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, true),
+            Field::new("w", DataType::Utf8, true),
+        ]));
+        let b = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from_iter_values(0..3000)),
+                Arc::new(StringArray::from_iter((0..3000).map(|i| (i == 2500).then_some("w")))),
+            ],
+        )
+        .unwrap();
+        store.write("part-1.parquet", &b).unwrap();
+        let all: Vec<u32> = (0..3000).collect();
+        let got = store.read_many(&[("part-1.parquet", &all), ("part-1.parquet", &all[..2000])]);
+        assert_eq!(got[0].as_ref().unwrap(), &b);
+        let narrow = got[1].as_ref().unwrap();
+        assert_eq!(narrow.schema().fields().len(), 1, "no row read fills `w`");
+        assert_eq!(narrow.column(0).as_ref(), b.column(0).slice(0, 2000).as_ref());
     }
 
     #[test]
@@ -489,13 +566,19 @@ mod tests {
         let last = bytes.len() - 5;
         bytes[last] ^= 0x40;
         std::fs::write(&path, &bytes).unwrap();
-        assert!(matches!(store.read("part-2.parquet", &[299]), Err(RowStoreError::Damaged(_))));
-        assert_eq!(store.read("part-2.parquet", &[0, 1]).unwrap(), take(&b, &[0, 1]));
+        assert!(matches!(
+            store.read("part-2.parquet", &[299], Columns::All),
+            Err(RowStoreError::Damaged(_))
+        ));
+        assert_eq!(store.read("part-2.parquet", &[0, 1], Columns::All).unwrap(), take(&b, &[0, 1]));
         std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
-        assert!(store.read("part-2.parquet", &[299]).is_err());
+        assert!(store.read("part-2.parquet", &[299], Columns::All).is_err());
         std::fs::write(&path, b"PAR1 not a companion").unwrap();
-        assert!(matches!(store.read("part-2.parquet", &[0]), Err(RowStoreError::Format)));
-        assert!(store.read("part-3.parquet", &[0]).is_err());
+        assert!(matches!(
+            store.read("part-2.parquet", &[0], Columns::All),
+            Err(RowStoreError::Format)
+        ));
+        assert!(store.read("part-3.parquet", &[0], Columns::All).is_err());
     }
 
     #[test]
