@@ -39,9 +39,11 @@ impl TableStore {
         match (&self.meta.layout.row_companions, local) {
             (RowCompanions::Off, _) | (RowCompanions::Auto, None) => RowStore::none(),
             (RowCompanions::Auto, Some(root)) => {
-                RowStore::at(std::path::Path::new(root).join("_changelake/rows"))
+                RowStore::at(std::path::Path::new(root).join("_changelake/rows"), &self.meta.name)
             }
-            (RowCompanions::Dir(dir), _) => RowStore::at(dir.join(&self.meta.name)),
+            (RowCompanions::Dir(dir), _) => {
+                RowStore::at(dir.join(&self.meta.name), &self.meta.name)
+            }
         }
     }
 

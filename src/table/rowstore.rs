@@ -83,17 +83,19 @@ pub(super) struct Staged(PathBuf);
 #[derive(Debug, Clone, Default)]
 pub(super) struct RowStore {
     dir: Option<PathBuf>,
+    /// The table, for `changelake_row_companion_bytes_total`.
+    table: Arc<str>,
 }
 
 impl RowStore {
     /// Companions under `dir` (created on the first write).
-    pub(super) fn at(dir: PathBuf) -> RowStore {
-        RowStore { dir: Some(dir) }
+    pub(super) fn at(dir: PathBuf, table: &str) -> RowStore {
+        RowStore { dir: Some(dir), table: table.into() }
     }
 
     /// A store that keeps nothing (every close reads parquet).
     pub(super) fn none() -> RowStore {
-        RowStore { dir: None }
+        RowStore { dir: None, table: "".into() }
     }
 
     pub(super) fn enabled(&self) -> bool {
@@ -137,6 +139,8 @@ impl RowStore {
             let _ = std::fs::remove_file(&tmp);
             return Err(e.into());
         }
+        let len = (companion.head.len() + companion.data.len()) as u64;
+        crate::telemetry::row_companion_bytes(&self.table, "written", len);
         Ok(Staged(tmp))
     }
 
@@ -160,7 +164,9 @@ impl RowStore {
         let path = self.path(data_file).ok_or(RowStoreError::Format)?;
         let file = std::fs::File::open(path)?;
         let len = file.metadata()?.len();
-        read_rows(&file, len, rows, columns)
+        let (batch, read) = read_rows(&file, len, rows, columns)?;
+        crate::telemetry::row_companion_bytes(&self.table, "read", read);
+        Ok(batch)
     }
 
     /// Chosen rows (sorted, distinct) of several data files, one result per
@@ -343,6 +349,11 @@ impl Ranges {
         Ok(out)
     }
 
+    /// Bytes read.
+    fn len(&self) -> u64 {
+        self.groups.iter().map(|g| g.len() as u64).sum()
+    }
+
     /// The bytes of the `i`th range.
     fn get(&self, i: usize) -> &[u8] {
         let (group, span) = &self.spans[i];
@@ -382,7 +393,7 @@ fn read_rows(
     file_len: u64,
     rows: &[u32],
     columns: Columns<'_>,
-) -> Result<RecordBatch> {
+) -> Result<(RecordBatch, u64)> {
     let head = read_exact(file, 0, 12, file_len)?;
     if &head[..8] != MAGIC {
         return Err(RowStoreError::Format);
@@ -431,7 +442,8 @@ fn read_rows(
             return Err(RowStoreError::Damaged(format!("row {r}: checksum")));
         }
     }
-    Ok(rowcodec::decode(schema, &records, columns)?)
+    let read = 12 + meta.len() as u64 + dir_bytes.len() + bytes.len();
+    Ok((rowcodec::decode(schema, &records, columns)?, read))
 }
 
 #[cfg(test)]
@@ -499,7 +511,7 @@ mod tests {
     #[test]
     fn chosen_rows_read_back_equal_to_the_written_ones() {
         let dir = tempfile::tempdir().unwrap();
-        let store = RowStore::at(dir.path().join("rows"));
+        let store = RowStore::at(dir.path().join("rows"), "t");
         let b = batch(5000);
         store.write("_is_current=true/part-1.parquet", &b).unwrap();
         assert!(store.holds("_is_current=true/part-1.parquet"));
@@ -533,7 +545,7 @@ mod tests {
         // One row of 3,000 fills `w`: the first two pieces of 1,024 rows
         // read without it, the third with it.
         let dir = tempfile::tempdir().unwrap();
-        let store = RowStore::at(dir.path().to_path_buf());
+        let store = RowStore::at(dir.path().to_path_buf(), "t");
         let schema = Arc::new(Schema::new(vec![
             Field::new("id", DataType::Int64, true),
             Field::new("w", DataType::Utf8, true),
@@ -556,9 +568,24 @@ mod tests {
     }
 
     #[test]
+    fn companion_bytes_written_and_read_are_counted_for_the_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RowStore::at(dir.path().to_path_buf(), "companion-bytes");
+        let m = crate::telemetry::metrics();
+        let count =
+            |d: &str| m.row_companion_bytes.with_label_values(&["companion-bytes", d]).get();
+        store.write("part-1.parquet", &batch(2000)).unwrap();
+        let size = std::fs::metadata(dir.path().join("part-1.parquet.rows")).unwrap().len();
+        assert_eq!((count("written"), count("read")), (size, 0));
+        store.read("part-1.parquet", &[0, 1999], Columns::Filled).unwrap();
+        let read = count("read");
+        assert!(read > 0 && read < size / 4, "two rows of {size} bytes: {read}");
+    }
+
+    #[test]
     fn a_damaged_or_foreign_companion_is_an_error_not_wrong_rows() {
         let dir = tempfile::tempdir().unwrap();
-        let store = RowStore::at(dir.path().to_path_buf());
+        let store = RowStore::at(dir.path().to_path_buf(), "t");
         let b = batch(300);
         store.write("part-2.parquet", &b).unwrap();
         let path = dir.path().join("part-2.parquet.rows");
@@ -584,7 +611,7 @@ mod tests {
     #[test]
     fn the_sweep_keeps_only_companions_of_live_files() {
         let dir = tempfile::tempdir().unwrap();
-        let store = RowStore::at(dir.path().to_path_buf());
+        let store = RowStore::at(dir.path().to_path_buf(), "t");
         let b = batch(10);
         for f in ["a/part-1.parquet", "a/part-2.parquet", "a/part-3.parquet"] {
             store.write(f, &b).unwrap();

@@ -118,6 +118,12 @@ pub fn storage_bytes(table: &str, direction: &'static str, bytes: u64) {
     metrics().storage_bytes.with_label_values(&[table, direction]).inc_by(bytes);
 }
 
+/// Bytes of row companions (a local cache of scd2 merge-on-read tables,
+/// beside the table's store) written or read.
+pub fn row_companion_bytes(table: &str, direction: &'static str, bytes: u64) {
+    metrics().row_companion_bytes.with_label_values(&[table, direction]).inc_by(bytes);
+}
+
 /// A storage request failed without an answer and is tried again.
 pub fn storage_retried(
     table: &str,

@@ -77,6 +77,7 @@ pub struct Metrics {
     pub storage_requests: IntCounterVec,
     pub storage_retries: IntCounterVec,
     pub storage_bytes: IntCounterVec,
+    pub row_companion_bytes: IntCounterVec,
 }
 
 /// Registers a metric and hands it back (metrics are cheap shared handles).
@@ -211,6 +212,12 @@ impl Metrics {
                 "Bytes read from and written to the table's storage (answered requests).",
                 &["table", "direction"],
             ),
+            row_companion_bytes: counter(
+                &r,
+                "changelake_row_companion_bytes_total",
+                "Bytes of row companions (the local cache scd2 merge-on-read closes read) written and read.",
+                &["table", "direction"],
+            ),
             registry: r,
         };
         m.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
@@ -275,6 +282,7 @@ pub fn register_table(table: &str, strategy: &str) {
     }
     for d in STORAGE_DIRECTIONS {
         m.storage_bytes.with_label_values(&[table, d]);
+        m.row_companion_bytes.with_label_values(&[table, d]);
     }
     for h in [&m.batch_rows, &m.batch_bytes, &m.merge_seconds, &m.commit_seconds] {
         h.with_label_values(&[table]);

@@ -166,10 +166,14 @@ fn storage_requests(table: &str) -> u64 {
         .sum()
 }
 
-/// Bytes read from and written to a table's store so far.
+/// Bytes read from and written to a table's store so far, and to its row
+/// companions (on the same disk here: the storage floor counts them).
 fn storage_bytes(table: &str) -> (u64, u64) {
     let m = changelake::telemetry::metrics();
-    let get = |d: &str| m.storage_bytes.with_label_values(&[table, d]).get();
+    let get = |d: &str| {
+        m.storage_bytes.with_label_values(&[table, d]).get()
+            + m.row_companion_bytes.with_label_values(&[table, d]).get()
+    };
     (get("read"), get("written"))
 }
 

@@ -185,7 +185,7 @@ impl Output {
             let f = floors.iter().sum::<f64>() / floors.len() as f64;
             let _ = writeln!(
                 md,
-                "\nstorage floor (this machine reads files at {:.0} MB/s and writes them at {:.0} MB/s, page cache, no fsync): {f:.3}s per run; the runs take {:.0}x that",
+                "\nstorage floor (the MB read and written, from the table's store and its row companions; this machine reads files at {:.0} MB/s and writes them at {:.0} MB/s, page cache, no fsync): {f:.3}s per run; the runs take {:.0}x that",
                 io.read_bytes_per_second / 1e6,
                 io.write_bytes_per_second / 1e6,
                 mean / f.max(1e-9)
