@@ -269,6 +269,8 @@ impl TableStore {
         // stored row counted at the stored file's width: new keys topping
         // up a file one wide row made wide go to a file of their own width.
         let width = self.file_width();
+        let at: std::collections::HashMap<&str, usize> =
+            (self.columns.iter().enumerate()).map(|(i, (n, _))| (n.as_str(), i)).collect();
         let widths: Vec<usize> = (plan.sources.iter())
             .map(|&(s, i)| if s == 0 { old.num_columns() } else { width(new[i]) })
             .collect();
@@ -277,13 +279,19 @@ impl TableStore {
                 // Each file in the columns its rows' sides hold, then without
                 // those NULL in all its rows.
                 let order = &plan.sources[r.clone()];
-                let side = |s: usize| order.iter().any(|o| o.0 == s);
-                let (stored, added) = (side(0), side(1));
+                let stored = order.iter().any(|o| o.0 == 0);
+                // The data columns this range's own new versions fill: a
+                // narrow range is not gathered in a wide version's columns.
+                let added: Vec<&Version> =
+                    order.iter().filter(|o| o.0 == 1).map(|o| new[o.1]).collect();
+                let added = (!added.is_empty()).then(|| self.columns_kept(Some(&added)));
+                let from_new = |name: &str| match (&added, at.get(name)) {
+                    (Some(a), Some(&i)) => a[i],
+                    (Some(_), None) => sources.holds(1, name), // system columns
+                    (None, _) => false,
+                };
                 let fields: Vec<_> = (schema.fields().iter())
-                    .filter(|f| {
-                        (stored && sources.holds(0, f.name()))
-                            || (added && sources.holds(1, f.name()))
-                    })
+                    .filter(|f| (stored && sources.holds(0, f.name())) || from_new(f.name()))
                     .cloned()
                     .collect();
                 let cols = (fields.iter().map(|f| sources.column(f, order)))

@@ -37,13 +37,12 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use deltalake::arrow::array::RecordBatch;
+use deltalake::arrow::array::{new_null_array, RecordBatch};
 use deltalake::arrow::datatypes::{Field, Schema};
 use deltalake::arrow::error::ArrowError;
 use std::os::unix::fs::FileExt;
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::gather::Sources;
 use super::rowcodec::{self, CodecError, Columns};
 
 const MAGIC: &[u8; 8] = b"CLROWS01";
@@ -371,21 +370,28 @@ fn joined(pieces: &[RecordBatch]) -> std::result::Result<RecordBatch, ArrowError
     }
     let mut fields: Vec<Arc<Field>> = vec![];
     let mut seen = std::collections::HashSet::new();
-    for f in pieces.iter().flat_map(|p| p.schema().fields().iter().cloned().collect::<Vec<_>>()) {
-        if seen.insert(f.name().clone()) {
-            fields.push(f);
+    for p in pieces {
+        for f in p.schema().fields() {
+            if seen.insert(f.name().clone()) {
+                fields.push(f.clone());
+            }
         }
     }
-    let refs: Vec<&RecordBatch> = pieces.iter().collect();
-    let sources = Sources::new(&refs);
-    let order: Vec<(usize, usize)> = (pieces.iter().enumerate())
-        .flat_map(|(s, p)| (0..p.num_rows()).map(move |r| (s, r)))
-        .collect();
-    let cols = (fields.iter())
-        .map(|f| sources.column(f, &order))
-        .collect::<std::result::Result<Vec<_>, _>>()?;
     let schema = Arc::new(Schema::new_with_metadata(fields, first.metadata().clone()));
-    RecordBatch::try_new(schema, cols)
+    // Each piece padded with NULL columns of its own length (a piece is at
+    // most `PIECE_ROWS` rows), then joined column by column.
+    let padded = (pieces.iter())
+        .map(|p| {
+            let cols = (schema.fields().iter())
+                .map(|f| match p.column_by_name(f.name()) {
+                    Some(c) => c.clone(),
+                    None => new_null_array(f.data_type(), p.num_rows()),
+                })
+                .collect();
+            RecordBatch::try_new(schema.clone(), cols)
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    deltalake::arrow::compute::concat_batches(&schema, &padded)
 }
 
 fn read_rows(
