@@ -122,7 +122,7 @@ impl TableStore {
         let batches = (batches.into_iter())
             .map(|b| super::convert::padded_to(b, &schema))
             .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(|e| self.data_err(e))?;
+            .map_err(|e| self.data_err(e.to_string()))?;
         let all = deltalake::arrow::compute::concat_batches(&schema, &batches)
             .map_err(|e| self.data_err(e.to_string()))?;
         let briefs = briefs.joined();

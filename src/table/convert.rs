@@ -453,7 +453,7 @@ pub(super) fn positions(schema: &ArrowSchema) -> std::collections::HashMap<&str,
 pub(super) fn padded_to(
     batch: RecordBatch,
     schema: &Arc<ArrowSchema>,
-) -> std::result::Result<RecordBatch, String> {
+) -> std::result::Result<RecordBatch, deltalake::arrow::error::ArrowError> {
     if batch.schema() == *schema {
         return Ok(batch);
     }
@@ -465,7 +465,7 @@ pub(super) fn padded_to(
             None => deltalake::arrow::array::new_null_array(f.data_type(), n),
         })
         .collect();
-    RecordBatch::try_new(schema.clone(), cols).map_err(|e| e.to_string())
+    RecordBatch::try_new(schema.clone(), cols)
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use deltalake::arrow::array::{new_null_array, RecordBatch};
+use deltalake::arrow::array::RecordBatch;
 use deltalake::arrow::datatypes::{Field, Schema};
 use deltalake::arrow::error::ArrowError;
 use std::os::unix::fs::FileExt;
@@ -378,18 +378,10 @@ fn joined(pieces: &[RecordBatch]) -> std::result::Result<RecordBatch, ArrowError
         }
     }
     let schema = Arc::new(Schema::new_with_metadata(fields, first.metadata().clone()));
-    // Each piece padded with NULL columns of its own length (a piece is at
-    // most `PIECE_ROWS` rows), then joined column by column.
+    // Each piece (at most `PIECE_ROWS` rows) padded with NULL columns of
+    // its own length, then joined column by column.
     let padded = (pieces.iter())
-        .map(|p| {
-            let cols = (schema.fields().iter())
-                .map(|f| match p.column_by_name(f.name()) {
-                    Some(c) => c.clone(),
-                    None => new_null_array(f.data_type(), p.num_rows()),
-                })
-                .collect();
-            RecordBatch::try_new(schema.clone(), cols)
-        })
+        .map(|p| super::convert::padded_to(p.clone(), &schema))
         .collect::<std::result::Result<Vec<_>, _>>()?;
     deltalake::arrow::compute::concat_batches(&schema, &padded)
 }
