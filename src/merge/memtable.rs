@@ -122,8 +122,7 @@ impl MemTable {
                 }
             }
             if st.current.is_none() {
-                st.latest_closed =
-                    st.history.iter().max_by(|a, b| self.spec.cmp_versions(a, b)).cloned();
+                st.latest_closed = self.spec.latest_closed(&st.history).cloned();
             }
         }
         st

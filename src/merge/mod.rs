@@ -344,6 +344,20 @@ impl Spec {
         version_order(self.cmp_seq(&a.data, &b.data), a.exec, b.exec)
     }
 
+    /// The last of a deleted key's closed versions: the one its delete
+    /// closed, whose end is where the key may come back. In processing time
+    /// that is the highest in version order; in business time the latest to
+    /// end (a backdated row can hand the delete to a version of a lower
+    /// sequence, docs/scd2.md, "Business time").
+    pub fn latest_closed<'a>(&self, history: &'a [Version]) -> Option<&'a Version> {
+        match self.valid_time {
+            ValidTime::Processing => history.iter().max_by(|a, b| self.cmp_versions(a, b)),
+            _ => history
+                .iter()
+                .max_by(|a, b| a.valid_to.cmp(&b.valid_to).then_with(|| self.cmp_versions(a, b))),
+        }
+    }
+
     /// Compares the sequence columns of two rows in place (no allocation: this runs in sorts).
     pub fn cmp_seq(&self, a: &[Value], b: &[Value]) -> Ordering {
         for &i in &self.seq {

@@ -239,6 +239,9 @@ impl KeyRun<'_> {
         let prev =
             all.iter().rev().find(|v| v.valid_from.is_some_and(|f| f <= bt)).map(|v| (*v).clone());
         let next_start = all.iter().filter_map(|v| v.valid_from).filter(|f| *f > bt).min();
+        // The date falls inside `prev`, not in a gap after it (the key
+        // deleted, then back later).
+        let covers = |p: &Version| p.valid_to.is_none_or(|t| t > bt);
         match prev {
             Some(p) if p.valid_from == Some(bt) => {
                 if spec.all_equal(&p.data, &r.data) {
@@ -251,17 +254,35 @@ impl KeyRun<'_> {
                 self.replace(p, np, out);
                 out.stats.restated += 1;
             }
-            Some(p) if spec.tracked_equal(&p.data, &r.data) => out.stats.late_noop += 1,
+            Some(p) if covers(&p) && spec.tracked_equal(&p.data, &r.data) => {
+                out.stats.late_noop += 1
+            }
             prev => {
-                let to = next_start.unwrap_or(bt);
-                let v = self.closed(r.data, bt, to);
+                // The version it splits ends at the new date; the new one
+                // ends where the next starts or where the split one ended,
+                // whichever comes first. Splitting a version a delete closed
+                // hands the delete on: the new version is the one that was
+                // in effect when the key was deleted (docs/scd2.md, "Business
+                // time").
+                let split = prev.filter(|p| covers(p));
+                let to =
+                    next_start.into_iter().chain(split.as_ref().and_then(|p| p.valid_to)).min();
+                let to = to.unwrap_or(bt);
+                let takes_delete =
+                    split.as_ref().is_some_and(|p| p.deleted && p.valid_to == Some(to));
+                let mut v = self.closed(r.data, bt, to);
+                v.deleted = takes_delete;
                 self.history.push(v.clone());
-                out.history_appends.push(v);
+                out.history_appends.push(v.clone());
                 out.stats.late_inserted += 1;
-                if let Some(p) = prev {
+                if let Some(p) = split {
                     let mut np = p.clone();
                     np.valid_to = Some(bt);
+                    np.deleted = p.deleted && !takes_delete;
                     self.replace(p, np, out);
+                }
+                if takes_delete {
+                    self.latest_closed = Some(v);
                 }
             }
         }
@@ -273,7 +294,10 @@ impl KeyRun<'_> {
             new.loc = None;
             out.history_replacements.push((loc, new.clone()));
             if let Some(h) = self.history.iter_mut().find(|h| h.loc == Some(loc)) {
-                *h = new;
+                // Still the stored row: a second change to it in this run
+                // (two backdated rows splitting it) replaces it again, and
+                // the last replacement is the one written.
+                *h = Version { loc: Some(loc), ..new };
             }
         } else if let Some(i) = out.history_appends.iter().position(|h| *h == old) {
             out.history_appends[i] = new.clone();

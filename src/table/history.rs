@@ -308,8 +308,7 @@ impl TableStore {
         }
         for (k, st) in states.iter_mut() {
             if st.current.is_none() && self.index.get(&k[..]).is_some_and(|e| e.summary.deleted()) {
-                st.latest_closed =
-                    st.history.iter().max_by(|a, b| spec.cmp_versions(a, b)).cloned();
+                st.latest_closed = spec.latest_closed(&st.history).cloned();
             }
         }
         Ok(())

@@ -322,6 +322,111 @@ fn scd2_business_time_backdated_row_is_inserted_between_neighbours() {
     );
 }
 
+/// Each version of key 1 as (from day, to day, city, current, deleted).
+fn days(t: &MemTable, day: i64) -> Vec<(i64, Option<i64>, String, bool, bool)> {
+    let mut rows: Vec<_> = t
+        .rows()
+        .iter()
+        .map(|v| {
+            (
+                v.valid_from.unwrap() / day,
+                v.valid_to.map(|x| x / day),
+                city(v),
+                v.current,
+                v.deleted,
+            )
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+#[test]
+fn scd2_business_time_backdated_row_before_a_delete_takes_the_delete_on() {
+    // The key is deleted on day 10; a row dated day 5 arrives afterwards.
+    // It was in effect when the key was deleted, so the delete closes it
+    // (as it does when the same rows come in one run, in date order).
+    let day = 86_400_000_000;
+    let mut t = table(Strategy::Scd2, |s| {
+        s.seq = vec![];
+        s.valid_time = ValidTime::Date(day);
+    });
+    t.run(vec![up(1, "jan", 0)]);
+    t.spec.valid_time = ValidTime::Date(10 * day);
+    t.run(vec![del(1, 0)]);
+    t.spec.valid_time = ValidTime::Date(5 * day);
+    t.run(vec![up(1, "may", 0)]);
+    let want =
+        vec![(1, Some(5), "jan".into(), false, false), (5, Some(10), "may".into(), false, true)];
+    assert_eq!(days(&t, day), want);
+    // A second backdated row before the delete moves it on again.
+    t.spec.valid_time = ValidTime::Date(7 * day);
+    t.run(vec![up(1, "jul", 0)]);
+    assert_eq!(
+        days(&t, day),
+        vec![
+            (1, Some(5), "jan".into(), false, false),
+            (5, Some(7), "may".into(), false, false),
+            (7, Some(10), "jul".into(), false, true)
+        ]
+    );
+    // The key stays deleted: a row dated before the delete does not reopen it.
+    assert!(t.rows().iter().all(|v| !v.current));
+}
+
+#[test]
+fn scd2_business_time_a_deleted_key_comes_back_only_after_its_delete_date() {
+    // The delete passes to a backdated row whose sequence is lower than the
+    // version it splits; the key's end is still the delete's date (day 10),
+    // so a row of day 7 is backdated and one of day 12 brings the key back.
+    let day = 86_400_000_000;
+    let mut t = table(Strategy::Scd2, |s| s.valid_time = ValidTime::Date(day));
+    t.run(vec![up(1, "jan", 1)]);
+    t.spec.valid_time = ValidTime::Date(10 * day);
+    t.run(vec![del(1, 10)]);
+    t.spec.valid_time = ValidTime::Date(5 * day);
+    t.run(vec![up(1, "may", 0)]);
+    t.spec.valid_time = ValidTime::Date(7 * day);
+    t.run(vec![up(1, "jul", 2)]);
+    assert_eq!(
+        days(&t, day),
+        vec![
+            (1, Some(5), "jan".into(), false, false),
+            (5, Some(7), "may".into(), false, false),
+            (7, Some(10), "jul".into(), false, true)
+        ]
+    );
+    t.spec.valid_time = ValidTime::Date(12 * day);
+    t.run(vec![up(1, "dec", 3)]);
+    assert_eq!(days(&t, day).last(), Some(&(12, None, "dec".into(), true, false)));
+}
+
+#[test]
+fn scd2_business_time_backdated_row_in_a_gap_after_a_delete_leaves_the_deleted_version_alone() {
+    // Deleted on day 4, back on day 10; a row dated day 6 fills the gap
+    // up to day 10 and the deleted version keeps its end and its mark.
+    let day = 86_400_000_000;
+    let mut t = table(Strategy::Scd2, |s| {
+        s.seq = vec![];
+        s.valid_time = ValidTime::Date(day);
+    });
+    t.run(vec![up(1, "jan", 0)]);
+    t.spec.valid_time = ValidTime::Date(4 * day);
+    t.run(vec![del(1, 0)]);
+    t.spec.valid_time = ValidTime::Date(10 * day);
+    t.run(vec![up(1, "oct", 0)]);
+    t.spec.valid_time = ValidTime::Date(6 * day);
+    t.run(vec![up(1, "jan", 0)]);
+    assert_eq!(
+        days(&t, day),
+        vec![
+            (1, Some(4), "jan".into(), false, true),
+            (6, Some(10), "jan".into(), false, false),
+            (10, None, "oct".into(), true, false)
+        ]
+    );
+}
+
 #[test]
 fn guardrail_reject_duplicates_fails_the_batch() {
     let mut t = table(Strategy::Scd2, |s| s.reject_duplicates = true);
