@@ -402,6 +402,29 @@ fn scd2_business_time_a_deleted_key_comes_back_only_after_its_delete_date() {
 }
 
 #[test]
+fn scd2_business_time_two_backdated_rows_in_one_run_split_a_stored_version_in_turn() {
+    // Business time from the row (`MOD`), every version of a batch kept:
+    // days 7 and then 4 split the stored version of day 1 in one run,
+    // the later date first (its sequence is lower).
+    let day = 86_400_000_000;
+    let mut t = table(Strategy::Scd2, |s| {
+        s.valid_time = ValidTime::Column(MOD);
+        s.intra_batch_all = true;
+    });
+    t.run(vec![up_mod(1, "jan", 5, day), up_mod(1, "oct", 9, 10 * day)]);
+    t.run(vec![up_mod(1, "jul", 6, 7 * day), up_mod(1, "apr", 7, 4 * day)]);
+    assert_eq!(
+        days(&t, day),
+        vec![
+            (1, Some(4), "jan".into(), false, false),
+            (4, Some(7), "apr".into(), false, false),
+            (7, Some(10), "jul".into(), false, false),
+            (10, None, "oct".into(), true, false)
+        ]
+    );
+}
+
+#[test]
 fn scd2_business_time_backdated_row_in_a_gap_after_a_delete_leaves_the_deleted_version_alone() {
     // Deleted on day 4, back on day 10; a row dated day 6 fills the gap
     // up to day 10 and the deleted version keeps its end and its mark.
