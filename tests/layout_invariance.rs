@@ -11,7 +11,9 @@
 //! stream here is seeded and random: updates of some columns, NULLs sent
 //! and fields left out, deletes and revivals, late and duplicate events,
 //! several versions of a key in one batch, sparse columns that appear in a
-//! few rows and one wide row a batch.
+//! few rows and one wide row a batch; as flat JSON lines, and as Debezium
+//! envelopes whose updates may send a large text column as the connector's
+//! placeholder for an unchanged TOAST value.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -56,11 +58,21 @@ struct Key {
     deleted: bool,
 }
 
-/// One event as a flat JSON line. `ts` follows the sequence, so scd2's
+/// One event of the stream, before it is written in a source format.
+struct Event {
+    id: u64,
+    seq: u64,
+    delete: bool,
+    /// Carries 80 more fields than any other row.
+    wide: bool,
+}
+
+/// An event's row as JSON fields. `ts` follows the sequence, so scd2's
 /// business time (`valid_time: column:ts`) orders versions as `seq` does.
-fn event(rng: &mut Rng, id: u64, seq: u64, op: &str, wide: bool) -> String {
+fn fields(rng: &mut Rng, e: &Event) -> Vec<String> {
+    let seq = e.seq;
     let mut fields = vec![
-        format!("\"id\":{id}"),
+        format!("\"id\":{}", e.id),
         format!("\"seq\":{seq}"),
         format!(
             "\"ts\":\"2024-01-01T{:02}:{:02}:{:02}Z\"",
@@ -68,7 +80,6 @@ fn event(rng: &mut Rng, id: u64, seq: u64, op: &str, wide: bool) -> String {
             seq / 60 % 60,
             seq % 60
         ),
-        format!("\"op\":\"{op}\""),
     ];
     // Each base column: a value, an explicit NULL, or left out.
     let values = [
@@ -95,23 +106,55 @@ fn event(rng: &mut Rng, id: u64, seq: u64, op: &str, wide: bool) -> String {
             fields.push(format!("\"k{s}\":{}", rng.below(100)));
         }
     }
-    if wide {
+    if e.wide {
         for w in 0..80 {
             fields.push(format!("\"w{w}\":{}", rng.below(10)));
         }
     }
-    format!("{{{}}}\n", fields.join(","))
+    fields
 }
 
-/// The stream's batches: a load, then batches of updates, deletes,
-/// revivals, new keys, late and duplicate events.
-fn batches(seed: u64) -> Vec<String> {
+/// A flat JSON line; `op` says whether it is a delete (`delete_when`).
+fn flat(rng: &mut Rng, e: &Event) -> String {
+    let mut f = fields(rng, e);
+    f.push(format!("\"op\":\"{}\"", if e.delete { "D" } else { "U" }));
+    format!("{{{}}}\n", f.join(","))
+}
+
+/// A Debezium envelope (`source.lsn` is the sequence). An update may send
+/// its large text column as the connector's placeholder for an unchanged
+/// TOAST value, which takes the stored value (docs/events.md).
+fn debezium(rng: &mut Rng, e: &Event) -> String {
+    let source = format!("\"source\":{{\"lsn\":{},\"ts_ms\":{}}}", e.seq, 1_000 * e.seq);
+    if e.delete {
+        return format!(
+            "{{\"before\":{{\"id\":{}}},\"after\":null,{source},\"op\":\"d\",\"ts_ms\":1}}\n",
+            e.id
+        );
+    }
+    let mut f = fields(rng, e);
+    let note = match rng.below(10) {
+        0..=2 if e.seq > 1 => "__debezium_unavailable_value".to_string(),
+        _ => format!("a long note {}", rng.below(7)),
+    };
+    f.push(format!("\"note\":\"{note}\""));
+    let op = if e.seq == 1 { "c" } else { "u" };
+    format!(
+        "{{\"before\":null,\"after\":{{{}}},{source},\"op\":\"{op}\",\"ts_ms\":1}}\n",
+        f.join(",")
+    )
+}
+
+/// The stream's batches, each event written by `line`: a load, then
+/// batches of updates, deletes, revivals, new keys, late and duplicate
+/// events.
+fn batches(seed: u64, line: fn(&mut Rng, &Event) -> String) -> Vec<String> {
     let mut rng = Rng(seed);
     let mut keys: BTreeMap<u64, Key> = BTreeMap::new();
     let mut out = vec![];
     let mut load = String::new();
     for id in 0..KEYS * 3 / 4 {
-        load.push_str(&event(&mut rng, id, 1, "U", false));
+        load.push_str(&line(&mut rng, &Event { id, seq: 1, delete: false, wide: false }));
         keys.insert(id, Key { seq: 1, deleted: false });
     }
     out.push(load);
@@ -122,30 +165,30 @@ fn batches(seed: u64) -> Vec<String> {
             let id = rng.below(KEYS);
             let wide = i == wide_at;
             let known = keys.get(&id).cloned();
-            let line = match known {
+            let e = match known {
                 // A late event: older than what the key has.
                 Some(k) if k.seq > 2 && rng.chance(8) => {
                     let seq = 1 + rng.below(k.seq - 1);
-                    let op = if rng.chance(20) { "D" } else { "U" };
-                    event(&mut rng, id, seq, op, wide)
+                    Event { id, seq, delete: rng.chance(20), wide }
                 }
                 Some(k) => {
                     let seq = k.seq + 1 + rng.below(3);
                     let delete = !k.deleted && rng.chance(10);
                     keys.insert(id, Key { seq, deleted: delete });
-                    event(&mut rng, id, seq, if delete { "D" } else { "U" }, wide)
+                    Event { id, seq, delete, wide }
                 }
                 None => {
                     let seq = 1 + rng.below(5);
                     keys.insert(id, Key { seq, deleted: false });
-                    event(&mut rng, id, seq, "U", wide)
+                    Event { id, seq, delete: false, wide }
                 }
             };
+            let l = line(&mut rng, &e);
             // An exact duplicate, sometimes, later in the same batch.
             if rng.chance(5) {
-                batch.push(line.clone());
+                batch.push(l.clone());
             }
-            batch.push(line);
+            batch.push(l);
         }
         // Duplicates move about: a few lines swap places.
         for _ in 0..10 {
@@ -158,6 +201,11 @@ fn batches(seed: u64) -> Vec<String> {
 }
 
 fn config(strategy: &str, layout: &str) -> String {
+    if let Some(strategy) = strategy.strip_prefix("debezium-") {
+        return format!(
+            "systems: {{src: {{type: jsonl, format: debezium, path: 'data/*.jsonl', columns: {{ts: timestamp}}}}}}\nbronze:\n  tables:\n    account:\n      source: {{system: src, object: account}}\n      business_key: [id]\n      strategy: {strategy}\n      merge: {{sequence_by: [source.lsn]}}\n      layout: {{{layout}}}\n"
+        );
+    }
     let mut merge = String::from("sequence_by: [seq], delete_when: \"op = 'D'\"");
     let strategy = match strategy {
         "scd1" => "scd1",
@@ -173,6 +221,7 @@ fn config(strategy: &str, layout: &str) -> String {
             merge.push_str(", valid_time: \"column:ts\", intra_batch: all");
             "scd2"
         }
+        "scd2-processing" => "scd2",
         other => panic!("{other}"),
     };
     format!(
@@ -221,13 +270,14 @@ fn run_once(cfg: &Path) {
 
 /// Every row as Python `deltalake` reads it (deletion vectors honoured),
 /// sorted, without the run's execution id (it differs between tables by design).
-fn rows(table: &Path) -> Vec<String> {
+fn rows(table: &Path, drop: &[&str]) -> Vec<String> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/read_delta.py");
     let out = Command::new("python3")
         .arg(script)
         .arg(table)
         .arg("{}")
         .arg("_execution_id")
+        .args(drop)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -249,7 +299,8 @@ fn difference(want: &[String], got: &[String]) -> String {
 }
 
 fn one_stream(strategy: &str, seed: u64) {
-    let stream = batches(seed);
+    let debezium_format = strategy.starts_with("debezium-");
+    let stream = batches(seed, if debezium_format { debezium } else { flat });
     let dirs: Vec<tempfile::TempDir> =
         VARIANTS.iter().map(|_| tempfile::tempdir().unwrap()).collect();
     let cfgs: Vec<PathBuf> = VARIANTS
@@ -267,7 +318,11 @@ fn one_stream(strategy: &str, seed: u64) {
             run_once(cfg);
         }
     }
-    let tables: Vec<Vec<String>> = dirs.iter().map(|d| rows(&table(d))).collect();
+    // In processing time the intervals are commit times: they differ
+    // between two tables by design, and version order is by sequence.
+    let processing = ["scd2-processing", "debezium-scd2"].contains(&strategy);
+    let drop: &[&str] = if processing { &["_valid_from", "_valid_to"] } else { &[] };
+    let tables: Vec<Vec<String>> = dirs.iter().map(|d| rows(&table(d), drop)).collect();
     let reference = &tables[0];
     assert!(
         reference.len() >= KEYS as usize / 2,
@@ -283,7 +338,17 @@ fn one_stream(strategy: &str, seed: u64) {
             difference(reference, got)
         );
     }
-    if strategy.starts_with("scd2") {
+    if debezium_format {
+        // The placeholder is never data (docs/events.md, "Unchanged TOAST
+        // values"); the stream did delete and keep notes.
+        assert!(
+            !reference.iter().any(|r| r.contains("__debezium_unavailable_value")),
+            "{strategy}"
+        );
+        assert!(reference.iter().any(|r| r.contains("\"_is_deleted\": true")), "{strategy}");
+        assert!(reference.iter().any(|r| r.contains("a long note")), "{strategy}");
+    }
+    if strategy.ends_with("scd2") || strategy.starts_with("scd2") {
         // One open version per key at most.
         let mut open: BTreeMap<String, usize> = BTreeMap::new();
         for r in reference {
@@ -323,6 +388,27 @@ fn layouts_scd1_hard_deletes_hold_the_same_rows() {
 fn layouts_scd2_hold_the_same_history() {
     for seed in seeds([0x2545_F491_4F6C_DD1D, 0x6A09_E667_F3BC_C908]) {
         one_stream("scd2", seed);
+    }
+}
+
+#[test]
+fn layouts_scd2_in_processing_time_hold_the_same_history() {
+    for seed in seeds([0x510E_527F_ADE6_82D1, 0x9B05_688C_2B3E_6C1F]) {
+        one_stream("scd2-processing", seed);
+    }
+}
+
+#[test]
+fn layouts_debezium_scd1_with_unchanged_toast_values_hold_the_same_rows() {
+    for seed in seeds([0x1F83_D9AB_FB41_BD6B, 0x5BE0_CD19_137E_2179]) {
+        one_stream("debezium-scd1", seed);
+    }
+}
+
+#[test]
+fn layouts_debezium_scd2_with_unchanged_toast_values_hold_the_same_history() {
+    for seed in seeds([0xCBBB_9D5D_C105_9ED8, 0x629A_292A_367C_D507]) {
+        one_stream("debezium-scd2", seed);
     }
 }
 
