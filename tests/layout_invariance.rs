@@ -418,3 +418,59 @@ fn layouts_scd2_every_version_in_a_batch_hold_the_same_history() {
         one_stream("scd2-all", seed);
     }
 }
+
+/// docs/scd2.md, "Business time": a row dated before the delete that closed
+/// a key, arriving after it, takes the delete on — through the Delta table
+/// (a stored history row rewritten with its new end and without its mark),
+/// in every layout, as an independent reader sees it.
+#[test]
+fn scd2_business_time_backdated_row_before_a_delete_takes_the_delete_on_in_every_layout() {
+    for v in &VARIANTS {
+        let d = tempfile::tempdir().unwrap();
+        let cfg = write(
+            d.path(),
+            "c.yaml",
+            &format!(
+                "systems: {{src: {{type: jsonl, path: 'data/*.jsonl', columns: {{day: date}}}}}}\nbronze:\n  tables:\n    account:\n      source: {{system: src, object: account}}\n      business_key: [id]\n      strategy: scd2\n      merge: {{valid_time: \"column:day\", delete_when: \"op = 'D'\"}}\n      layout: {{{}}}\n",
+                v.layout
+            ),
+        );
+        let rows = [
+            r#"{"id":1,"city":"jan","day":"2026-01-01","op":"U"}"#,
+            r#"{"id":2,"city":"other","day":"2026-01-01","op":"U"}"#,
+            r#"{"id":1,"city":"jan","day":"2026-01-10","op":"D"}"#,
+            r#"{"id":1,"city":"may","day":"2026-01-05","op":"U"}"#,
+        ];
+        for (n, r) in rows.iter().enumerate() {
+            write(d.path(), &format!("data/{n:02}.jsonl"), &format!("{r}\n"));
+            run_once(&cfg);
+        }
+        let mut got: Vec<(String, String, String, bool, bool)> =
+            rows_of(&d.path().join("lake/bronze/account"))
+                .into_iter()
+                .filter(|r| r["id"] == 1)
+                .map(|r| {
+                    let day =
+                        |c: &str| r[c].as_str().map_or("open".into(), |s| s[..10].to_string());
+                    let city = r["city"].as_str().unwrap().to_string();
+                    (
+                        day("_valid_from"),
+                        day("_valid_to"),
+                        city,
+                        r["_is_current"] == true,
+                        r["_is_deleted"] == true,
+                    )
+                })
+                .collect();
+        got.sort();
+        let want = vec![
+            ("2026-01-01".into(), "2026-01-05".into(), "jan".into(), false, false),
+            ("2026-01-05".into(), "2026-01-10".into(), "may".into(), false, true),
+        ];
+        assert_eq!(got, want, "{}", v.name);
+    }
+}
+
+fn rows_of(table: &Path) -> Vec<serde_json::Value> {
+    rows(table, &[]).iter().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
