@@ -65,17 +65,33 @@ impl Drop for Server {
     }
 }
 
-/// One raw HTTP/1.1 request on loopback; returns the status code.
+/// One raw HTTP/1.1 request on loopback; returns the status code. A
+/// server that has just started listening can still reset a connection
+/// (moto did once in CI, on creating a bucket): the request is sent again
+/// for up to 10 s. Only for requests that may be repeated (a bucket's
+/// creation answers 409 the second time).
 pub fn http(port: u16, method: &str, path: &str) -> u16 {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match http_once(port, method, path) {
+            Ok(code) => return code,
+            Err(e) if Instant::now() >= deadline => {
+                panic!("{method} {path} on 127.0.0.1:{port}: {e}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
+fn http_once(port: u16, method: &str, path: &str) -> std::io::Result<u16> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
     write!(
         s,
         "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
+    )?;
     let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
+    s.read_to_string(&mut out)?;
+    Ok(out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0))
 }
 
 /// Starts `cmd` (its output discarded) and waits until it listens on `port`.
