@@ -296,20 +296,14 @@ fn scd2_business_time_same_date_is_a_restatement_in_place() {
 
 #[test]
 fn scd2_business_time_backdated_row_is_inserted_between_neighbours() {
-    let day = 86_400_000_000;
-    let mut t = table(Strategy::Scd2, |s| {
-        s.seq = vec![];
-        s.valid_time = ValidTime::Date(day);
-    });
-    t.run(vec![up(1, "jan", 0)]);
-    t.spec.valid_time = ValidTime::Date(10 * day);
-    t.run(vec![up(1, "oct", 0)]);
-    t.spec.valid_time = ValidTime::Date(5 * day);
-    t.run(vec![up(1, "may", 0)]);
+    let mut t = dated(false);
+    on_day(&mut t, 1, up(1, "jan", 0));
+    on_day(&mut t, 10, up(1, "oct", 0));
+    on_day(&mut t, 5, up(1, "may", 0));
     let mut rows: Vec<_> = t
         .rows()
         .iter()
-        .map(|v| (v.valid_from.unwrap() / day, v.valid_to.map(|x| x / day), city(v), v.current))
+        .map(|v| (v.valid_from.unwrap() / DAY, v.valid_to.map(|x| x / DAY), city(v), v.current))
         .collect();
     rows.sort();
     assert_eq!(
@@ -322,15 +316,34 @@ fn scd2_business_time_backdated_row_is_inserted_between_neighbours() {
     );
 }
 
+const DAY: i64 = 86_400_000_000;
+
+/// An scd2 table stamped with one business date per run (`date:`), with or
+/// without a sequence.
+fn dated(sequenced: bool) -> MemTable {
+    table(Strategy::Scd2, |s| {
+        if !sequenced {
+            s.seq = vec![];
+        }
+        s.valid_time = ValidTime::Date(DAY);
+    })
+}
+
+/// Runs `row` as of `day`.
+fn on_day(t: &mut MemTable, day: i64, row: InRow) {
+    t.spec.valid_time = ValidTime::Date(day * DAY);
+    t.run(vec![row]);
+}
+
 /// Each version of key 1 as (from day, to day, city, current, deleted).
-fn days(t: &MemTable, day: i64) -> Vec<(i64, Option<i64>, String, bool, bool)> {
+fn days(t: &MemTable) -> Vec<(i64, Option<i64>, String, bool, bool)> {
     let mut rows: Vec<_> = t
         .rows()
         .iter()
         .map(|v| {
             (
-                v.valid_from.unwrap() / day,
-                v.valid_to.map(|x| x / day),
+                v.valid_from.unwrap() / DAY,
+                v.valid_to.map(|x| x / DAY),
                 city(v),
                 v.current,
                 v.deleted,
@@ -346,24 +359,17 @@ fn scd2_business_time_backdated_row_before_a_delete_takes_the_delete_on() {
     // The key is deleted on day 10; a row dated day 5 arrives afterwards.
     // It was in effect when the key was deleted, so the delete closes it
     // (as it does when the same rows come in one run, in date order).
-    let day = 86_400_000_000;
-    let mut t = table(Strategy::Scd2, |s| {
-        s.seq = vec![];
-        s.valid_time = ValidTime::Date(day);
-    });
-    t.run(vec![up(1, "jan", 0)]);
-    t.spec.valid_time = ValidTime::Date(10 * day);
-    t.run(vec![del(1, 0)]);
-    t.spec.valid_time = ValidTime::Date(5 * day);
-    t.run(vec![up(1, "may", 0)]);
+    let mut t = dated(false);
+    on_day(&mut t, 1, up(1, "jan", 0));
+    on_day(&mut t, 10, del(1, 0));
+    on_day(&mut t, 5, up(1, "may", 0));
     let want =
         vec![(1, Some(5), "jan".into(), false, false), (5, Some(10), "may".into(), false, true)];
-    assert_eq!(days(&t, day), want);
+    assert_eq!(days(&t), want);
     // A second backdated row before the delete moves it on again.
-    t.spec.valid_time = ValidTime::Date(7 * day);
-    t.run(vec![up(1, "jul", 0)]);
+    on_day(&mut t, 7, up(1, "jul", 0));
     assert_eq!(
-        days(&t, day),
+        days(&t),
         vec![
             (1, Some(5), "jan".into(), false, false),
             (5, Some(7), "may".into(), false, false),
@@ -379,26 +385,21 @@ fn scd2_business_time_a_deleted_key_comes_back_only_after_its_delete_date() {
     // The delete passes to a backdated row whose sequence is lower than the
     // version it splits; the key's end is still the delete's date (day 10),
     // so a row of day 7 is backdated and one of day 12 brings the key back.
-    let day = 86_400_000_000;
-    let mut t = table(Strategy::Scd2, |s| s.valid_time = ValidTime::Date(day));
-    t.run(vec![up(1, "jan", 1)]);
-    t.spec.valid_time = ValidTime::Date(10 * day);
-    t.run(vec![del(1, 10)]);
-    t.spec.valid_time = ValidTime::Date(5 * day);
-    t.run(vec![up(1, "may", 0)]);
-    t.spec.valid_time = ValidTime::Date(7 * day);
-    t.run(vec![up(1, "jul", 2)]);
+    let mut t = dated(true);
+    on_day(&mut t, 1, up(1, "jan", 1));
+    on_day(&mut t, 10, del(1, 10));
+    on_day(&mut t, 5, up(1, "may", 0));
+    on_day(&mut t, 7, up(1, "jul", 2));
     assert_eq!(
-        days(&t, day),
+        days(&t),
         vec![
             (1, Some(5), "jan".into(), false, false),
             (5, Some(7), "may".into(), false, false),
             (7, Some(10), "jul".into(), false, true)
         ]
     );
-    t.spec.valid_time = ValidTime::Date(12 * day);
-    t.run(vec![up(1, "dec", 3)]);
-    assert_eq!(days(&t, day).last(), Some(&(12, None, "dec".into(), true, false)));
+    on_day(&mut t, 12, up(1, "dec", 3));
+    assert_eq!(days(&t).last(), Some(&(12, None, "dec".into(), true, false)));
 }
 
 #[test]
@@ -406,15 +407,14 @@ fn scd2_business_time_two_backdated_rows_in_one_run_split_a_stored_version_in_tu
     // Business time from the row (`MOD`), every version of a batch kept:
     // days 7 and then 4 split the stored version of day 1 in one run,
     // the later date first (its sequence is lower).
-    let day = 86_400_000_000;
     let mut t = table(Strategy::Scd2, |s| {
         s.valid_time = ValidTime::Column(MOD);
         s.intra_batch_all = true;
     });
-    t.run(vec![up_mod(1, "jan", 5, day), up_mod(1, "oct", 9, 10 * day)]);
-    t.run(vec![up_mod(1, "jul", 6, 7 * day), up_mod(1, "apr", 7, 4 * day)]);
+    t.run(vec![up_mod(1, "jan", 5, DAY), up_mod(1, "oct", 9, 10 * DAY)]);
+    t.run(vec![up_mod(1, "jul", 6, 7 * DAY), up_mod(1, "apr", 7, 4 * DAY)]);
     assert_eq!(
-        days(&t, day),
+        days(&t),
         vec![
             (1, Some(4), "jan".into(), false, false),
             (4, Some(7), "apr".into(), false, false),
@@ -428,20 +428,13 @@ fn scd2_business_time_two_backdated_rows_in_one_run_split_a_stored_version_in_tu
 fn scd2_business_time_backdated_row_in_a_gap_after_a_delete_leaves_the_deleted_version_alone() {
     // Deleted on day 4, back on day 10; a row dated day 6 fills the gap
     // up to day 10 and the deleted version keeps its end and its mark.
-    let day = 86_400_000_000;
-    let mut t = table(Strategy::Scd2, |s| {
-        s.seq = vec![];
-        s.valid_time = ValidTime::Date(day);
-    });
-    t.run(vec![up(1, "jan", 0)]);
-    t.spec.valid_time = ValidTime::Date(4 * day);
-    t.run(vec![del(1, 0)]);
-    t.spec.valid_time = ValidTime::Date(10 * day);
-    t.run(vec![up(1, "oct", 0)]);
-    t.spec.valid_time = ValidTime::Date(6 * day);
-    t.run(vec![up(1, "jan", 0)]);
+    let mut t = dated(false);
+    on_day(&mut t, 1, up(1, "jan", 0));
+    on_day(&mut t, 4, del(1, 0));
+    on_day(&mut t, 10, up(1, "oct", 0));
+    on_day(&mut t, 6, up(1, "jan", 0));
     assert_eq!(
-        days(&t, day),
+        days(&t),
         vec![
             (1, Some(4), "jan".into(), false, true),
             (6, Some(10), "jan".into(), false, false),
