@@ -45,19 +45,16 @@ impl<'a> Sources<'a> {
         order: &[(usize, usize)],
     ) -> Result<ArrayRef, ArrowError> {
         let name = field.name().as_str();
+        let held: Vec<Option<usize>> = self.at.iter().map(|at| at.get(name).copied()).collect();
         let null = new_null_array(field.data_type(), 1);
-        let arrays: Vec<&dyn Array> = (self.batches.iter().zip(&self.at))
-            .map(|(b, at)| match at.get(name) {
-                Some(&i) => b.column(i).as_ref(),
-                None => null.as_ref(),
-            })
+        let arrays: Vec<&dyn Array> = (self.batches.iter().zip(&held))
+            .map(|(b, i)| i.map_or(null.as_ref(), |i| b.column(i).as_ref()))
             .collect();
-        let lacking: Vec<bool> = self.at.iter().map(|at| !at.contains_key(name)).collect();
-        if !order.iter().any(|&(s, _)| lacking[s]) {
+        if order.iter().all(|&(s, _)| held[s].is_some()) {
             return interleave(&arrays, order);
         }
         let order: Vec<(usize, usize)> =
-            order.iter().map(|&(s, row)| if lacking[s] { (s, 0) } else { (s, row) }).collect();
+            order.iter().map(|&(s, row)| (s, if held[s].is_some() { row } else { 0 })).collect();
         interleave(&arrays, &order)
     }
 }
