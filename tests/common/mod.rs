@@ -189,8 +189,19 @@ pub fn promtool(args: &[&str], stdin: Option<&str>) {
     );
 }
 
+/// A loopback port nothing listens on, never the same twice in one test
+/// process: tests run in parallel, and a port handed out but not yet bound
+/// by its server could be handed out again (an Azure request of one test
+/// once reached another test's S3 server in CI).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if GIVEN.lock().unwrap().insert(port) {
+            return port;
+        }
+    }
 }
 
 /// Two tables (scd1 `account`, scd2 `account_history`) on the Debezium topic crm.public.account.
