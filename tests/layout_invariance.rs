@@ -3,7 +3,9 @@
 //! the same table, row for row as an independent reader sees it, whether
 //! replaced rows are rewritten (copy-on-write) or masked (deletion
 //! vectors), in files of 65,536 rows or of 16 that spill, split and get
-//! compacted, and with or without row companions for scd2's closes.
+//! compacted, with or without row companions for scd2's closes, and when
+//! runs are killed before or after their commit or in the upkeep after it
+//! and the work is picked up by the next run (docs/commit-protocol.md).
 //!
 //! Why a test of its own: each layout has its own code for the same rules
 //! (in-place rewrites, masks, top-ups, companions, files that hold only the
@@ -271,39 +273,94 @@ fn config(case: &Case, layout: &str) -> String {
     )
 }
 
-/// One way of storing the stream: a `layout:` and whether each run
-/// starts without its saved key index (rebuilt from the data files).
+/// One way of storing the stream: a `layout:`, whether each run starts
+/// without its saved key index (rebuilt from the data files) and whether
+/// runs are killed at the fault points (see [`crashing_run`]).
 struct Variant {
     name: &'static str,
     layout: &'static str,
     rebuild_index: bool,
+    crash: bool,
 }
 
 /// The variants compared; the first is the reference.
-const VARIANTS: [Variant; 6] = [
-    Variant { name: "copy-on-write", layout: "", rebuild_index: false },
+const VARIANTS: [Variant; 8] = [
+    Variant { name: "copy-on-write", layout: "", rebuild_index: false, crash: false },
     Variant {
         name: "copy-on-write, small files",
         layout: "file_rows: 16, spread: 4, compact_min_files: 3",
         rebuild_index: false,
+        crash: false,
     },
-    Variant { name: "deletion vectors", layout: "deletion_vectors: true", rebuild_index: false },
+    Variant {
+        name: "deletion vectors",
+        layout: "deletion_vectors: true",
+        rebuild_index: false,
+        crash: false,
+    },
     Variant {
         name: "deletion vectors, small files",
         layout: "deletion_vectors: true, file_rows: 16, spread: 4, compact_min_files: 3",
         rebuild_index: false,
+        crash: false,
     },
     Variant {
         name: "deletion vectors, small files, no companions",
         layout: "deletion_vectors: true, file_rows: 16, spread: 4, compact_min_files: 0, row_companions: off",
         rebuild_index: false,
+        crash: false,
     },
     Variant {
         name: "deletion vectors, small files, key index rebuilt every run",
         layout: "deletion_vectors: true, file_rows: 16, spread: 4",
         rebuild_index: true,
+        crash: false,
+    },
+    Variant {
+        name: "copy-on-write, small files, killed in runs",
+        layout: "file_rows: 16, spread: 4, compact_min_files: 3, checkpoint_interval: 2, vacuum_retention: 0s, log_retention: 0s",
+        rebuild_index: false,
+        crash: true,
+    },
+    Variant {
+        name: "deletion vectors, small files, killed in runs",
+        layout: "deletion_vectors: true, file_rows: 16, spread: 4, compact_min_files: 3, checkpoint_interval: 2, vacuum_retention: 0s, log_retention: 0s",
+        rebuild_index: false,
+        crash: true,
     },
 ];
+
+/// Where a killed run stops (src/faults.rs): before its commit, after it
+/// (the saved key index now behind the table), and in the upkeep after it.
+const FAULTS: [&str; 5] = [
+    "after_parquet_write",
+    "after_delta_commit",
+    "after_checkpoint",
+    "after_log_cleanup",
+    "after_vacuum",
+];
+
+/// A run killed at a fault point picked by `rng`, the n-th time it gets
+/// there (it may finish first). Whether the killed work is redone at once
+/// or by the next batch's run is picked too: a run after several killed
+/// ones replays several commits onto a key index saved before them.
+/// Returns whether the batch is still to be run.
+fn crashing_run(cfg: &Path, rng: &mut Rng) -> bool {
+    let fault = FAULTS[rng.below(FAULTS.len() as u64) as usize];
+    let nth = 1 + rng.below(3);
+    let out = Command::new(BIN)
+        .args(["run", "--once", "--config"])
+        .arg(cfg)
+        .env("CHANGELAKE_FAULT", format!("{fault}:{nth}"))
+        .output()
+        .unwrap();
+    if out.status.success() {
+        return false;
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("fault point"), "killed elsewhere than at {fault}: {err}");
+    rng.chance(50)
+}
 
 fn run_once(cfg: &Path) {
     let out = Command::new(BIN).args(["run", "--once", "--config"]).arg(cfg).output().unwrap();
@@ -351,12 +408,21 @@ fn one_stream(case: &Case, seed: u64) {
         .map(|(v, d)| write(d.path(), "c.yaml", &config(case, v.layout)))
         .collect();
     let table = |d: &tempfile::TempDir| d.path().join("lake/bronze/account");
+    let mut faults = Rng(seed ^ 0x5851_F42D_4C95_7F2D);
     for (n, batch) in stream.iter().enumerate() {
         for ((v, d), cfg) in VARIANTS.iter().zip(&dirs).zip(&cfgs) {
             write(d.path(), &format!("data/{n:02}.jsonl"), batch);
             if v.rebuild_index {
                 let _ = std::fs::remove_file(table(d).join("_changelake/key-index"));
             }
+            if !v.crash || crashing_run(cfg, &mut faults) {
+                run_once(cfg);
+            }
+        }
+    }
+    // What the last killed run left undone.
+    for ((v, _), cfg) in VARIANTS.iter().zip(&dirs).zip(&cfgs) {
+        if v.crash {
             run_once(cfg);
         }
     }
