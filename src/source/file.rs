@@ -140,11 +140,15 @@ pub fn read_csv(path: &Path, bytes: &[u8], delimiter: u8) -> Result<RawBatch, Fi
 /// caller moves them on, [`RawBatch::shift_positions`]).
 ///
 /// Chunks are byte ranges ending at a line end, and each job finds its own
-/// lines: the chunk's bytes are still in the core's cache when its lines
-/// are parsed. Finding every line of the file first read each byte from
-/// memory twice; with the schema wrapper (1.7 KB a message) that second
-/// read was a seventh of the decode.
-fn in_line_chunks<R: Send>(bytes: &[u8], decode: impl Fn(&[&[u8]]) -> R + Sync) -> Vec<(u64, R)> {
+/// lines, one at a time as it decodes them ([`ChunkLines`]): a line's
+/// bytes are still in the core's cache when it is parsed. Finding every
+/// line of the file first read each byte from memory twice; with the
+/// schema wrapper (1.7 KB a message) that second read was a seventh of the
+/// decode. `decode` takes every line it is given.
+fn in_line_chunks<R: Send>(
+    bytes: &[u8],
+    decode: impl Fn(&mut ChunkLines<'_>) -> R + Sync,
+) -> Vec<(u64, R)> {
     const CHUNK_BYTES: usize = 256 << 10;
     let mut ranges = vec![];
     let mut start = 0;
@@ -159,20 +163,10 @@ fn in_line_chunks<R: Send>(bytes: &[u8], decode: impl Fn(&[&[u8]]) -> R + Sync) 
     }
     let parts = crate::par::par_map(ranges, |range| {
         let last = range.end == bytes.len();
-        let chunk = &bytes[range];
-        // Line ends found by a vectorised scan (splitting a byte at a time
-        // was a sixteenth of a Debezium batch's decode).
-        let mut lines: Vec<&[u8]> = Vec::with_capacity(chunk.len() / 64 + 1);
-        let mut start = 0;
-        for end in memchr::memchr_iter(b'\n', chunk) {
-            lines.push(&chunk[start..end]);
-            start = end + 1;
-        }
-        // What follows the file's last line end is a line too (empty or not).
-        if last {
-            lines.push(&chunk[start..]);
-        }
-        (lines.len() as u64, decode(&lines))
+        let mut lines = ChunkLines::new(&bytes[range], last);
+        let r = decode(&mut lines);
+        debug_assert!(lines.done, "a chunk's decoder stopped before its last line");
+        (lines.count, r)
     });
     let mut first = 0;
     parts
@@ -183,6 +177,64 @@ fn in_line_chunks<R: Send>(bytes: &[u8], decode: impl Fn(&[&[u8]]) -> R + Sync) 
             (at, r)
         })
         .collect()
+}
+
+/// The lines of one chunk, each found when the decoder asks for it.
+///
+/// Why not all at once: the search for a line's end is the first read of
+/// its bytes from memory, and the decoder reads them again right after.
+/// Line by line, that second read finds them in the core's nearest cache;
+/// finding every line of a 256 KB chunk first, it found them only in the
+/// next one (docs/performance.md, "Lines found as they are decoded").
+pub(crate) struct ChunkLines<'a> {
+    chunk: &'a [u8],
+    /// Where the next line starts.
+    at: usize,
+    /// The chunk ends the file: what follows its last line end is a line too.
+    last: bool,
+    done: bool,
+    /// Lines handed out so far.
+    count: u64,
+}
+
+impl<'a> ChunkLines<'a> {
+    fn new(chunk: &'a [u8], last: bool) -> Self {
+        ChunkLines { chunk, at: 0, last, done: false, count: 0 }
+    }
+
+    /// About how many lines the chunk holds (as long as its first one), to
+    /// make room for their rows.
+    fn estimate(&self) -> usize {
+        let first = memchr::memchr(b'\n', self.chunk).map_or(self.chunk.len(), |i| i + 1);
+        self.chunk.len() / first.max(1) + 1
+    }
+}
+
+impl<'a> Iterator for ChunkLines<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        if self.done {
+            return None;
+        }
+        let rest = &self.chunk[self.at..];
+        match memchr::memchr(b'\n', rest) {
+            Some(i) => {
+                self.at += i + 1;
+                self.count += 1;
+                Some(&rest[..i])
+            }
+            None => {
+                self.done = true;
+                // What follows the file's last line end (empty or not).
+                if self.last {
+                    self.count += 1;
+                    return Some(rest);
+                }
+                None
+            }
+        }
+    }
 }
 
 /// A file of Debezium envelopes, one per line (a topic dump): decoded as the
@@ -216,27 +268,27 @@ pub fn read_debezium_jsonl(
 }
 
 /// Some lines of a JSONL file, for one decoding job.
-struct Lines<'a> {
+struct Lines<'a, 'c> {
     source: &'a str,
     /// The whole file: rows keep their line as a part of it ([`RawText`]).
     file: &'a bytes::Bytes,
-    lines: &'a [&'a [u8]],
+    lines: &'a mut ChunkLines<'c>,
 }
 
 /// Decodes some lines of a Debezium JSONL file (positions within them);
 /// returns the batch and the truncate count.
 fn decode_debezium_lines(
-    Lines { source, file, lines }: Lines<'_>,
+    Lines { source, file, lines }: Lines<'_, '_>,
     store_paths: &[String],
     keep: Option<&[String]>,
 ) -> (RawBatch, usize) {
     use crate::config::Format;
     use crate::decode::{decode_keeping, Decoded};
     let file = &RawText::job_buffer(file);
-    let mut rows = DecodedRows::with_capacity(lines.len());
+    let mut rows = DecodedRows::with_capacity(lines.estimate());
     let mut unparsable = vec![];
     let mut truncates = 0;
-    for (i, line) in lines.iter().enumerate() {
+    for (i, line) in lines.enumerate() {
         let pos = i as u64 + 1;
         if line.iter().all(|b| b.is_ascii_whitespace()) {
             continue;
@@ -279,11 +331,11 @@ pub fn read_jsonl(path: &Path, bytes: &bytes::Bytes) -> Result<RawBatch, FileErr
 
 /// Decodes some lines of a flat JSONL file (positions within them). Text that is not UTF-8 is
 /// read with replacement characters, as it always was.
-fn decode_json_lines(Lines { source, file, lines }: Lines<'_>) -> RawBatch {
+fn decode_json_lines(Lines { source, file, lines }: Lines<'_, '_>) -> RawBatch {
     let file = &RawText::job_buffer(file);
-    let mut objects = DecodedRows::with_capacity(lines.len());
+    let mut objects = DecodedRows::with_capacity(lines.estimate());
     let mut unparsable = vec![];
-    for (i, line) in lines.iter().enumerate() {
+    for (i, line) in lines.enumerate() {
         let pos = i as u64 + 1;
         // `from_utf8` checks a word at a time; the lossy path (which keeps
         // such lines readable, as they always were) a character at a time.
@@ -361,6 +413,24 @@ mod tests {
             let lines = bytes.iter().filter(|b| **b == b'\n').count();
             assert_eq!(version_and_lines(bytes), (content_version(bytes), lines));
         }
+    }
+
+    #[test]
+    fn chunk_lines_are_the_lines_between_line_ends_and_the_files_tail() {
+        let lines = |chunk: &[u8], last: bool| {
+            let mut it = ChunkLines::new(chunk, last);
+            let got: Vec<Vec<u8>> = it.by_ref().map(<[u8]>::to_vec).collect();
+            assert_eq!(it.count, got.len() as u64);
+            got
+        };
+        let text = b"a\n\nbc\n";
+        // A chunk inside the file ends at a line end: nothing follows it.
+        assert_eq!(lines(text, false), [&b"a"[..], b"", b"bc"]);
+        // The file's last chunk: what follows its last line end is a line.
+        assert_eq!(lines(text, true), [&b"a"[..], b"", b"bc", b""]);
+        assert_eq!(lines(b"a\ntail", true), [&b"a"[..], b"tail"]);
+        assert_eq!(lines(b"", true), [&b""[..]]);
+        assert_eq!(ChunkLines::new(b"ab\ncd\nef\n", false).estimate(), 4);
     }
 
     #[test]
