@@ -143,8 +143,8 @@ pub fn read_csv(path: &Path, bytes: &[u8], delimiter: u8) -> Result<RawBatch, Fi
 /// lines, one at a time as it decodes them ([`ChunkLines`]): a line's
 /// bytes are still in the core's cache when it is parsed. Finding every
 /// line of the file first read each byte from memory twice; with the
-/// schema wrapper (1.7 KB a message) that second read was a seventh of the
-/// decode. `decode` takes every line it is given.
+/// schema wrapper (2.5 KB a message in the bench) that second read was a
+/// seventh of the decode. `decode` takes every line it is given.
 fn in_line_chunks<R: Send>(
     bytes: &[u8],
     decode: impl Fn(&mut ChunkLines<'_>) -> R + Sync,
@@ -186,7 +186,7 @@ fn in_line_chunks<R: Send>(
 /// Line by line, that second read finds them in the core's nearest cache;
 /// finding every line of a 256 KB chunk first, it found them only in the
 /// next one (docs/performance.md, "Lines found as they are decoded").
-pub(crate) struct ChunkLines<'a> {
+struct ChunkLines<'a> {
     chunk: &'a [u8],
     /// Where the next line starts.
     at: usize,
@@ -202,11 +202,12 @@ impl<'a> ChunkLines<'a> {
         ChunkLines { chunk, at: 0, last, done: false, count: 0 }
     }
 
-    /// About how many lines the chunk holds (as long as its first one), to
-    /// make room for their rows.
+    /// About how many lines the chunk holds (as long as its first one, and
+    /// no more than one per 64 bytes: a blank first line must not reserve
+    /// room for a row per byte), to make room for their rows.
     fn estimate(&self) -> usize {
         let first = memchr::memchr(b'\n', self.chunk).map_or(self.chunk.len(), |i| i + 1);
-        self.chunk.len() / first.max(1) + 1
+        self.chunk.len() / first.max(64) + 1
     }
 }
 
@@ -430,7 +431,13 @@ mod tests {
         assert_eq!(lines(text, true), [&b"a"[..], b"", b"bc", b""]);
         assert_eq!(lines(b"a\ntail", true), [&b"a"[..], b"tail"]);
         assert_eq!(lines(b"", true), [&b""[..]]);
-        assert_eq!(ChunkLines::new(b"ab\ncd\nef\n", false).estimate(), 4);
+        let lines_of_80 = "x".repeat(79) + "\n";
+        assert_eq!(ChunkLines::new(lines_of_80.repeat(10).as_bytes(), false).estimate(), 11);
+        assert_eq!(
+            ChunkLines::new(&[b'\n'; 640], false).estimate(),
+            11,
+            "one per 64 bytes at most"
+        );
     }
 
     #[test]
