@@ -15,7 +15,9 @@
 //! several versions of a key in one batch, sparse columns that appear in a
 //! few rows and one wide row a batch; as flat JSON lines, and as Debezium
 //! envelopes whose updates may send a large text column as the connector's
-//! placeholder for an unchanged TOAST value.
+//! placeholder for an unchanged TOAST value. Besides the plain strategies:
+//! snapshot batches (the keys a batch lacks are deleted) and scd2 with
+//! ignored columns (current versions updated in place).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -262,6 +264,31 @@ const SCD2_ALL: Case = Case {
     processing_time: false,
 };
 
+/// Each batch the whole set of keys: the keys a batch lacks are deleted
+/// (docs/snapshot.md), many each batch here.
+const SCD1_SNAPSHOT: Case = Case {
+    name: "scd1-snapshot",
+    debezium: false,
+    strategy: "scd1",
+    merge: ", snapshot: true",
+    processing_time: false,
+};
+const SCD2_SNAPSHOT: Case = Case {
+    name: "scd2-snapshot",
+    debezium: false,
+    strategy: "scd2",
+    merge: ", snapshot: true",
+    processing_time: true,
+};
+/// Changes confined to `qty` and `flag` update the current version in place.
+const SCD2_IGNORED: Case = Case {
+    name: "scd2-ignore-columns",
+    debezium: false,
+    strategy: "scd2",
+    merge: ", valid_time: \"column:ts\", ignore_columns: [qty, flag]",
+    processing_time: false,
+};
+
 fn config(case: &Case, layout: &str) -> String {
     let (format, merge) = match case.debezium {
         true => (", format: debezium", "sequence_by: [source.lsn]".to_string()),
@@ -446,6 +473,11 @@ fn one_stream(case: &Case, seed: u64) {
         assert!(reference.iter().any(|r| r.contains("\"_is_deleted\": true")), "{name}");
         assert!(reference.iter().any(|r| r.contains("a long note")), "{name}");
     }
+    if case.merge.contains("snapshot") {
+        // Keys a batch lacked were deleted: many of them.
+        let deleted = reference.iter().filter(|r| r.contains("\"_is_deleted\": true")).count();
+        assert!(deleted * 5 > reference.len(), "{name}, seed {seed}: {deleted} deleted rows");
+    }
     if case.strategy == "scd2" {
         // One open version per key at most.
         let mut open: BTreeMap<String, usize> = BTreeMap::new();
@@ -514,6 +546,27 @@ fn layouts_debezium_scd2_with_unchanged_toast_values_hold_the_same_history() {
 fn layouts_scd2_every_version_in_a_batch_hold_the_same_history() {
     for seed in seeds([0xBB67_AE85_84CA_A73B, 0x3C6E_F372_FE94_F82B]) {
         one_stream(&SCD2_ALL, seed);
+    }
+}
+
+#[test]
+fn layouts_scd1_snapshots_hold_the_same_rows() {
+    for seed in seeds([0xA54F_F53A_5F1D_36F1, 0x510E_527F_ADE6_82D1]) {
+        one_stream(&SCD1_SNAPSHOT, seed);
+    }
+}
+
+#[test]
+fn layouts_scd2_snapshots_hold_the_same_history() {
+    for seed in seeds([0x9B05_688C_2B3E_6C1F, 0x1F83_D9AB_FB41_BD6B]) {
+        one_stream(&SCD2_SNAPSHOT, seed);
+    }
+}
+
+#[test]
+fn layouts_scd2_with_ignored_columns_hold_the_same_history() {
+    for seed in seeds([0x5BE0_CD19_137E_2179, 0xCA27_3ECE_EA26_619C]) {
+        one_stream(&SCD2_IGNORED, seed);
     }
 }
 
