@@ -5,7 +5,8 @@
 //! vectors), in files of 65,536 rows or of 16 that spill, split and get
 //! compacted, with or without row companions for scd2's closes, and when
 //! runs are killed before or after their commit or in the upkeep after it
-//! and the work is picked up by the next run (docs/commit-protocol.md).
+//! and the work is picked up by the next run (docs/commit-protocol.md),
+//! and on S3 (a moto server on loopback) as on a local disk.
 //!
 //! Why a test of its own: each layout has its own code for the same rules
 //! (in-place rewrites, masks, top-ups, companions, files that hold only the
@@ -19,11 +20,12 @@
 //! snapshot batches (the keys a batch lacks are deleted) and scd2 with
 //! ignored columns (current versions updated in place).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_changelake");
+use common::stores;
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
@@ -300,60 +302,98 @@ fn config(case: &Case, layout: &str) -> String {
     )
 }
 
-/// One way of storing the stream: a `layout:`, whether each run starts
-/// without its saved key index (rebuilt from the data files) and whether
-/// runs are killed at the fault points (see [`crashing_run`]).
+/// One way of storing the stream: a `layout:` (`{companions}` stands for a
+/// local directory of the variant's own), whether each run starts without
+/// its saved key index (rebuilt from the data files), whether runs are
+/// killed at the fault points (see [`crashing_run`]) and whether the lake
+/// is on S3 (a moto server) instead of a local disk.
 struct Variant {
     name: &'static str,
     layout: &'static str,
     rebuild_index: bool,
     crash: bool,
+    s3: bool,
 }
 
 /// The variants compared; the first is the reference.
 const VARIANTS: [Variant; 8] = [
-    Variant { name: "copy-on-write", layout: "", rebuild_index: false, crash: false },
+    Variant { name: "copy-on-write", layout: "", rebuild_index: false, crash: false, s3: false },
     Variant {
         name: "copy-on-write, small files",
         layout: "file_rows: 16, spread: 4, compact_min_files: 3",
         rebuild_index: false,
         crash: false,
+        s3: false,
     },
     Variant {
         name: "deletion vectors",
         layout: "deletion_vectors: true",
         rebuild_index: false,
         crash: false,
+        s3: false,
     },
     Variant {
         name: "deletion vectors, small files",
         layout: "deletion_vectors: true, file_rows: 16, spread: 4, compact_min_files: 3",
         rebuild_index: false,
         crash: false,
+        s3: false,
     },
     Variant {
         name: "deletion vectors, small files, no companions",
         layout: "deletion_vectors: true, file_rows: 16, spread: 4, compact_min_files: 0, row_companions: off",
         rebuild_index: false,
         crash: false,
+        s3: false,
     },
     Variant {
         name: "deletion vectors, small files, key index rebuilt every run",
         layout: "deletion_vectors: true, file_rows: 16, spread: 4",
         rebuild_index: true,
         crash: false,
+        s3: false,
     },
     Variant {
         name: "copy-on-write, small files, killed in runs",
         layout: "file_rows: 16, spread: 4, compact_min_files: 3, checkpoint_interval: 2, vacuum_retention: 0s, log_retention: 0s",
         rebuild_index: false,
         crash: true,
+        s3: false,
     },
     Variant {
         name: "deletion vectors, small files, killed in runs",
         layout: "deletion_vectors: true, file_rows: 16, spread: 4, compact_min_files: 3, checkpoint_interval: 2, vacuum_retention: 0s, log_retention: 0s",
         rebuild_index: false,
         crash: true,
+        s3: false,
+    },
+];
+
+/// The same stream on S3 (docs/object-storage.md): conditional-PUT commits,
+/// deletion vectors and key index snapshots on the store, row companions
+/// in a local directory or none (the default there), runs killed as above.
+const S3_VARIANTS: [Variant; 4] = [
+    Variant { name: "copy-on-write, local", layout: "", rebuild_index: false, crash: false, s3: false },
+    Variant {
+        name: "copy-on-write on S3, small files, killed in runs",
+        layout: "file_rows: 16, spread: 4, compact_min_files: 3, checkpoint_interval: 2, vacuum_retention: 0s, log_retention: 0s",
+        rebuild_index: false,
+        crash: true,
+        s3: true,
+    },
+    Variant {
+        name: "deletion vectors on S3, small files, killed in runs",
+        layout: "deletion_vectors: true, file_rows: 16, spread: 4, compact_min_files: 3, checkpoint_interval: 2, vacuum_retention: 0s, log_retention: 0s",
+        rebuild_index: false,
+        crash: true,
+        s3: true,
+    },
+    Variant {
+        name: "deletion vectors on S3, companions in a local directory, killed in runs",
+        layout: "deletion_vectors: true, file_rows: 16, spread: 4, compact_min_files: 3, checkpoint_interval: 2, row_companions: '{companions}'",
+        rebuild_index: false,
+        crash: true,
+        s3: true,
     },
 ];
 
@@ -375,7 +415,7 @@ const FAULTS: [&str; 5] = [
 fn crashing_run(cfg: &Path, rng: &mut Rng) -> bool {
     let fault = FAULTS[rng.below(FAULTS.len() as u64) as usize];
     let nth = 1 + rng.below(3);
-    let out = Command::new(BIN)
+    let out = stores::changelake(None)
         .args(["run", "--once", "--config"])
         .arg(cfg)
         .env("CHANGELAKE_FAULT", format!("{fault}:{nth}"))
@@ -389,25 +429,19 @@ fn crashing_run(cfg: &Path, rng: &mut Rng) -> bool {
     rng.chance(50)
 }
 
+/// `run --once`, with test credentials for S3 (and none from the machine).
 fn run_once(cfg: &Path) {
-    let out = Command::new(BIN).args(["run", "--once", "--config"]).arg(cfg).output().unwrap();
+    let out =
+        stores::changelake(None).args(["run", "--once", "--config"]).arg(cfg).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// Every row as Python `deltalake` reads it (deletion vectors honoured),
-/// sorted, without the run's execution id (it differs between tables by design).
-fn rows(table: &Path, drop: &[&str]) -> Vec<String> {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/read_delta.py");
-    let out = Command::new("python3")
-        .arg(script)
-        .arg(table)
-        .arg("{}")
-        .arg("_execution_id")
-        .args(drop)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect()
+/// sorted, without the run's execution id (it differs between tables by
+/// design). `options`: the reader's storage options (JSON).
+fn rows(table: &str, options: &str, drop: &[&str]) -> Vec<String> {
+    let drop: Vec<&str> = std::iter::once("_execution_id").chain(drop.iter().copied()).collect();
+    stores::read_rows(table, options, None, &drop)
 }
 
 /// The rows of `got` and `want` that the other lacks, a few of each.
@@ -425,22 +459,47 @@ fn difference(want: &[String], got: &[String]) -> String {
 }
 
 fn one_stream(case: &Case, seed: u64) {
+    stream_in(case, seed, &VARIANTS, None);
+}
+
+/// Runs `case`'s stream of `seed` batch by batch in every variant (those on
+/// S3 against the moto server on `s3`) and checks that every table equals
+/// the first variant's.
+fn stream_in(case: &Case, seed: u64, variants: &[Variant], s3: Option<u16>) {
     let name = case.name;
     let stream = batches(seed, if case.debezium { debezium } else { flat });
     let dirs: Vec<tempfile::TempDir> =
-        VARIANTS.iter().map(|_| tempfile::tempdir().unwrap()).collect();
-    let cfgs: Vec<PathBuf> = VARIANTS
-        .iter()
-        .zip(&dirs)
-        .map(|(v, d)| write(d.path(), "c.yaml", &config(case, v.layout)))
+        variants.iter().map(|_| tempfile::tempdir().unwrap()).collect();
+    // Where each variant's lake is, and the reader's options for it.
+    let lakes: Vec<(String, String)> = (variants.iter().zip(&dirs).enumerate())
+        .map(|(i, (v, d))| match (v.s3, s3) {
+            (true, Some(port)) => {
+                (format!("s3://lake/{name}-{seed:x}-{i}"), stores::s3_reader_options(port))
+            }
+            (true, None) => panic!("{}: no S3 server", v.name),
+            (false, _) => (d.path().join("lake").to_string_lossy().to_string(), "{}".into()),
+        })
         .collect();
-    let table = |d: &tempfile::TempDir| d.path().join("lake/bronze/account");
-    let mut faults = Rng(seed ^ 0x5851_F42D_4C95_7F2D);
+    let cfgs: Vec<PathBuf> = (variants.iter().zip(&dirs).zip(&lakes))
+        .map(|((v, d), (lake, _))| {
+            let companions = d.path().join("companions");
+            let layout = v.layout.replace("{companions}", &companions.to_string_lossy());
+            let storage = match s3.filter(|_| v.s3) {
+                Some(port) => stores::s3_storage(port, lake),
+                None => format!("storage: {{root: '{lake}'}}\n"),
+            };
+            write(d.path(), "c.yaml", &(storage + &config(case, &layout)))
+        })
+        .collect();
+    let table = |lake: &str| format!("{lake}/bronze/account");
+    // Kills differ between cases of one seed too.
+    let salt = name.bytes().fold(0u64, |h, b| h.rotate_left(7) ^ u64::from(b));
+    let mut faults = Rng(seed ^ salt ^ 0x5851_F42D_4C95_7F2D);
     for (n, batch) in stream.iter().enumerate() {
-        for ((v, d), cfg) in VARIANTS.iter().zip(&dirs).zip(&cfgs) {
+        for (((v, d), cfg), (lake, _)) in variants.iter().zip(&dirs).zip(&cfgs).zip(&lakes) {
             write(d.path(), &format!("data/{n:02}.jsonl"), batch);
             if v.rebuild_index {
-                let _ = std::fs::remove_file(table(d).join("_changelake/key-index"));
+                let _ = std::fs::remove_file(Path::new(&table(lake)).join("_changelake/key-index"));
             }
             if !v.crash || crashing_run(cfg, &mut faults) {
                 run_once(cfg);
@@ -448,21 +507,22 @@ fn one_stream(case: &Case, seed: u64) {
         }
     }
     // What the last killed run left undone.
-    for ((v, _), cfg) in VARIANTS.iter().zip(&dirs).zip(&cfgs) {
+    for (v, cfg) in variants.iter().zip(&cfgs) {
         if v.crash {
             run_once(cfg);
         }
     }
     let drop: &[&str] = if case.processing_time { &["_valid_from", "_valid_to"] } else { &[] };
-    let tables: Vec<Vec<String>> = dirs.iter().map(|d| rows(&table(d), drop)).collect();
+    let tables: Vec<Vec<String>> =
+        lakes.iter().map(|(lake, options)| rows(&table(lake), options, drop)).collect();
     let reference = &tables[0];
     assert!(reference.len() >= KEYS as usize / 2, "{name}, seed {seed}: {} rows", reference.len());
-    for (v, got) in VARIANTS.iter().zip(&tables).skip(1) {
+    for (v, got) in variants.iter().zip(&tables).skip(1) {
         assert!(
             got == reference,
             "{name}, seed {seed}: {} differs from {}: {}",
             v.name,
-            VARIANTS[0].name,
+            variants[0].name,
             difference(reference, got)
         );
     }
@@ -493,7 +553,7 @@ fn one_stream(case: &Case, seed: u64) {
 
 /// The fixed seeds, then as many more as `CHANGELAKE_TEST_SEEDS` asks for
 /// (a longer hunt than CI's, run by hand), derived from the first.
-fn seeds(fixed: [u64; 2]) -> Vec<u64> {
+fn seeds<const N: usize>(fixed: [u64; N]) -> Vec<u64> {
     let more: u64 =
         std::env::var("CHANGELAKE_TEST_SEEDS").ok().and_then(|n| n.parse().ok()).unwrap_or(0);
     let mut rng = Rng(fixed[0]);
@@ -570,6 +630,20 @@ fn layouts_scd2_with_ignored_columns_hold_the_same_history() {
     }
 }
 
+/// The stream on S3 against the same stream on a local lake, in three
+/// cases (scd1, scd2 in business time, Debezium scd2 with TOAST
+/// placeholders), one seed each in CI (moto answers slower than a disk).
+#[test]
+fn layouts_on_s3_hold_the_same_rows_as_a_local_lake() {
+    let s3 = stores::moto();
+    stores::create_bucket(s3.port, "lake");
+    for seed in seeds([0x4F1B_BCDC_BFA5_3E0B]) {
+        for case in [&SCD1, &SCD2, &DEBEZIUM_SCD2] {
+            stream_in(case, seed, &S3_VARIANTS, Some(s3.port));
+        }
+    }
+}
+
 /// docs/scd2.md, "Business time": a row dated before the delete that closed
 /// a key, arriving after it, takes the delete on — through the Delta table
 /// (a stored history row rewritten with its new end and without its mark),
@@ -623,5 +697,6 @@ fn scd2_business_time_backdated_row_before_a_delete_takes_the_delete_on_in_every
 }
 
 fn rows_of(table: &Path) -> Vec<serde_json::Value> {
-    rows(table, &[]).iter().map(|l| serde_json::from_str(l).unwrap()).collect()
+    let rows = rows(&table.to_string_lossy(), "{}", &[]);
+    rows.iter().map(|l| serde_json::from_str(l).unwrap()).collect()
 }
