@@ -315,6 +315,15 @@ struct Variant {
     s3: bool,
 }
 
+/// Small files, compacted, checkpointed and vacuumed within a few runs:
+/// the layout of the variants whose runs are killed, so that kills land
+/// in every step.
+macro_rules! upkeep_often {
+    () => {
+        "file_rows: 16, spread: 4, compact_min_files: 3, checkpoint_interval: 2, vacuum_retention: 0s, log_retention: 0s"
+    };
+}
+
 /// The variants compared; the first is the reference.
 const VARIANTS: [Variant; 8] = [
     Variant { name: "copy-on-write", layout: "", rebuild_index: false, crash: false, s3: false },
@@ -355,14 +364,14 @@ const VARIANTS: [Variant; 8] = [
     },
     Variant {
         name: "copy-on-write, small files, killed in runs",
-        layout: "file_rows: 16, spread: 4, compact_min_files: 3, checkpoint_interval: 2, vacuum_retention: 0s, log_retention: 0s",
+        layout: upkeep_often!(),
         rebuild_index: false,
         crash: true,
         s3: false,
     },
     Variant {
         name: "deletion vectors, small files, killed in runs",
-        layout: "deletion_vectors: true, file_rows: 16, spread: 4, compact_min_files: 3, checkpoint_interval: 2, vacuum_retention: 0s, log_retention: 0s",
+        layout: concat!("deletion_vectors: true, ", upkeep_often!()),
         rebuild_index: false,
         crash: true,
         s3: false,
@@ -376,14 +385,14 @@ const S3_VARIANTS: [Variant; 4] = [
     Variant { name: "copy-on-write, local", layout: "", rebuild_index: false, crash: false, s3: false },
     Variant {
         name: "copy-on-write on S3, small files, killed in runs",
-        layout: "file_rows: 16, spread: 4, compact_min_files: 3, checkpoint_interval: 2, vacuum_retention: 0s, log_retention: 0s",
+        layout: upkeep_often!(),
         rebuild_index: false,
         crash: true,
         s3: true,
     },
     Variant {
         name: "deletion vectors on S3, small files, killed in runs",
-        layout: "deletion_vectors: true, file_rows: 16, spread: 4, compact_min_files: 3, checkpoint_interval: 2, vacuum_retention: 0s, log_retention: 0s",
+        layout: concat!("deletion_vectors: true, ", upkeep_often!()),
         rebuild_index: false,
         crash: true,
         s3: true,
