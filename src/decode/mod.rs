@@ -265,15 +265,19 @@ pub fn decode(
 }
 
 /// Envelope fields one table reads: its stored envelope columns, the columns
-/// its `filter` and `delete_when` name, and `op`.
+/// its `filter` and `delete_when` name, and `op`; each once (every field of
+/// every message is looked up in this list).
 pub fn env_paths(t: &crate::config::TableConfig, format: Format) -> Vec<String> {
     let mut p = store_paths(t, format);
     let mut cols = vec![];
     for e in t.filter.iter().chain(t.delete_when.iter()) {
         e.columns(&mut cols);
     }
-    p.extend(cols.into_iter().map(|c| c.join(".")));
-    p.push("op".into());
+    for path in cols.into_iter().map(|c| c.join(".")).chain(["op".to_string()]) {
+        if !p.contains(&path) {
+            p.push(path);
+        }
+    }
     p
 }
 
