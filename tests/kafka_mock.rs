@@ -323,6 +323,73 @@ async fn debezium_truncate_is_counted_or_applied_with_apply_truncates() {
     }
 }
 
+/// The daemon builds only the envelope fields its tables read (the rest of
+/// `source` is passed over), and every field some table reads reaches it:
+/// two tables share a topic, each selects its rows by `source.table`, one
+/// deletes by `source.snapshot`, both sequence by `source.lsn`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn envelope_fields_the_tables_read_reach_them_and_no_others_are_needed() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("crm.public.shared", 1, 1).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    let ev = |table: &str, id: i64, lsn: i64, snapshot: &str| {
+        (
+            0,
+            format!("{{\"id\":{id}}}"),
+            Some(format!(
+                "{{\"before\":null,\"after\":{{\"id\":{id},\"city\":\"{table}{lsn}\"}},\"source\":{{\"version\":\"2.7.0.Final\",\"connector\":\"postgresql\",\"name\":\"crm\",\"ts_ms\":{lsn},\"snapshot\":\"{snapshot}\",\"db\":\"crm\",\"schema\":\"public\",\"table\":\"{table}\",\"lsn\":{lsn},\"txId\":7}},\"op\":\"u\",\"ts_ms\":{lsn}}}"
+            )),
+        )
+    };
+    let events = [
+        ev("account", 1, 10, "false"),
+        ev("contact", 1, 11, "false"),
+        ev("account", 2, 12, "false"),
+        ev("contact", 2, 13, "false"),
+        ev("account", 1, 14, "false"),
+        // Deleted by the account table's `delete_when`; the contact table has no such rule.
+        ev("account", 2, 15, "gone"),
+        ev("contact", 2, 16, "gone"),
+        // An older row of account 1, by `source.lsn`: ignored.
+        ev("account", 1, 9, "false"),
+    ];
+    produce(&brokers, "crm.public.shared", &events).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let table = |name: &str, filter: &str, deletes: &str| {
+        format!("    {name}:\n      source: {{system: crm, object: shared, filter: \"source.table = '{filter}'\"}}\n      business_key: [id]\n      strategy: scd1\n      merge: {{sequence_by: [source.lsn]{deletes}}}\n")
+    };
+    let yaml = format!(
+        "storage: {{root: ./lake}}\nsystems:\n  crm: {{type: kafka, brokers: \"{brokers}\", topic: \"crm.public.{{object}}\", format: debezium}}\nbronze:\n  tables:\n{}{}batching: {{max_rows: 3, max_age: 200ms}}\n",
+        table("account", "account", ", delete_when: \"source.snapshot = 'gone'\""),
+        table("contact", "contact", "")
+    );
+    let cfg_path = write(tmp.path(), "c.yaml", &yaml);
+    let cfg = Config::load(&cfg_path).unwrap();
+    daemon::run(
+        &cfg,
+        RunOpts { once: true, ..Default::default() },
+        Box::pin(std::future::pending()),
+    )
+    .await
+    .unwrap();
+    let rows = |t: &'static str| {
+        let cfg_path = cfg_path.clone();
+        tokio::task::spawn_blocking(move || show(&cfg_path, t, &[]))
+    };
+    let summary = |rows: Vec<serde_json::Value>| -> Vec<(i64, String, bool)> {
+        rows.iter()
+            .map(|r| {
+                let city = r["city"].as_str().unwrap().to_string();
+                (r["id"].as_i64().unwrap(), city, r["_is_deleted"].as_bool().unwrap())
+            })
+            .collect()
+    };
+    let account = summary(rows("account").await.unwrap());
+    let contact = summary(rows("contact").await.unwrap());
+    assert_eq!(account, [(1, "account14".into(), false), (2, "account12".into(), true)]);
+    assert_eq!(contact, [(1, "contact11".into(), false), (2, "contact16".into(), false)]);
+}
+
 /// Debezium creates of ~400 KB each, for keys `from..to`.
 fn big_events(from: usize, to: usize) -> Vec<(i32, String, Option<String>)> {
     let pad = "x".repeat(400_000);

@@ -83,7 +83,7 @@ pub(super) async fn run_system(
     // queues, fetched messages (and end-of-partition events) land in the
     // main queue, so nothing slow may sit in between (building the registry
     // client loads the system's root certificates).
-    let how = decoding(&kafka)?;
+    let how = decoding(&kafka, &tables)?;
     if how.registry.is_some() {
         // At zero from the start, so `rate()` and `increase()` see the first failure.
         telemetry::schema_registry_failures_init(system);
@@ -148,15 +148,22 @@ fn spawn_forwarders(
     tasks
 }
 
-/// How the system's messages decode; an Avro system's registry client.
-fn decoding(kafka: &KafkaSystem<'_>) -> Result<Decoding> {
+/// How the system's messages decode: the envelope fields its tables read,
+/// and an Avro system's registry client.
+fn decoding(kafka: &KafkaSystem<'_>, tables: &[TableConfig]) -> Result<Decoding> {
+    let mut keep: Vec<String> = vec![];
+    for path in tables.iter().flat_map(|t| crate::decode::env_paths(t, kafka.format)) {
+        if !keep.contains(&path) {
+            keep.push(path);
+        }
+    }
     let registry = match kafka.avro {
         None => None,
         Some(cfg) => Some(Arc::new(
             Registry::new(cfg).map_err(|e| Error::Input(format!("systems.{}.{e}", kafka.name)))?,
         )),
     };
-    Ok(Decoding { system: kafka.name.into(), format: kafka.format, registry })
+    Ok(Decoding { system: kafka.name.into(), format: kafka.format, registry, keep: keep.into() })
 }
 
 /// Whether the loop goes on after an event.
