@@ -151,12 +151,7 @@ fn spawn_forwarders(
 /// How the system's messages decode: the envelope fields its tables read,
 /// and an Avro system's registry client.
 fn decoding(kafka: &KafkaSystem<'_>, tables: &[TableConfig]) -> Result<Decoding> {
-    let mut keep: Vec<String> = vec![];
-    for path in tables.iter().flat_map(|t| crate::decode::env_paths(t, kafka.format)) {
-        if !keep.contains(&path) {
-            keep.push(path);
-        }
-    }
+    let keep = crate::decode::tables_env_paths(tables, kafka.format);
     let registry = match kafka.avro {
         None => None,
         Some(cfg) => Some(Arc::new(

@@ -265,20 +265,29 @@ pub fn decode(
 }
 
 /// Envelope fields one table reads: its stored envelope columns, the columns
-/// its `filter` and `delete_when` name, and `op`; each once (every field of
-/// every message is looked up in this list).
+/// its `filter` and `delete_when` name, and `op`.
 pub fn env_paths(t: &crate::config::TableConfig, format: Format) -> Vec<String> {
-    let mut p = store_paths(t, format);
-    let mut cols = vec![];
-    for e in t.filter.iter().chain(t.delete_when.iter()) {
-        e.columns(&mut cols);
-    }
-    for path in cols.into_iter().map(|c| c.join(".")).chain(["op".to_string()]) {
-        if !p.contains(&path) {
-            p.push(path);
+    tables_env_paths(std::slice::from_ref(t), format)
+}
+
+/// [`env_paths`] of several tables reading the same messages (a Kafka
+/// system's), each path once: every field of every message is looked up in
+/// this list.
+pub fn tables_env_paths(tables: &[crate::config::TableConfig], format: Format) -> Vec<String> {
+    let mut paths: Vec<String> = vec![];
+    for t in tables {
+        let mut cols = vec![];
+        for e in t.filter.iter().chain(t.delete_when.iter()) {
+            e.columns(&mut cols);
+        }
+        let read = store_paths(t, format).into_iter().chain(cols.into_iter().map(|c| c.join(".")));
+        for path in read.chain(["op".to_string()]) {
+            if !paths.contains(&path) {
+                paths.push(path);
+            }
         }
     }
-    p
+    paths
 }
 
 /// A flat JSON object's fields as cells (file sources' `type: jsonl`): by

@@ -702,3 +702,34 @@ fn bad_input_wrapped_messages_are_refused_as_whole_messages_are() {
         assert!(e.error.contains("NUL"), "{}", e.error);
     }
 }
+
+#[test]
+fn envelope_paths_of_tables_sharing_messages_are_each_read_field_once() {
+    let yaml = r#"
+systems:
+  crm: {type: kafka, brokers: "localhost:9092", topic: "crm.{object}", format: debezium}
+bronze:
+  tables:
+    account:
+      source: {system: crm, object: shared, filter: "source.table = 'account'"}
+      business_key: [id]
+      strategy: scd1
+      merge: {sequence_by: [source.lsn], delete_when: "op = 'd' OR source.snapshot = 'gone'"}
+    contact:
+      source: {system: crm, object: shared, filter: "source.table = 'contact'"}
+      business_key: [id]
+      strategy: scd2
+      merge: {sequence_by: [source.lsn]}
+"#;
+    let cfg = crate::config::Config::parse(yaml, std::path::Path::new("/cfg")).unwrap();
+    let tables = &cfg.tables;
+    assert_eq!(
+        env_paths(&tables[0], Format::Debezium),
+        ["source.lsn", "source.table", "op", "source.snapshot"]
+    );
+    assert_eq!(
+        tables_env_paths(tables, Format::Debezium),
+        ["source.lsn", "source.table", "op", "source.snapshot"]
+    );
+    assert_eq!(env_paths(&tables[1], Format::Debezium), ["source.lsn", "source.table", "op"]);
+}
