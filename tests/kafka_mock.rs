@@ -105,14 +105,7 @@ async fn broker_stopped_mid_stream_and_restarted_loses_nothing() {
         "c.yaml",
         &config(&brokers).replace("max_rows: 50, max_age: 200ms", "max_rows: 100000, max_age: 60s"),
     );
-    let once = Config::load(&fresh_cfg).unwrap();
-    daemon::run(
-        &once,
-        RunOpts { once: true, ..Default::default() },
-        Box::pin(std::future::pending()),
-    )
-    .await
-    .unwrap();
+    daemon_once(&fresh_cfg).await.unwrap();
     let live = |v: Vec<serde_json::Value>| {
         v.into_iter().filter(|r| r["_is_deleted"] == false).collect::<Vec<_>>()
     };
@@ -305,14 +298,7 @@ async fn debezium_truncate_is_counted_or_applied_with_apply_truncates() {
             &format!("merge: {{sequence_by: [source.lsn], apply_truncates: {apply}}}"),
         );
         let cfg_path = write(tmp.path(), "c.yaml", &yaml);
-        let cfg = Config::load(&cfg_path).unwrap();
-        daemon::run(
-            &cfg,
-            RunOpts { once: true, ..Default::default() },
-            Box::pin(std::future::pending()),
-        )
-        .await
-        .unwrap();
+        daemon_once(&cfg_path).await.unwrap();
         let rows =
             tokio::task::spawn_blocking(move || show(&cfg_path, "account", &[])).await.unwrap();
         let got: Vec<(i64, bool)> = rows
@@ -364,14 +350,7 @@ async fn envelope_fields_the_tables_read_reach_them_and_no_others_are_needed() {
         table("contact", "contact", "")
     );
     let cfg_path = write(tmp.path(), "c.yaml", &yaml);
-    let cfg = Config::load(&cfg_path).unwrap();
-    daemon::run(
-        &cfg,
-        RunOpts { once: true, ..Default::default() },
-        Box::pin(std::future::pending()),
-    )
-    .await
-    .unwrap();
+    daemon_once(&cfg_path).await.unwrap();
     let rows = |t: &'static str| {
         let cfg_path = cfg_path.clone();
         tokio::task::spawn_blocking(move || show(&cfg_path, t, &[]))

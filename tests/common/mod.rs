@@ -240,6 +240,16 @@ pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     p
 }
 
+/// The daemon in this process on the config at `cfg`, as `run --once`:
+/// until every partition's end at start is committed.
+pub async fn daemon_once(
+    cfg: &Path,
+) -> changelake::error::Result<Vec<changelake::engine::RunReport>> {
+    let cfg = changelake::config::Config::load(cfg).unwrap();
+    let once = changelake::daemon::RunOpts { once: true, ..Default::default() };
+    changelake::daemon::run(&cfg, once, Box::pin(std::future::pending())).await
+}
+
 pub fn cli(args: &[&str], cfg: &Path) -> Output {
     Command::new(BIN).args(args).arg("--config").arg(cfg).output().unwrap()
 }
