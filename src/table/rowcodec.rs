@@ -96,8 +96,14 @@ fn put_len(out: &mut Vec<u8>, mut n: usize) {
     out.push(n as u8);
 }
 
-/// Every row of a batch, back to back into `out`; returns where each ends.
-pub(super) fn encode(batch: &RecordBatch, out: &mut Vec<u8>) -> Result<Vec<u64>, CodecError> {
+/// Every row of a batch, back to back into `out`, each followed by what
+/// `seal` appends given the bytes from the record's start (a checksum);
+/// returns where each sealed record ends.
+pub(super) fn encode(
+    batch: &RecordBatch,
+    out: &mut Vec<u8>,
+    mut seal: impl FnMut(&mut Vec<u8>, usize),
+) -> Result<Vec<u64>, CodecError> {
     let cols = columns(batch)?;
     let bitmap = cols.len().div_ceil(8);
     let mut ends = Vec::with_capacity(batch.num_rows());
@@ -142,6 +148,7 @@ pub(super) fn encode(batch: &RecordBatch, out: &mut Vec<u8>) -> Result<Vec<u64>,
                 Col::Bin(a) => bytes!(a),
             }
         }
+        seal(out, nulls_at);
         ends.push(out.len() as u64);
     }
     Ok(ends)
@@ -412,7 +419,7 @@ mod tests {
         )
         .unwrap();
         let mut bytes = vec![];
-        let ends = encode(&batch, &mut bytes).unwrap();
+        let ends = encode(&batch, &mut bytes, |_, _| ()).unwrap();
         let records: Vec<&[u8]> = (0..n)
             .map(|r| &bytes[if r == 0 { 0 } else { ends[r - 1] as usize }..ends[r] as usize])
             .collect();
@@ -455,7 +462,7 @@ mod tests {
         )
         .unwrap();
         let mut bytes = vec![];
-        let ends = encode(&batch, &mut bytes).unwrap();
+        let ends = encode(&batch, &mut bytes, |_, _| ()).unwrap();
         let rec =
             |r: usize| &bytes[if r == 0 { 0 } else { ends[r - 1] as usize }..ends[r] as usize];
         let names = |b: &RecordBatch| -> Vec<String> {

@@ -25,13 +25,21 @@
 //!
 //! | bytes | content |
 //! | --- | --- |
-//! | 8 | magic `CLROWS01` |
+//! | 8 | magic `CLROWS02` |
 //! | 4 | length S of the schema |
 //! | S | the Arrow schema, as an IPC stream without batches |
 //! | 8 | xxh3 of the schema bytes |
 //! | 4 | rows N |
-//! | 16 N | per row: end of its record in the data (u64), xxh3 of the record (u64) |
-//! | ... | the records, back to back |
+//! | 1 | width W of a directory entry: 4, or 8 when the data reaches 4 GiB |
+//! | W N | per row: where its record ends in the data |
+//! | ... | the records, back to back, each followed by its xxh3 (8 bytes) |
+//!
+//! Why the checksum sits after its record and not in the directory (as in
+//! the first format, `CLROWS01`, which is still read: 16 directory bytes a
+//! row, end and checksum): a run's closes are spread over every current
+//! file, so each file's directory is read whole, and at 10M keys the
+//! directories were two thirds of the bytes a run read from companions.
+//! A checksum is only ever needed with its record.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -45,9 +53,11 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use super::rowcodec::{self, CodecError, Columns};
 
-const MAGIC: &[u8; 8] = b"CLROWS01";
-/// A directory entry: the record's end and its checksum.
-const ENTRY: u64 = 16;
+const MAGIC: &[u8; 8] = b"CLROWS02";
+/// The first format: 16-byte directory entries (end, checksum).
+const MAGIC_V1: &[u8; 8] = b"CLROWS01";
+/// The checksum after each record.
+const SEAL: u64 = 8;
 /// Reads closer than this are merged into one (fewer system calls for
 /// rows near each other; little read for nothing when they are not).
 const DIRECTORY_GAP: u64 = 4096;
@@ -264,21 +274,33 @@ pub(super) struct Encoded {
 
 /// A batch as a companion file's bytes.
 pub(super) fn encode(batch: &RecordBatch) -> Result<Encoded> {
+    encode_within(batch, u32::MAX as u64)
+}
+
+/// [`encode`], with 8-byte directory entries once the data ends beyond
+/// `narrow` (tests lower it to write them).
+fn encode_within(batch: &RecordBatch, narrow: u64) -> Result<Encoded> {
     let schema = schema_bytes(&batch.schema())?;
     let n = batch.num_rows();
-    let mut data = Vec::with_capacity(batch.get_array_memory_size());
-    let ends = rowcodec::encode(batch, &mut data)?;
-    let mut head = Vec::with_capacity(8 + 4 + schema.len() + 8 + 4 + 16 * n);
+    let mut data = Vec::with_capacity(batch.get_array_memory_size() + SEAL as usize * n);
+    let ends = rowcodec::encode(batch, &mut data, |out, start| {
+        let sum = xxh3_64(&out[start..]);
+        out.extend_from_slice(&sum.to_le_bytes());
+    })?;
+    let wide = ends.last().is_some_and(|&end| end > narrow);
+    let width: u8 = if wide { 8 } else { 4 };
+    let mut head = Vec::with_capacity(8 + 4 + schema.len() + 8 + 4 + 1 + width as usize * n);
     head.extend_from_slice(MAGIC);
     head.extend_from_slice(&(schema.len() as u32).to_le_bytes());
     head.extend_from_slice(&schema);
     head.extend_from_slice(&xxh3_64(&schema).to_le_bytes());
     head.extend_from_slice(&(n as u32).to_le_bytes());
-    let mut start = 0usize;
+    head.push(width);
     for &end in &ends {
-        head.extend_from_slice(&end.to_le_bytes());
-        head.extend_from_slice(&xxh3_64(&data[start..end as usize]).to_le_bytes());
-        start = end as usize;
+        match wide {
+            true => head.extend_from_slice(&end.to_le_bytes()),
+            false => head.extend_from_slice(&(end as u32).to_le_bytes()),
+        }
     }
     Ok(Encoded { head, data })
 }
@@ -386,6 +408,26 @@ fn joined(pieces: &[RecordBatch]) -> std::result::Result<RecordBatch, ArrowError
     deltalake::arrow::compute::concat_batches(&schema, &padded)
 }
 
+/// How a companion's directory and checksums are laid out, by format.
+#[derive(Debug, Clone, Copy)]
+struct Directory {
+    /// Where the directory starts.
+    at: u64,
+    /// Bytes per entry.
+    width: u64,
+    /// Entries hold the record's checksum after its end (`CLROWS01`);
+    /// otherwise the checksum ends the record.
+    sums_inside: bool,
+}
+
+impl Directory {
+    /// A row's end, and its checksum when the entry holds it.
+    fn entry(&self, e: &[u8]) -> (u64, Option<u64>) {
+        let end = if self.width == 4 { u32_at(e, 0) as u64 } else { u64_at(e, 0) };
+        (end, self.sums_inside.then(|| u64_at(e, 8)))
+    }
+}
+
 fn read_rows(
     file: &std::fs::File,
     file_len: u64,
@@ -393,23 +435,33 @@ fn read_rows(
     columns: Columns<'_>,
 ) -> Result<(RecordBatch, u64)> {
     let head = read_exact(file, 0, 12, file_len)?;
-    if &head[..8] != MAGIC {
-        return Err(RowStoreError::Format);
-    }
+    let v1 = match &head[..8] {
+        m if m == MAGIC => false,
+        m if m == MAGIC_V1 => true,
+        _ => return Err(RowStoreError::Format),
+    };
     let schema_len = u32_at(&head, 8) as u64;
-    let meta = read_exact(file, 12, schema_len + 12, file_len)?;
+    let meta = read_exact(file, 12, schema_len + 12 + u64::from(!v1), file_len)?;
     let (schema_buf, rest) = meta.split_at(schema_len as usize);
     if u64_at(rest, 0) != xxh3_64(schema_buf) {
         return Err(RowStoreError::Damaged("schema checksum".into()));
     }
     let n = u32_at(rest, 8) as u64;
+    let dir = match v1 {
+        true => Directory { at: 12 + meta.len() as u64, width: 16, sums_inside: true },
+        false => match rest[12] {
+            w @ (4 | 8) => {
+                Directory { at: 12 + meta.len() as u64, width: w as u64, sums_inside: false }
+            }
+            w => return Err(RowStoreError::Damaged(format!("directory entries of {w} bytes"))),
+        },
+    };
     let reader = deltalake::arrow::ipc::reader::StreamReader::try_new(
         std::io::Cursor::new(schema_buf),
         None,
     )?;
     let schema = reader.schema();
-    let directory = 12 + schema_len + 12;
-    let data = directory + ENTRY * n;
+    let data = dir.at + dir.width * n;
     // Row r spans from the end of row r-1 (0 for the first) to its own end.
     let mut entries = Vec::with_capacity(rows.len());
     for &r in rows {
@@ -418,30 +470,40 @@ fn read_rows(
             return Err(RowStoreError::Damaged(format!("row {r} of {n}")));
         }
         let first = if r == 0 { 0 } else { r - 1 };
-        entries.push((directory + ENTRY * first, directory + ENTRY * (r + 1)));
+        entries.push((dir.at + dir.width * first, dir.at + dir.width * (r + 1)));
     }
     let dir_bytes = Ranges::read(file, file_len, &entries, DIRECTORY_GAP)?;
     let mut records = Vec::with_capacity(rows.len());
     let mut sums = Vec::with_capacity(rows.len());
     for (i, &r) in rows.iter().enumerate() {
         let d = dir_bytes.get(i);
-        let (start, own) = if r == 0 { (0, 0) } else { (u64_at(d, 0), 16) };
-        let end = u64_at(d, own);
-        if end < start {
+        let (start, own) = if r == 0 { (0, 0) } else { (dir.entry(d).0, dir.width as usize) };
+        let (end, sum) = dir.entry(&d[own..]);
+        let least = if sum.is_some() { start } else { start + SEAL };
+        if end < least {
             return Err(RowStoreError::Damaged(format!("row {r}: directory out of order")));
         }
         records.push((data + start, data + end));
-        sums.push(u64_at(d, own + 8));
+        sums.push(sum);
     }
     let bytes = Ranges::read(file, file_len, &records, RECORD_GAP)?;
-    let records: Vec<&[u8]> = (0..rows.len()).map(|i| bytes.get(i)).collect();
-    for ((b, sum), r) in records.iter().zip(&sums).zip(rows) {
-        if xxh3_64(b) != *sum {
+    let mut sealed = Vec::with_capacity(rows.len());
+    for (i, (sum, r)) in sums.into_iter().zip(rows).enumerate() {
+        let b = bytes.get(i);
+        let (record, sum) = match sum {
+            Some(sum) => (b, sum),
+            None => {
+                let (record, seal) = b.split_at(b.len() - SEAL as usize);
+                (record, u64_at(seal, 0))
+            }
+        };
+        if xxh3_64(record) != sum {
             return Err(RowStoreError::Damaged(format!("row {r}: checksum")));
         }
+        sealed.push(record);
     }
     let read = 12 + meta.len() as u64 + dir_bytes.len() + bytes.len();
-    Ok((rowcodec::decode(schema, &records, columns)?, read))
+    Ok((rowcodec::decode(schema, &sealed, columns)?, read))
 }
 
 #[cfg(test)]
@@ -624,6 +686,55 @@ mod tests {
         assert!(!store.holds("a/part-2.parquet"));
         assert_eq!(RowStore::none().sweep(["x"]), 0);
         assert!(!RowStore::none().holds("a/part-2.parquet"));
+    }
+
+    /// A companion in the first format (`CLROWS01`): checksums in the
+    /// directory beside each end, records without one.
+    fn encode_v1(batch: &RecordBatch) -> Vec<u8> {
+        let schema = schema_bytes(&batch.schema()).unwrap();
+        let mut data = vec![];
+        let ends = rowcodec::encode(batch, &mut data, |_, _| ()).unwrap();
+        let mut out = MAGIC_V1.to_vec();
+        out.extend_from_slice(&(schema.len() as u32).to_le_bytes());
+        out.extend_from_slice(&schema);
+        out.extend_from_slice(&xxh3_64(&schema).to_le_bytes());
+        out.extend_from_slice(&(ends.len() as u32).to_le_bytes());
+        let mut start = 0;
+        for &end in &ends {
+            out.extend_from_slice(&end.to_le_bytes());
+            out.extend_from_slice(&xxh3_64(&data[start..end as usize]).to_le_bytes());
+            start = end as usize;
+        }
+        out.extend_from_slice(&data);
+        out
+    }
+
+    #[test]
+    fn companions_of_the_first_format_and_with_wide_directories_read_the_same_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RowStore::at(dir.path().to_path_buf(), "t");
+        let b = batch(2000);
+        let rows: Vec<u32> = vec![0, 1, 2, 999, 1998, 1999];
+        std::fs::write(dir.path().join("part-1.parquet.rows"), encode_v1(&b)).unwrap();
+        store.put("part-2.parquet", &encode_within(&b, 0).unwrap()).unwrap();
+        store.write("part-3.parquet", &b).unwrap();
+        for f in ["part-1.parquet", "part-2.parquet", "part-3.parquet"] {
+            assert_eq!(store.read(f, &rows, Columns::All).unwrap(), take(&b, &rows), "{f}");
+        }
+        // Directory entries of 16 bytes a row; of 8 or 4, with 8 after each
+        // record and a byte for the width.
+        let size = |f: &str| std::fs::metadata(dir.path().join(f)).unwrap().len();
+        assert_eq!(size("part-2.parquet.rows"), size("part-1.parquet.rows") + 1);
+        assert_eq!(size("part-2.parquet.rows") - size("part-3.parquet.rows"), 2000 * (8 - 4));
+        // A damaged record of the first format is found by its directory's checksum.
+        let mut v1 = encode_v1(&b);
+        let last = v1.len() - 3;
+        v1[last] ^= 1;
+        std::fs::write(dir.path().join("part-1.parquet.rows"), v1).unwrap();
+        assert!(matches!(
+            store.read("part-1.parquet", &[1999], Columns::All),
+            Err(RowStoreError::Damaged(_))
+        ));
     }
 
     #[test]
