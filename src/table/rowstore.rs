@@ -297,9 +297,10 @@ fn encode_within(batch: &RecordBatch, narrow: u64) -> Result<Encoded> {
     head.extend_from_slice(&(n as u32).to_le_bytes());
     head.push(width);
     for &end in &ends {
-        match wide {
-            true => head.extend_from_slice(&end.to_le_bytes()),
-            false => head.extend_from_slice(&(end as u32).to_le_bytes()),
+        if wide {
+            head.extend_from_slice(&end.to_le_bytes());
+        } else {
+            head.extend_from_slice(&(end as u32).to_le_bytes());
         }
     }
     Ok(Encoded { head, data })
@@ -447,14 +448,14 @@ fn read_rows(
         return Err(RowStoreError::Damaged("schema checksum".into()));
     }
     let n = u32_at(rest, 8) as u64;
-    let dir = match v1 {
-        true => Directory { at: 12 + meta.len() as u64, width: 16, sums_inside: true },
-        false => match rest[12] {
-            w @ (4 | 8) => {
-                Directory { at: 12 + meta.len() as u64, width: w as u64, sums_inside: false }
-            }
+    let at = 12 + meta.len() as u64;
+    let dir = if v1 {
+        Directory { at, width: 16, sums_inside: true }
+    } else {
+        match rest[12] {
+            w @ (4 | 8) => Directory { at, width: w as u64, sums_inside: false },
             w => return Err(RowStoreError::Damaged(format!("directory entries of {w} bytes"))),
-        },
+        }
     };
     let reader = deltalake::arrow::ipc::reader::StreamReader::try_new(
         std::io::Cursor::new(schema_buf),
@@ -473,7 +474,7 @@ fn read_rows(
         entries.push((dir.at + dir.width * first, dir.at + dir.width * (r + 1)));
     }
     let dir_bytes = Ranges::read(file, file_len, &entries, DIRECTORY_GAP)?;
-    let mut records = Vec::with_capacity(rows.len());
+    let mut spans = Vec::with_capacity(rows.len());
     let mut sums = Vec::with_capacity(rows.len());
     for (i, &r) in rows.iter().enumerate() {
         let d = dir_bytes.get(i);
@@ -483,11 +484,11 @@ fn read_rows(
         if end < least {
             return Err(RowStoreError::Damaged(format!("row {r}: directory out of order")));
         }
-        records.push((data + start, data + end));
+        spans.push((data + start, data + end));
         sums.push(sum);
     }
-    let bytes = Ranges::read(file, file_len, &records, RECORD_GAP)?;
-    let mut sealed = Vec::with_capacity(rows.len());
+    let bytes = Ranges::read(file, file_len, &spans, RECORD_GAP)?;
+    let mut records = Vec::with_capacity(rows.len());
     for (i, (sum, r)) in sums.into_iter().zip(rows).enumerate() {
         let b = bytes.get(i);
         let (record, sum) = match sum {
@@ -500,10 +501,10 @@ fn read_rows(
         if xxh3_64(record) != sum {
             return Err(RowStoreError::Damaged(format!("row {r}: checksum")));
         }
-        sealed.push(record);
+        records.push(record);
     }
     let read = 12 + meta.len() as u64 + dir_bytes.len() + bytes.len();
-    Ok((rowcodec::decode(schema, &sealed, columns)?, read))
+    Ok((rowcodec::decode(schema, &records, columns)?, read))
 }
 
 #[cfg(test)]
