@@ -6,7 +6,7 @@
 //! matter, never its other values. So what a late row needs of a key's
 //! history fits in a few bytes per closed version — sequence, run and the
 //! tracked-column hash of [`Spec::hashes`] — and merge-on-read tables carry
-//! it with the key's current row (in its row companion, `table/rowstore.rs`).
+//! it with the key's current row (in its row companion, `table/rowstore/`).
 //! A late row then reads only its own key's current row, where it used to
 //! scan every history file whose bloom filter might hold the key.
 //!

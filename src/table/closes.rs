@@ -5,7 +5,7 @@
 //! `_is_deleted` replaced. Its physical row comes from the key index, and
 //! `load_states` has read it already in the same pass as the rows the merge
 //! needed ([`ClosingRows`]: from the file's row companion when it has one,
-//! `rowstore.rs`); anything missing is read here with a parquet row
+//! `rowstore/`); anything missing is read here with a parquet row
 //! selection. Every other column (data, `_valid_from`,
 //! `_execution_id`, surrogate key) is carried over untouched.
 

@@ -113,7 +113,7 @@ pub(super) struct EncodedFile {
     /// Its Delta statistics (`file_stats.rs`).
     pub(super) stats: String,
     /// Its row companion, written under a temporary name, when the table
-    /// keeps them (`rowstore.rs`).
+    /// keeps them (`rowstore/`).
     pub(super) companion: Option<super::rowstore::Staged>,
 }
 

@@ -1,4 +1,4 @@
-//! The table's side of row companions (`rowstore.rs` holds their format):
+//! The table's side of row companions (`rowstore/` holds their format):
 //! where a table keeps them, writing one with each new current file,
 //! reading the current rows a run needs from them, and rebuilding the ones
 //! that are missing or damaged from their data files (docs/scd2.md,
@@ -22,7 +22,7 @@ const REBUILDS_PER_RUN: usize = 16;
 
 impl TableStore {
     /// Where this table keeps row companions for scd2 closes (merge-on-read
-    /// scd2 tables only, see `rowstore.rs`): with `row_companions: auto`,
+    /// scd2 tables only, see `rowstore/`): with `row_companions: auto`,
     /// under `_changelake/rows` in the table directory when the table is on
     /// a local disk (a prefix Delta readers ignore) and nowhere otherwise;
     /// with a directory, in its subdirectory named after the table.
@@ -49,7 +49,7 @@ impl TableStore {
 
     /// The row companion of a new data file, written under a temporary
     /// name by the thread that encodes the file: current files of a table
-    /// that keeps companions (see `rowstore.rs`). Failing to write one only
+    /// that keeps companions (see `rowstore/`). Failing to write one only
     /// costs speed later, so it is logged, not an error.
     pub(super) fn companion(
         &self,
@@ -129,7 +129,7 @@ impl TableStore {
         Ok((out, failed))
     }
 
-    /// Does this live file have a row companion (`rowstore.rs`)?
+    /// Does this live file have a row companion (`rowstore/`)?
     pub(super) fn has_companion(&self, id: u32) -> bool {
         self.files[id as usize].as_ref().is_some_and(|f| self.rows.holds(&f.path))
     }

@@ -19,7 +19,7 @@
 //! | `rewrite.rs` | copy-on-write: touched files rewritten with rows in place |
 //! | `closes.rs` | scd2 closes copied into history at the Arrow level |
 //! | `companions.rs` | merge-on-read scd2: writing, reading and rebuilding row companions |
-//! | `rowstore.rs` | the row companions' file format: current rows kept row-wise for closes |
+//! | `rowstore/` | row companions: current rows kept row-wise for closes; where they live, their file format |
 //! | `rowcodec.rs` | the row companions' record codec |
 //! | `masks.rs` | merge-on-read: staging grown deletion vectors |
 //! | `dv.rs` | the deletion-vector codec |
@@ -227,7 +227,7 @@ pub struct TableStore {
     /// resolve cloud credentials, which the first run's every file would
     /// otherwise repeat.
     unborn_store: std::sync::OnceLock<Arc<dyn ObjectStore>>,
-    /// Row companions of current files, for scd2 closes (see `rowstore.rs`).
+    /// Row companions of current files, for scd2 closes (see `rowstore/`).
     rows: rowstore::RowStore,
 }
 

@@ -1,4 +1,4 @@
-//! The record codec of row companions (`rowstore.rs`): one table row as one
+//! The record codec of row companions (`rowstore/`): one table row as one
 //! run of bytes, decoded back into Arrow columns for any chosen rows.
 //!
 //! Arrow's own row format (`arrow::row`) was measured first and rejected
