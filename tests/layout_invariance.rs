@@ -6,7 +6,9 @@
 //! compacted, with or without row companions for scd2's closes, and when
 //! runs are killed before or after their commit or in the upkeep after it
 //! and the work is picked up by the next run (docs/commit-protocol.md),
-//! and on S3 (a moto server on loopback) as on a local disk.
+//! when one process commits every batch (keeping what it keeps between
+//! runs, such as deleted keys' briefs), and on S3 (a moto server on
+//! loopback) as on a local disk.
 //!
 //! Why a test of its own: each layout has its own code for the same rules
 //! (in-place rewrites, masks, top-ups, companions, files that hold only the
@@ -304,15 +306,26 @@ fn config(case: &Case, layout: &str) -> String {
 
 /// One way of storing the stream: a `layout:` (`{companions}` stands for a
 /// local directory of the variant's own), whether each run starts without
-/// its saved key index (rebuilt from the data files), whether runs are
-/// killed at the fault points (see [`crashing_run`]) and whether the lake
-/// is on S3 (a moto server) instead of a local disk.
+/// its saved key index (rebuilt from the data files), how the batches are
+/// run and whether the lake is on S3 (a moto server) instead of a local disk.
 struct Variant {
     name: &'static str,
     layout: &'static str,
     rebuild_index: bool,
-    crash: bool,
+    runs: Runs,
     s3: bool,
+}
+
+/// How a variant's batches are run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Runs {
+    /// A `run --once` per batch, as it arrives.
+    EachBatch,
+    /// The same, killed at the fault points (see [`crashing_run`]).
+    Killed,
+    /// One `run --once` for every batch at the end: one process commits
+    /// them all, with what it keeps between its runs (deleted keys' briefs).
+    OneProcess,
 }
 
 /// Small files, compacted, checkpointed and vacuumed within a few runs:
@@ -325,55 +338,62 @@ macro_rules! upkeep_often {
 }
 
 /// The variants compared; the first is the reference.
-const VARIANTS: [Variant; 8] = [
-    Variant { name: "copy-on-write", layout: "", rebuild_index: false, crash: false, s3: false },
+const VARIANTS: [Variant; 9] = [
+    Variant { name: "copy-on-write", layout: "", rebuild_index: false, runs: Runs::EachBatch, s3: false },
     Variant {
         name: "copy-on-write, small files",
         layout: "file_rows: 16, spread: 4, compact_min_files: 3",
         rebuild_index: false,
-        crash: false,
+        runs: Runs::EachBatch,
         s3: false,
     },
     Variant {
         name: "deletion vectors",
         layout: "deletion_vectors: true",
         rebuild_index: false,
-        crash: false,
+        runs: Runs::EachBatch,
         s3: false,
     },
     Variant {
         name: "deletion vectors, small files",
         layout: "deletion_vectors: true, file_rows: 16, spread: 4, compact_min_files: 3",
         rebuild_index: false,
-        crash: false,
+        runs: Runs::EachBatch,
         s3: false,
     },
     Variant {
         name: "deletion vectors, small files, no companions",
         layout: "deletion_vectors: true, file_rows: 16, spread: 4, compact_min_files: 0, row_companions: off",
         rebuild_index: false,
-        crash: false,
+        runs: Runs::EachBatch,
         s3: false,
     },
     Variant {
         name: "deletion vectors, small files, key index rebuilt every run",
         layout: "deletion_vectors: true, file_rows: 16, spread: 4",
         rebuild_index: true,
-        crash: false,
+        runs: Runs::EachBatch,
+        s3: false,
+    },
+    Variant {
+        name: "deletion vectors, small files, every batch in one process",
+        layout: "deletion_vectors: true, file_rows: 16, spread: 4, compact_min_files: 3",
+        rebuild_index: false,
+        runs: Runs::OneProcess,
         s3: false,
     },
     Variant {
         name: "copy-on-write, small files, killed in runs",
         layout: upkeep_often!(),
         rebuild_index: false,
-        crash: true,
+        runs: Runs::Killed,
         s3: false,
     },
     Variant {
         name: "deletion vectors, small files, killed in runs",
         layout: concat!("deletion_vectors: true, ", upkeep_often!()),
         rebuild_index: false,
-        crash: true,
+        runs: Runs::Killed,
         s3: false,
     },
 ];
@@ -382,26 +402,26 @@ const VARIANTS: [Variant; 8] = [
 /// deletion vectors and key index snapshots on the store, row companions
 /// in a local directory or none (the default there), runs killed as above.
 const S3_VARIANTS: [Variant; 4] = [
-    Variant { name: "copy-on-write, local", layout: "", rebuild_index: false, crash: false, s3: false },
+    Variant { name: "copy-on-write, local", layout: "", rebuild_index: false, runs: Runs::EachBatch, s3: false },
     Variant {
         name: "copy-on-write on S3, small files, killed in runs",
         layout: upkeep_often!(),
         rebuild_index: false,
-        crash: true,
+        runs: Runs::Killed,
         s3: true,
     },
     Variant {
         name: "deletion vectors on S3, small files, killed in runs",
         layout: concat!("deletion_vectors: true, ", upkeep_often!()),
         rebuild_index: false,
-        crash: true,
+        runs: Runs::Killed,
         s3: true,
     },
     Variant {
         name: "deletion vectors on S3, companions in a local directory, killed in runs",
         layout: "deletion_vectors: true, file_rows: 16, spread: 4, compact_min_files: 3, checkpoint_interval: 2, row_companions: '{companions}'",
         rebuild_index: false,
-        crash: true,
+        runs: Runs::Killed,
         s3: true,
     },
 ];
@@ -510,14 +530,19 @@ fn stream_in(case: &Case, seed: u64, variants: &[Variant], s3: Option<u16>) {
             if v.rebuild_index {
                 let _ = std::fs::remove_file(Path::new(&table(lake)).join("_changelake/key-index"));
             }
-            if !v.crash || crashing_run(cfg, &mut faults) {
+            let run = match v.runs {
+                Runs::EachBatch => true,
+                Runs::Killed => crashing_run(cfg, &mut faults),
+                Runs::OneProcess => false,
+            };
+            if run {
                 run_once(cfg);
             }
         }
     }
-    // What the last killed run left undone.
+    // What the last killed run left undone, and the one process's batches.
     for (v, cfg) in variants.iter().zip(&cfgs) {
-        if v.crash {
+        if v.runs != Runs::EachBatch {
             run_once(cfg);
         }
     }

@@ -237,6 +237,17 @@ fn late_extract(run: u32) -> String {
     csv
 }
 
+/// The late-row tests' table: `note` is not tracked.
+fn late_config(dir: &Path, companions: &str) -> PathBuf {
+    let cfg = config(dir, companions);
+    let text = std::fs::read_to_string(&cfg).unwrap().replace(
+        "merge: {sequence_by: [seq]",
+        "merge: {ignore_columns: [note], sequence_by: [seq]",
+    );
+    std::fs::write(&cfg, text).unwrap();
+    cfg
+}
+
 /// Late scd2 rows compare with their key's closed versions in brief, read
 /// with its current row from the row companion (docs/scd2.md, "Late rows
 /// without reading history"), and give the table that reading history gives.
@@ -244,16 +255,8 @@ fn late_extract(run: u32) -> String {
 fn late_rows_read_their_key_s_brief_not_history_and_agree_with_it() {
     let with = tempfile::tempdir().unwrap();
     let without = tempfile::tempdir().unwrap();
-    let cfg = |d: &Path, companions: &str| {
-        let cfg = config(d, companions);
-        let text = std::fs::read_to_string(&cfg).unwrap().replace(
-            "merge: {sequence_by: [seq]",
-            "merge: {ignore_columns: [note], sequence_by: [seq]",
-        );
-        std::fs::write(&cfg, text).unwrap();
-        cfg
-    };
-    let (cfg_with, cfg_without) = (cfg(with.path(), "auto"), cfg(without.path(), "off"));
+    let (cfg_with, cfg_without) =
+        (late_config(with.path(), "auto"), late_config(without.path(), "off"));
     let table_with = with.path().join("lake/bronze/account");
     let table_without = without.path().join("lake/bronze/account");
     let (mut in_brief, mut scans_without) = (0usize, 0usize);
@@ -283,4 +286,49 @@ fn late_rows_read_their_key_s_brief_not_history_and_agree_with_it() {
     }
     let early = all.iter().filter(|r| r.contains("\"early\"")).count();
     assert_eq!(early, 1, "later equal late rows are no-ops");
+}
+
+/// A key this process deleted keeps its closed versions in brief in memory
+/// (it has no current row whose companion could carry them; docs/scd2.md,
+/// "Late rows without reading history"): late rows for it in the process's
+/// later batches read no history. A new process has not kept them and
+/// reads history for such a key. Both give the table that reading history
+/// gives.
+#[test]
+fn late_rows_of_keys_this_process_deleted_read_no_history() {
+    let with = tempfile::tempdir().unwrap();
+    let without = tempfile::tempdir().unwrap();
+    let (cfg_with, cfg_without) =
+        (late_config(with.path(), "auto"), late_config(without.path(), "off"));
+    let table_with = with.path().join("lake/bronze/account");
+    let table_without = without.path().join("lake/bronze/account");
+    // One process: the load, deletes of keys 100..=102 (file 2), a revival
+    // of key 100 (file 4), late rows for key 102 (files 3 to 5).
+    for run in 0..6u32 {
+        for dir in [with.path(), without.path()] {
+            write(dir, &format!("data/account/{run:03}.csv"), &late_extract(run));
+        }
+    }
+    let log = run_logged(&cfg_with, "changelake::table=debug");
+    let late_lines: Vec<&str> = log.lines().filter(|l| l.contains("late rows:")).collect();
+    assert!(late_lines.len() >= 5, "late rows in most batches: {log}");
+    for line in &late_lines {
+        assert!(line.contains("every key's history in brief"), "{line}");
+    }
+    run_logged(&cfg_without, "changelake::table=info");
+    assert_eq!(rows(&table_with), rows(&table_without));
+    assert!(rows(&table_with).iter().any(|r| r.contains("late-deleted")));
+
+    // A new process: key 102 is still deleted, its brief not kept; a late
+    // row for it below the one file 3 inserted reads history.
+    let late = "id,op,city,note,seq\n102,U,later-deleted,n,6\n";
+    for dir in [with.path(), without.path()] {
+        write(dir, "data/account/006.csv", late);
+    }
+    let log = run_logged(&cfg_with, "changelake::table=debug");
+    assert!(log.contains("history files scanned"), "{log}");
+    run_logged(&cfg_without, "changelake::table=info");
+    let all = rows(&table_with);
+    assert_eq!(all, rows(&table_without));
+    assert!(all.iter().any(|r| r.contains("later-deleted")));
 }

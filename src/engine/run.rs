@@ -287,8 +287,9 @@ impl TableRunner {
                     c.closing.push(closing);
                 }
                 // Only keys whose stored rows must be read go through the
-                // table; the rest are settled from the key index.
-                if matches!(n, Need::Current | Need::History) {
+                // table, and reopened ones for their brief (table/briefs.rs);
+                // the rest are settled from the key index.
+                if matches!(n, Need::Current | Need::History | Need::Reopen) {
                     c.needs.insert(k.clone(), n);
                 }
                 c.keys.push((k, rs, n));

@@ -31,7 +31,8 @@ pub fn apply(
         .map(|(k, rows, need)| {
             let state = match need {
                 Need::Close => closing.next().or_else(|| states.remove(&k)),
-                Need::Current | Need::History => states.remove(&k),
+                // A reopened key's state holds its brief, when the table kept it.
+                Need::Current | Need::History | Need::Reopen => states.remove(&k),
                 _ => None,
             };
             (k, rows, need, state.map(Box::new))
@@ -68,6 +69,7 @@ fn join(mut parts: Vec<Output>) -> Output {
     out.history_replacements.reserve_exact(total(|p| p.history_replacements.len()));
     out.closes.reserve_exact(total(|p| p.closes.len()));
     out.index.reserve_exact(total(|p| p.index.len()));
+    out.deleted_briefs.reserve_exact(total(|p| p.deleted_briefs.len()));
     for part in parts {
         out.upserts.extend(part.upserts);
         out.removes.extend(part.removes);
@@ -75,6 +77,7 @@ fn join(mut parts: Vec<Output>) -> Output {
         out.history_replacements.extend(part.history_replacements);
         out.closes.extend(part.closes);
         out.index.extend(part.index);
+        out.deleted_briefs.extend(part.deleted_briefs);
         out.stats.add(&part.stats);
         out.rejected = part.rejected;
     }

@@ -29,6 +29,8 @@ struct KeyRun<'a> {
     brief: Option<Vec<Closed>>,
     stored_current: bool,
     dirty: bool,
+    /// A version was closed in this run (a close, or a late row's version).
+    closed_now: bool,
     ordinal: usize,
 }
 
@@ -72,6 +74,7 @@ impl KeyRun<'_> {
         self.history.push(c.clone());
         self.latest_closed = Some(c);
         self.dirty = true;
+        self.closed_now = true;
     }
 
     /// The brief to store with the key's open version (see [`brief`]).
@@ -82,6 +85,29 @@ impl KeyRun<'_> {
 
     fn latest(&self) -> Option<&Version> {
         self.cur.as_ref().or(self.latest_closed.as_ref())
+    }
+
+    /// Whether `row` is older than the key's latest version: the open one,
+    /// else the latest closed one, read or (a deleted key whose brief the
+    /// table kept) in brief.
+    fn is_late(&self, row: &[super::Value]) -> bool {
+        let spec = self.spec;
+        if spec.seq.is_empty() {
+            return false;
+        }
+        if let Some(l) = self.latest() {
+            return spec.cmp_seq(row, &l.data) == Ordering::Less;
+        }
+        let by_order = |a: &&Closed, b: &&Closed| {
+            super::version_order(crate::value::cmp_slices(&a.seq, &b.seq), a.exec, b.exec)
+        };
+        let latest = self.brief.as_ref().and_then(|b| b.iter().max_by(by_order));
+        latest.is_some_and(|c| spec.cmp_seq_to(row, &c.seq) == Ordering::Less)
+    }
+
+    /// Whether the key had versions before this run (a revival, not an insert).
+    fn has_closed(&self) -> bool {
+        self.latest_closed.is_some() || self.brief.as_ref().is_some_and(|b| !b.is_empty())
     }
 
     /// The version valid at the sequence of `row`: the greatest (sequence, run) at or below it.
@@ -96,9 +122,7 @@ impl KeyRun<'_> {
     fn processing_row(&mut self, r: InRow, out: &mut Output) {
         let spec = self.spec;
         let now = self.ctx.now;
-        let late = !spec.seq.is_empty()
-            && self.latest().is_some_and(|l| spec.cmp_seq(&r.data, &l.data) == Ordering::Less);
-        if late {
+        if self.is_late(&r.data) {
             if r.delete {
                 out.stats.late_deletes_ignored += 1;
                 return;
@@ -131,6 +155,7 @@ impl KeyRun<'_> {
             self.history.push(v.clone());
             out.history_appends.push(v);
             out.stats.late_inserted += 1;
+            self.closed_now = true;
             return;
         }
         match &mut self.cur {
@@ -142,7 +167,7 @@ impl KeyRun<'_> {
                 // New key, or a deleted key coming back: a new open version.
                 let start =
                     now.max(self.latest_closed.as_ref().and_then(|l| l.valid_to).unwrap_or(now));
-                if self.latest_closed.is_some() {
+                if self.has_closed() {
                     out.stats.revived += 1;
                 } else {
                     out.stats.inserted += 1;
@@ -323,8 +348,20 @@ pub(super) fn apply_key(
         let at = ctx.now.max(s.valid_from);
         out.stats.versions_closed += 1;
         out.closes.push((key.clone(), at, r.delete));
+        // The closed version joins the stored brief, from the key index's
+        // summary of it and the run that wrote it.
+        let brief = |s: &super::Summary| {
+            ctx.briefs.zip(state.stored_brief.as_ref()).and_then(|(fingerprint, b)| {
+                let seq = s.seq.with(|q| q.to_vec());
+                let closed = Closed { seq, exec: b.exec, tracked: s.tracked_hash };
+                brief::append(&b.bytes, &closed, fingerprint).map(Into::into)
+            })
+        };
         if r.delete {
             out.stats.deleted += 1;
+            if ctx.briefs.is_some() {
+                out.deleted_briefs.push((key.clone(), brief(&s)));
+            }
             out.index.push((key.clone(), Some(super::Summary { deleted: true, ..s })));
             out.removes.push(key);
         } else {
@@ -339,16 +376,11 @@ pub(super) fn apply_key(
                 brief: None,
                 key,
                 dirty: true,
+                closed_now: true,
                 ordinal: 0,
             };
             let mut v = run.open(r.data, at);
-            // The closed version joins the stored brief, from the key
-            // index's summary of it and the run that wrote it.
-            v.brief = ctx.briefs.zip(state.stored_brief).and_then(|(fingerprint, b)| {
-                let seq = s.seq.with(|q| q.to_vec());
-                let closed = Closed { seq, exec: b.exec, tracked: s.tracked_hash };
-                brief::append(&b.bytes, &closed, fingerprint).map(Into::into)
-            });
+            v.brief = brief(&s);
             out.index.push((run.key.clone(), Some(spec.summary_hashed(&v, r.hashes))));
             out.upserts.push((run.key, v));
         }
@@ -369,6 +401,7 @@ pub(super) fn apply_key(
         brief,
         key: key.clone(),
         dirty: false,
+        closed_now: false,
         ordinal: 0,
     };
     for r in rows {
@@ -389,6 +422,17 @@ fn briefs_of(spec: &Spec, history: &[Version]) -> Vec<Closed> {
 }
 
 fn finish(run: KeyRun<'_>, out: &mut Output) {
+    if run.ctx.briefs.is_some() {
+        // A key without an open version keeps its brief in the table; one
+        // that gets an open version hands it to that version.
+        match &run.cur {
+            None if run.closed_now => {
+                out.deleted_briefs.push((run.key.clone(), run.encoded_brief()))
+            }
+            Some(_) if !run.stored_current => out.deleted_briefs.push((run.key.clone(), None)),
+            _ => {}
+        }
+    }
     if !run.dirty {
         return;
     }
@@ -436,6 +480,7 @@ pub(super) fn snapshot_delete(
         brief: None,
         key,
         dirty: false,
+        closed_now: false,
         ordinal: 0,
     };
     if spec.delete_mode == crate::config::DeleteMode::Ignore {

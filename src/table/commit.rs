@@ -46,6 +46,8 @@ pub struct PendingCommit {
     pub(super) removed: Vec<u32>,
     /// Key-index updates of the merge (`None`: the key is gone).
     pub(super) index: Vec<(Key, Option<Summary>)>,
+    /// Briefs of keys left without a current row (`briefs.rs`).
+    pub(super) deleted_briefs: Vec<(Key, Option<Arc<[u8]>>)>,
     pub files_removed: usize,
     pub files_added: usize,
     pub rows_written: usize,
@@ -488,6 +490,8 @@ impl TableStore {
         }
         let deleted_has_no_row = self.meta.strategy == Strategy::Scd2;
         self.index.apply_commit(placed, &pc.index, deleted_has_no_row);
+        let limit = self.deleted_briefs_limit();
+        self.deleted_briefs.apply(pc.deleted_briefs, limit);
         // The commit's keys (a run's worth) are freed on the pool, off the
         // committing thread: copied on other cores, freed here they took
         // the allocator's cross-thread path and nearly doubled a narrow

@@ -229,6 +229,8 @@ pub struct TableStore {
     unborn_store: std::sync::OnceLock<Arc<dyn ObjectStore>>,
     /// Row companions of current files, for scd2 closes (see `rowstore/`).
     rows: rowstore::RowStore,
+    /// Briefs of deleted scd2 keys, from this process's commits (`briefs.rs`).
+    deleted_briefs: briefs::DeletedBriefs,
 }
 
 /// Opens a Delta table if one exists at `loc`.
@@ -266,6 +268,7 @@ impl TableStore {
             filters: Default::default(),
             unborn_store: Default::default(),
             rows: Default::default(),
+            deleted_briefs: Default::default(),
         };
         store.rows = store.row_store();
         let Some(table) = open_existing(loc).await? else {

@@ -67,7 +67,11 @@ impl TableStore {
         exec: i64,
         closing: ClosingRows,
     ) -> Result<PendingCommit> {
-        let mut pc = PendingCommit { index: std::mem::take(&mut out.index), ..Default::default() };
+        let mut pc = PendingCommit {
+            index: std::mem::take(&mut out.index),
+            deleted_briefs: std::mem::take(&mut out.deleted_briefs),
+            ..Default::default()
+        };
         let out = &*out;
         let mut phases = Phases::new();
         let located = self.locate_output(out);

@@ -57,6 +57,8 @@ impl TableStore {
     /// into the key index. A table that does not exist yet has nothing to load.
     pub async fn load_index(&mut self, spec: &Spec) -> Result<()> {
         let started = std::time::Instant::now();
+        // Kept from commits against the index being replaced.
+        self.deleted_briefs.clear();
         // Only a writer sweeps row companions (inspections open tables too).
         let live = self.files.iter().flatten().filter(|f| f.current).map(|f| f.path.as_str());
         let swept = self.rows.sweep(live);
@@ -281,6 +283,7 @@ impl TableStore {
         let mut closing_briefs = vec![None; closing.len()];
         let (keys_at, briefs) = (&reads.keys_at, &mut closing_briefs);
         self.take_briefs(spec, &read, keys_at, &closing_at, &mut states, briefs);
+        self.take_deleted_briefs(spec, needs, &mut states);
         phases.mark("versions");
         if reads.late_rows {
             self.load_late_history(spec, needs, &mut states).await?;

@@ -459,3 +459,86 @@ fn guardrail_reject_late_fails_the_batch() {
     assert!(out.rejected.is_some());
     assert_eq!(state(&t), vec![s(1, "a", true, false)]);
 }
+
+/// A deleted key has no current row to carry its closed versions in brief;
+/// the table keeps the brief the merge hands back for it
+/// (`Output::deleted_briefs`, table/briefs.rs). Late rows for the key are
+/// then compared with the brief as with its read history (docs/scd2.md,
+/// "Late rows without reading history"), and every change to it is handed
+/// back: a late version, a revival (the new open version carries it), a
+/// delete of an open version whose stored brief was known.
+#[test]
+fn scd2_deleted_key_late_rows_compare_with_its_kept_brief_and_changes_are_handed_back() {
+    use crate::merge::brief::{self, Closed, Stored};
+    use crate::merge::scd2::apply_key;
+    let sp = spec(Strategy::Scd2);
+    let fp = brief::fingerprint(&sp);
+    let ctx = RunCtx { exec: 5, now: 1_000, briefs: Some(fp) };
+    let mut key = vec![];
+    Value::Int(1).encode(&mut key);
+    let key: Key = key.into();
+    let closed = |city: &str, seq: i64, exec: i64| Closed {
+        seq: vec![Value::Int(seq)],
+        exec,
+        tracked: sp.tracked_hash(&up(1, city, seq).data),
+    };
+    // Key 1 was "a" at 10, then "b" at 20, deleted at its close.
+    let kept = vec![closed("a", 10, 1), closed("b", 20, 2)];
+    let deleted = || KeyState { brief: Some(kept.clone()), ..Default::default() };
+    let apply = |row: InRow, state: KeyState| {
+        let mut out = Output::default();
+        apply_key(&sp, &ctx, key.clone(), vec![row], state, &mut out);
+        out
+    };
+
+    // The version valid at 15 is "a": nothing changes, nothing handed back.
+    let out = apply(up(1, "a", 15), deleted());
+    assert_eq!(out.stats.late_noop, 1);
+    assert!(!out.has_changes() && out.deleted_briefs.is_empty());
+
+    // A changed late row: a closed version, and the longer brief handed back.
+    let out = apply(up(1, "x", 15), deleted());
+    assert_eq!((out.stats.late_inserted, out.history_appends.len()), (1, 1));
+    assert!(out.upserts.is_empty() && out.index.is_empty(), "the key stays deleted");
+    let longer = [kept.clone(), vec![closed("x", 15, 5)]].concat();
+    let want: std::sync::Arc<[u8]> = brief::encode(&longer, fp).unwrap().into();
+    assert_eq!(out.deleted_briefs, vec![(key.clone(), Some(want))]);
+
+    // Without the brief the same row is not known to be late: it would
+    // reopen the key (the table reads history for such keys instead).
+    let out = apply(up(1, "x", 15), KeyState::default());
+    assert_eq!(out.stats.late_inserted, 0);
+
+    // A newer row revives the key: its open version carries the brief, and
+    // the kept one is dropped.
+    let out = apply(up(1, "c", 25), deleted());
+    assert_eq!(out.stats.revived, 1);
+    let want: std::sync::Arc<[u8]> = brief::encode(&kept, fp).unwrap().into();
+    assert_eq!(out.upserts[0].1.brief.as_ref(), Some(&want));
+    assert_eq!(out.deleted_briefs, vec![(key.clone(), None)]);
+
+    // An open version closed by a delete without being read: its stored
+    // brief with the closed version appended is handed back.
+    let open = Version {
+        data: up(1, "c", 30).data,
+        valid_from: Some(500),
+        valid_to: None,
+        current: true,
+        deleted: false,
+        exec: 3,
+        sk: None,
+        loc: None,
+        brief: None,
+    };
+    let stored = Stored { bytes: brief::encode(&kept, fp).unwrap().into(), exec: 3 };
+    let state = KeyState {
+        stored: Some(sp.summary(&open)),
+        stored_brief: Some(stored),
+        ..Default::default()
+    };
+    let out = apply(del(1, 31), state);
+    assert_eq!(out.stats.deleted, 1);
+    let all = [kept.clone(), vec![closed("c", 30, 3)]].concat();
+    let want: std::sync::Arc<[u8]> = brief::encode(&all, fp).unwrap().into();
+    assert_eq!(out.deleted_briefs, vec![(key, Some(want))]);
+}
