@@ -8,11 +8,7 @@
 //! late row for those keys reads history as before.
 //!
 //! A deleted key has no current row, so no companion record to carry its
-//! brief: without one, a late row for it searched the history files, a cost
-//! that grew with the table's age. The briefs of keys deleted by this
-//! process's commits are kept in memory instead ([`DeletedBriefs`], bounded
-//! by the key index's size); a key deleted before the process started, or
-//! past the bound, reads history as before.
+//! brief: those are kept apart (`deleted_briefs.rs`).
 
 use std::sync::Arc;
 
@@ -23,61 +19,7 @@ use super::files::SelectedRows;
 use super::rowcodec::Columns;
 use super::FxMap;
 use super::TableStore;
-use crate::merge::{brief, Key, KeyMap, KeyState, Need, Spec, Version};
-
-/// Bytes one held brief is counted for besides its key and brief: the map
-/// slot, the two allocations' headers and the brief's reference counts.
-const HELD_OVERHEAD: usize = 64;
-
-/// The briefs of scd2 keys without a current row (deleted), as this
-/// process's commits left them (`merge::Output::deleted_briefs`). Only a
-/// deleted key's entry is ever used, so an entry left behind by a key that
-/// came back is harmless until the key is deleted again, which replaces it.
-#[derive(Default)]
-pub(super) struct DeletedBriefs {
-    held: KeyMap<std::sync::Arc<[u8]>>,
-    /// What `held` takes, counted as [`DeletedBriefs::cost`] says.
-    bytes: usize,
-}
-
-impl DeletedBriefs {
-    fn cost(key: &[u8], brief: &[u8]) -> usize {
-        key.len() + brief.len() + HELD_OVERHEAD
-    }
-
-    /// A committed run's changes: a known brief is held while the total
-    /// stays within `limit` bytes; an unknown one, or a key that has an
-    /// open version again, drops what was held.
-    pub(super) fn apply(
-        &mut self,
-        changes: Vec<(Key, Option<std::sync::Arc<[u8]>>)>,
-        limit: usize,
-    ) {
-        for (key, brief) in changes {
-            if let Some(old) = self.held.remove(&key) {
-                self.bytes -= Self::cost(&key, &old);
-            }
-            let Some(brief) = brief else { continue };
-            let cost = Self::cost(&key, &brief);
-            if self.bytes + cost <= limit {
-                self.bytes += cost;
-                self.held.insert(key, brief);
-            }
-        }
-    }
-
-    fn get(&self, key: &[u8]) -> Option<&[u8]> {
-        self.held.get(key).map(|b| &b[..])
-    }
-
-    pub(super) fn len(&self) -> usize {
-        self.held.len()
-    }
-
-    pub(super) fn clear(&mut self) {
-        *self = DeletedBriefs::default();
-    }
-}
+use crate::merge::{brief, Key, KeyMap, KeyState, Spec, Version};
 
 /// The companion column holding each current row's brief.
 const BRIEF_COLUMN: &str = "_changelake_brief";
@@ -182,43 +124,6 @@ impl TableStore {
     }
 }
 
-impl TableStore {
-    /// The bytes [`DeletedBriefs`] may hold: an eighth of what the key
-    /// index's keys take at 64 bytes each, and at least 16 MiB.
-    pub(super) fn deleted_briefs_limit(&self) -> usize {
-        (self.index.len() * 8).max(16 << 20)
-    }
-
-    /// Deleted keys whose brief this process kept (`needs`: late rows and
-    /// rows that reopen them): their closed versions in brief, so neither a
-    /// late row reads history nor a reopened key's new version lacks it.
-    pub(super) fn take_deleted_briefs(
-        &self,
-        spec: &Spec,
-        needs: &KeyMap<Need>,
-        states: &mut KeyMap<KeyState>,
-    ) {
-        if self.deleted_briefs.len() == 0 {
-            return;
-        }
-        let Some(fingerprint) = self.briefs(spec) else { return };
-        let types: Option<Vec<_>> =
-            spec.seq.iter().map(|&i| self.columns.get(i).map(|c| c.1)).collect();
-        let Some(types) = types else { return };
-        for (k, need) in needs {
-            if !matches!(need, Need::History | Need::Reopen)
-                || !self.index.get(k).is_some_and(|e| !e.has_row() && e.summary.deleted())
-            {
-                continue;
-            }
-            let Some(b) = self.deleted_briefs.get(k) else { continue };
-            if let Some(list) = brief::decode(b, fingerprint, &types) {
-                states.entry(k.clone()).or_default().brief = Some(list);
-            }
-        }
-    }
-}
-
 /// The briefs of the rows compaction keeps, file after file.
 #[derive(Default)]
 pub(super) struct CarriedBriefs {
@@ -267,28 +172,4 @@ pub(super) fn split_brief_column(batch: RecordBatch) -> (RecordBatch, Option<Bin
     let mut batch = batch;
     batch.remove_column(i);
     (batch, briefs)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn change(key: u8, brief: Option<&[u8]>) -> (Key, Option<std::sync::Arc<[u8]>>) {
-        (vec![key].into(), brief.map(Into::into))
-    }
-
-    #[test]
-    fn deleted_keys_briefs_are_held_within_the_bound_and_dropped_when_unknown() {
-        let mut held = DeletedBriefs::default();
-        let one = DeletedBriefs::cost(&[1], &[9; 10]);
-        held.apply(vec![change(1, Some(&[9; 10])), change(2, Some(&[8; 10]))], 2 * one);
-        assert_eq!((held.get(&[1]), held.get(&[2])), (Some(&[9u8; 10][..]), Some(&[8u8; 10][..])));
-        // Past the bound a brief is not held, and the key's old one goes.
-        held.apply(vec![change(3, Some(&[7; 10])), change(1, Some(&[6; 40]))], 2 * one);
-        assert_eq!((held.get(&[1]), held.get(&[3])), (None, None));
-        assert_eq!(held.bytes, one, "key 2 alone");
-        // An unknown brief (or a key back with an open version) drops it.
-        held.apply(vec![change(2, None)], 2 * one);
-        assert_eq!((held.len(), held.bytes), (0, 0));
-    }
 }

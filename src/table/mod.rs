@@ -43,6 +43,7 @@ mod commit;
 mod compact;
 mod companions;
 mod convert;
+mod deleted_briefs;
 mod dv;
 mod file_stats;
 mod files;
@@ -230,7 +231,7 @@ pub struct TableStore {
     /// Row companions of current files, for scd2 closes (see `rowstore/`).
     rows: rowstore::RowStore,
     /// Briefs of deleted scd2 keys, from this process's commits (`briefs.rs`).
-    deleted_briefs: briefs::DeletedBriefs,
+    deleted_briefs: deleted_briefs::DeletedBriefs,
 }
 
 /// Opens a Delta table if one exists at `loc`.

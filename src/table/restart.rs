@@ -109,6 +109,7 @@ impl TableStore {
             }
         }
         self.saved_index = Some(version);
+        self.save_deleted_briefs(spec, version).await;
         Ok(Some(keys))
     }
 
@@ -189,6 +190,8 @@ impl TableStore {
         drop(buf);
         let loaded = started.elapsed();
         self.index = bulk.build().ok_or_else(damaged)?;
+        // Replaying below drops the briefs of keys in new history files.
+        self.deleted_briefs = self.load_deleted_briefs(spec, header.version).await;
         let built = started.elapsed();
 
         let known: std::collections::HashSet<u32> =

@@ -57,8 +57,6 @@ impl TableStore {
     /// into the key index. A table that does not exist yet has nothing to load.
     pub async fn load_index(&mut self, spec: &Spec) -> Result<()> {
         let started = std::time::Instant::now();
-        // Kept from commits against the index being replaced.
-        self.deleted_briefs.clear();
         // Only a writer sweeps row companions (inspections open tables too).
         let live = self.files.iter().flatten().filter(|f| f.current).map(|f| f.path.as_str());
         let swept = self.rows.sweep(live);
@@ -75,6 +73,8 @@ impl TableStore {
             }
         }
         self.index = Default::default();
+        // What was kept or loaded describes another index: unknown now.
+        self.deleted_briefs = Default::default();
         let current = self.live_files(|f| f.current);
         self.index_current_rows(&current, spec).await?;
         if self.meta.strategy == Strategy::Scd2 {
@@ -131,6 +131,9 @@ impl TableStore {
             }
             for found in par_map(todo, |(id, bytes)| self.history_heads(id, spec, bytes)) {
                 for (k, h) in found? {
+                    // A brief kept from before these files may lack their
+                    // versions (`deleted_briefs.rs`).
+                    self.deleted_briefs.remove(&k);
                     HistoryHead::offer(&mut heads, &k, h);
                 }
             }
