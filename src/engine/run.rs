@@ -287,7 +287,7 @@ impl TableRunner {
                     c.closing.push(closing);
                 }
                 // Only keys whose stored rows must be read go through the
-                // table, and reopened ones for their brief (table/briefs.rs);
+                // table, and reopened ones for their brief (table/deleted_briefs.rs);
                 // the rest are settled from the key index.
                 if matches!(n, Need::Current | Need::History | Need::Reopen) {
                     c.needs.insert(k.clone(), n);

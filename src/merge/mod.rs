@@ -284,10 +284,10 @@ pub struct Output {
     /// scd2 with briefs ([`RunCtx::briefs`]): the brief of each key left
     /// without an open version whose closed versions changed in this run
     /// (deleted, or given a late version while deleted), `None` when it is
-    /// not known; and `None` for each key that gets an open version it did
-    /// not have (new or revived), whose brief now goes with that version.
+    /// not known; and `None` for each deleted key with known closed
+    /// versions that gets an open version, whose brief now goes with it.
     /// A deleted key has no current row to carry its brief; the table keeps
-    /// these (`table/briefs.rs`).
+    /// these (`table/deleted_briefs.rs`).
     pub deleted_briefs: Vec<(Key, Option<std::sync::Arc<[u8]>>)>,
     pub stats: Stats,
     pub rejected: Option<String>,

@@ -423,13 +423,17 @@ fn briefs_of(spec: &Spec, history: &[Version]) -> Vec<Closed> {
 
 fn finish(run: KeyRun<'_>, out: &mut Output) {
     if run.ctx.briefs.is_some() {
-        // A key without an open version keeps its brief in the table; one
-        // that gets an open version hands it to that version.
+        // A key without an open version keeps its brief in the table; a
+        // deleted one that gets an open version hands it to that version
+        // (one the table kept: a key it kept none for is not handed back,
+        // as a new key is not).
         match &run.cur {
             None if run.closed_now => {
                 out.deleted_briefs.push((run.key.clone(), run.encoded_brief()))
             }
-            Some(_) if !run.stored_current => out.deleted_briefs.push((run.key.clone(), None)),
+            Some(_) if !run.stored_current && run.has_closed() => {
+                out.deleted_briefs.push((run.key.clone(), None))
+            }
             _ => {}
         }
     }

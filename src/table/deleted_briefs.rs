@@ -14,9 +14,13 @@
 //! naming the same Delta version) and loaded with it. Replaying later
 //! commits onto a snapshot drops the brief of every key those commits' new
 //! history files hold (`state.rs`, `index_deleted_keys`): such a key may
-//! have closed versions the saved brief lacks. A brief is only ever used
-//! for a key the index holds as deleted; one left behind by a key that came
-//! back is replaced when the key is deleted again.
+//! have closed versions the saved brief lacks (a key with a current row
+//! after the replay is skipped there). A brief is only ever used for a key
+//! the index holds as deleted; one left behind by a key that came back is
+//! replaced when the key is deleted again. That rests on every scd2 path
+//! that leaves a key without an open version handing back its brief or
+//! `None` (`merge/scd2.rs`: the close of a stored version, `finish`,
+//! `snapshot_delete`): a new such path must too.
 
 use std::sync::Arc;
 

@@ -462,7 +462,7 @@ fn guardrail_reject_late_fails_the_batch() {
 
 /// A deleted key has no current row to carry its closed versions in brief;
 /// the table keeps the brief the merge hands back for it
-/// (`Output::deleted_briefs`, table/briefs.rs). Late rows for the key are
+/// (`Output::deleted_briefs`, table/deleted_briefs.rs). Late rows for the key are
 /// then compared with the brief as with its read history (docs/scd2.md,
 /// "Late rows without reading history"), and every change to it is handed
 /// back: a late version, a revival (the new open version carries it), a
