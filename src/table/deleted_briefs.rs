@@ -11,7 +11,9 @@
 //! memory, bounded by the key index's size.
 //!
 //! They are saved next to the key index snapshot (`_changelake/deleted-briefs`,
-//! naming the same Delta version) and loaded with it. Replaying later
+//! naming the same snapshot: its Delta version and live files, whose paths
+//! carry UUIDs, so a table recreated at the same path never matches) and
+//! loaded with it. Replaying later
 //! commits onto a snapshot drops the brief of every key those commits' new
 //! history files hold (`state.rs`, `index_deleted_keys`): such a key may
 //! have closed versions the saved brief lacks (a key with a current row
@@ -27,6 +29,7 @@ use std::sync::Arc;
 use object_store::ObjectStoreExt;
 use xxhash_rust::xxh3::xxh3_64;
 
+use super::index_snapshot::Header;
 use super::TableStore;
 use crate::merge::{brief, Key, KeyMap, KeyState, Need, Spec};
 
@@ -38,6 +41,25 @@ const HELD_OVERHEAD: usize = 64;
 /// index snapshot, `index_snapshot::PATH`).
 const PATH: &str = "_changelake/deleted-briefs";
 const MAGIC: &[u8; 8] = b"CLDBRF01";
+
+/// The key index snapshot saved briefs go with: its Delta version and a
+/// hash of its live files' paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct SnapshotId {
+    version: i64,
+    files: u64,
+}
+
+impl SnapshotId {
+    pub(super) fn of(h: &Header) -> SnapshotId {
+        let mut files = xxhash_rust::xxh3::Xxh3::new();
+        for f in &h.files {
+            files.update(f.as_bytes());
+            files.update(&[0]);
+        }
+        SnapshotId { version: h.version, files: files.digest() }
+    }
+}
 
 /// The briefs of deleted scd2 keys, as the commits so far left them.
 #[derive(Default)]
@@ -82,13 +104,15 @@ impl DeletedBriefs {
         self.held.is_empty()
     }
 
-    /// The saved form: magic, the Delta version it describes, the count,
-    /// then per key its length (2 bytes) and bytes and its brief's length
-    /// (4) and bytes, little-endian; last, the xxh3 of everything before.
-    fn encode(&self, version: i64) -> Vec<u8> {
-        let mut out = Vec::with_capacity(24 + self.bytes);
+    /// The saved form: magic, the snapshot it goes with (version, files'
+    /// hash), the count, then per key its length (2 bytes) and bytes and its
+    /// brief's length (4) and bytes, little-endian; last, the xxh3 of
+    /// everything before.
+    fn encode(&self, snapshot: SnapshotId) -> Vec<u8> {
+        let mut out = Vec::with_capacity(32 + self.bytes);
         out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&version.to_le_bytes());
+        out.extend_from_slice(&snapshot.version.to_le_bytes());
+        out.extend_from_slice(&snapshot.files.to_le_bytes());
         let held: Vec<(&Key, &Arc<[u8]>)> = self
             .held
             .iter()
@@ -106,9 +130,9 @@ impl DeletedBriefs {
         out
     }
 
-    /// The briefs saved for `version`, within `limit` bytes; None when the
-    /// bytes are of another version, another format or damaged.
-    fn decode(bytes: &[u8], version: i64, limit: usize) -> Option<DeletedBriefs> {
+    /// The briefs saved with `snapshot`, within `limit` bytes; None when
+    /// the bytes go with another snapshot, are of another format or damaged.
+    fn decode(bytes: &[u8], snapshot: SnapshotId, limit: usize) -> Option<DeletedBriefs> {
         let (body, sum) = bytes.split_at_checked(bytes.len().checked_sub(8)?)?;
         if xxh3_64(body).to_le_bytes() != *sum {
             return None;
@@ -119,7 +143,9 @@ impl DeletedBriefs {
             b = rest;
             Some(head)
         };
-        if i64::from_le_bytes(take(8)?.try_into().ok()?) != version {
+        if i64::from_le_bytes(take(8)?.try_into().ok()?) != snapshot.version
+            || u64::from_le_bytes(take(8)?.try_into().ok()?) != snapshot.files
+        {
             return None;
         }
         let n = u64::from_le_bytes(take(8)?.try_into().ok()?);
@@ -175,14 +201,14 @@ impl TableStore {
         }
     }
 
-    /// Saves the kept briefs as of `version` (the key index snapshot's),
-    /// for a table that keeps briefs. A failure is logged, not returned:
-    /// the briefs then saved earlier name an older version and are not used.
-    pub(super) async fn save_deleted_briefs(&self, spec: &Spec, version: i64) {
+    /// Saves the kept briefs with the key index `snapshot` just saved, for
+    /// a table that keeps briefs. A failure is logged, not returned: the
+    /// briefs saved earlier name another snapshot and are not used.
+    pub(super) async fn save_deleted_briefs(&self, spec: &Spec, snapshot: SnapshotId) {
         if self.briefs(spec).is_none() {
             return;
         }
-        let bytes = self.deleted_briefs.encode(version);
+        let bytes = self.deleted_briefs.encode(snapshot);
         let put = async {
             self.store()?
                 .put(&PATH.into(), bytes.into())
@@ -194,17 +220,21 @@ impl TableStore {
         }
     }
 
-    /// The briefs saved with the key index snapshot of `version`; none when
-    /// there are none for that version or they cannot be read.
-    pub(super) async fn load_deleted_briefs(&self, spec: &Spec, version: i64) -> DeletedBriefs {
+    /// The briefs saved with the key index `snapshot`; none when there are
+    /// none for it or they cannot be read.
+    pub(super) async fn load_deleted_briefs(
+        &self,
+        spec: &Spec,
+        snapshot: SnapshotId,
+    ) -> DeletedBriefs {
         if self.briefs(spec).is_none() {
             return DeletedBriefs::default();
         }
         let got = async { self.store().ok()?.get(&PATH.into()).await.ok()?.bytes().await.ok() };
         let limit = self.deleted_briefs_limit();
-        let loaded = got.await.and_then(|b| DeletedBriefs::decode(&b, version, limit));
+        let loaded = got.await.and_then(|b| DeletedBriefs::decode(&b, snapshot, limit));
         if loaded.is_none() {
-            tracing::debug!(target: "changelake::table", table = %self.meta.name, version, "no deleted keys' briefs saved for this key index snapshot");
+            tracing::debug!(target: "changelake::table", table = %self.meta.name, version = snapshot.version, "no deleted keys' briefs saved for this key index snapshot");
         }
         loaded.unwrap_or_default()
     }
@@ -235,28 +265,36 @@ mod tests {
     }
 
     #[test]
-    fn saved_briefs_read_back_only_for_their_version_and_undamaged() {
+    fn saved_briefs_read_back_only_with_their_snapshot_and_undamaged() {
         let mut held = DeletedBriefs::default();
         held.apply(
             vec![change(1, Some(&[9; 10])), change(2, Some(&[])), change(3, Some(&[7; 3]))],
             1 << 20,
         );
-        let bytes = held.encode(42);
-        let back = DeletedBriefs::decode(&bytes, 42, 1 << 20).unwrap();
+        let snapshot = |version: i64, files: &[&str]| {
+            let files = files.iter().map(|f| f.to_string()).collect();
+            SnapshotId::of(&Header { version, fingerprint: 1, files, entries: 3 })
+        };
+        let at = snapshot(42, &["a-1.parquet", "b-2.parquet"]);
+        let bytes = held.encode(at);
+        let back = DeletedBriefs::decode(&bytes, at, 1 << 20).unwrap();
         assert_eq!(back.held, held.held);
         assert_eq!(back.bytes, held.bytes);
-        assert!(DeletedBriefs::decode(&bytes, 43, 1 << 20).is_none(), "another version");
+        let other = snapshot(43, &["a-1.parquet", "b-2.parquet"]);
+        assert!(DeletedBriefs::decode(&bytes, other, 1 << 20).is_none(), "another version");
+        let recreated = snapshot(42, &["a-9.parquet", "b-2.parquet"]);
+        assert!(DeletedBriefs::decode(&bytes, recreated, 1 << 20).is_none(), "other files");
         for cut in [0, 8, bytes.len() - 9, bytes.len() - 1] {
-            assert!(DeletedBriefs::decode(&bytes[..cut], 42, 1 << 20).is_none(), "cut at {cut}");
+            assert!(DeletedBriefs::decode(&bytes[..cut], at, 1 << 20).is_none(), "cut at {cut}");
         }
         let mut flipped = bytes.clone();
-        flipped[20] ^= 1;
-        assert!(DeletedBriefs::decode(&flipped, 42, 1 << 20).is_none(), "checksum");
+        flipped[30] ^= 1;
+        assert!(DeletedBriefs::decode(&flipped, at, 1 << 20).is_none(), "checksum");
         // Loaded within a smaller bound: some are left out, never more.
         let one = DeletedBriefs::cost(&[1], &[9; 10]);
-        let some = DeletedBriefs::decode(&bytes, 42, one).unwrap();
+        let some = DeletedBriefs::decode(&bytes, at, one).unwrap();
         assert!(some.bytes <= one && some.held.len() <= 1);
-        let empty = DeletedBriefs::default().encode(7);
-        assert!(DeletedBriefs::decode(&empty, 7, 0).unwrap().is_empty());
+        let empty = DeletedBriefs::default().encode(at);
+        assert!(DeletedBriefs::decode(&empty, at, 0).unwrap().is_empty());
     }
 }

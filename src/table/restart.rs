@@ -20,6 +20,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use object_store::{ObjectStore, ObjectStoreExt};
 
+use super::deleted_briefs::SnapshotId;
 use super::index::{Bulk, GONE, NO_FILE};
 use super::index_snapshot::{spec_fingerprint, Decoder, Encoder, Header, Rejected, PATH};
 use super::{Result, TableStore};
@@ -59,6 +60,7 @@ impl TableStore {
         let keys = self.index.len();
         let header =
             Header { version, fingerprint: spec_fingerprint(spec), files, entries: keys as u64 };
+        let snapshot = SnapshotId::of(&header);
         let store = self.store()?;
         let path = deltalake::Path::from(PATH);
         let fail = |e| self.io_err(format!("writing {PATH}"), e);
@@ -109,7 +111,7 @@ impl TableStore {
             }
         }
         self.saved_index = Some(version);
-        self.save_deleted_briefs(spec, version).await;
+        self.save_deleted_briefs(spec, snapshot).await;
         Ok(Some(keys))
     }
 
@@ -191,7 +193,7 @@ impl TableStore {
         let loaded = started.elapsed();
         self.index = bulk.build().ok_or_else(damaged)?;
         // Replaying below drops the briefs of keys in new history files.
-        self.deleted_briefs = self.load_deleted_briefs(spec, header.version).await;
+        self.deleted_briefs = self.load_deleted_briefs(spec, SnapshotId::of(&header)).await;
         let built = started.elapsed();
 
         let known: std::collections::HashSet<u32> =
