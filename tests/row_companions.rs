@@ -249,15 +249,29 @@ fn late_config(dir: &Path, companions: &str) -> PathBuf {
     cfg
 }
 
+/// The late-row tests' table twice: with row companions and without.
+struct LatePair {
+    with: tempfile::TempDir,
+    without: tempfile::TempDir,
+    cfg_with: PathBuf,
+    cfg_without: PathBuf,
+}
+
+impl LatePair {
+    fn new() -> LatePair {
+        let (with, without) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let cfg_with = late_config(with.path(), "auto");
+        let cfg_without = late_config(without.path(), "off");
+        LatePair { with, without, cfg_with, cfg_without }
+    }
+}
+
 /// Late scd2 rows compare with their key's closed versions in brief, read
 /// with its current row from the row companion (docs/scd2.md, "Late rows
 /// without reading history"), and give the table that reading history gives.
 #[test]
 fn late_rows_read_their_key_s_brief_not_history_and_agree_with_it() {
-    let with = tempfile::tempdir().unwrap();
-    let without = tempfile::tempdir().unwrap();
-    let (cfg_with, cfg_without) =
-        (late_config(with.path(), "auto"), late_config(without.path(), "off"));
+    let LatePair { with, without, cfg_with, cfg_without } = LatePair::new();
     let table_with = with.path().join("lake/bronze/account");
     let table_without = without.path().join("lake/bronze/account");
     let (mut in_brief, mut scans_without) = (0usize, 0usize);
@@ -299,10 +313,7 @@ fn late_rows_read_their_key_s_brief_not_history_and_agree_with_it() {
 /// history. Each step gives the table that reading history gives.
 #[test]
 fn late_rows_of_deleted_keys_read_their_kept_brief_not_history() {
-    let with = tempfile::tempdir().unwrap();
-    let without = tempfile::tempdir().unwrap();
-    let (cfg_with, cfg_without) =
-        (late_config(with.path(), "auto"), late_config(without.path(), "off"));
+    let LatePair { with, without, cfg_with, cfg_without } = LatePair::new();
     let table_with = with.path().join("lake/bronze/account");
     let table_without = without.path().join("lake/bronze/account");
     let same_tables = || assert_eq!(rows(&table_with), rows(&table_without));
