@@ -20,6 +20,7 @@ use super::rowcodec::Columns;
 use super::FxMap;
 use super::TableStore;
 use crate::merge::{brief, Key, KeyMap, KeyState, Spec, Version};
+use crate::value::DType;
 
 /// The companion column holding each current row's brief.
 const BRIEF_COLUMN: &str = "_changelake_brief";
@@ -31,6 +32,16 @@ impl TableStore {
     pub fn briefs(&self, spec: &Spec) -> Option<u64> {
         let processing = spec.valid_time == crate::merge::ValidTime::Processing;
         (self.rows.enabled() && processing).then(|| brief::fingerprint(spec))
+    }
+
+    /// What decoding a stored brief takes: the rules' fingerprint and the
+    /// stored sequence columns' types; None when the table keeps no briefs
+    /// or has no stored columns yet (its first run).
+    pub(super) fn brief_decoding(&self, spec: &Spec) -> Option<(u64, Vec<DType>)> {
+        let fingerprint = self.briefs(spec)?;
+        let types: Option<Vec<DType>> =
+            spec.seq.iter().map(|&i| self.columns.get(i).map(|c| c.1)).collect();
+        Some((fingerprint, types?))
     }
 
     /// The briefs of new current rows, for their companion; None when the
@@ -95,11 +106,7 @@ impl TableStore {
         states: &mut KeyMap<KeyState>,
         closing: &mut [Option<brief::Stored>],
     ) {
-        let Some(fingerprint) = self.briefs(spec) else { return };
-        // The stored sequence columns' types (a table's first run has none).
-        let types: Option<Vec<_>> =
-            spec.seq.iter().map(|&i| self.columns.get(i).map(|c| c.1)).collect();
-        let Some(types) = types else { return };
+        let Some((fingerprint, types)) = self.brief_decoding(spec) else { return };
         for sel in read {
             let Some(briefs) = &sel.briefs else { continue };
             let exec = sel.batch.column_by_name(&self.meta.reserved.execution_id);

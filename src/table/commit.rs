@@ -46,7 +46,7 @@ pub struct PendingCommit {
     pub(super) removed: Vec<u32>,
     /// Key-index updates of the merge (`None`: the key is gone).
     pub(super) index: Vec<(Key, Option<Summary>)>,
-    /// Briefs of keys left without a current row (`briefs.rs`).
+    /// Briefs of keys left without a current row (`deleted_briefs.rs`).
     pub(super) deleted_briefs: Vec<(Key, Option<Arc<[u8]>>)>,
     pub files_removed: usize,
     pub files_added: usize,

@@ -184,10 +184,7 @@ impl TableStore {
         if self.deleted_briefs.is_empty() {
             return;
         }
-        let Some(fingerprint) = self.briefs(spec) else { return };
-        let types: Option<Vec<_>> =
-            spec.seq.iter().map(|&i| self.columns.get(i).map(|c| c.1)).collect();
-        let Some(types) = types else { return };
+        let Some((fingerprint, types)) = self.brief_decoding(spec) else { return };
         for (k, need) in needs {
             if !matches!(need, Need::History | Need::Reopen)
                 || !self.index.get(k).is_some_and(|e| !e.has_row() && e.summary.deleted())
