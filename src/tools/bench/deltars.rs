@@ -9,13 +9,15 @@ use std::path::{Path, PathBuf};
 use changelake::config::Format;
 use changelake::error::{Error, Result};
 
-fn script() -> PathBuf {
-    let here = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/deltars_merge.py");
-    if here.exists() {
-        here
-    } else {
-        PathBuf::from("benches/deltars_merge.py")
-    }
+/// The script's text, built into the binary: an installed `changelake` (or
+/// one built in another checkout) runs the bench from any directory.
+const SCRIPT: &str = include_str!("../../../benches/deltars_merge.py");
+
+/// Writes the script into the bench's work directory and returns its path.
+fn script(dir: &Path) -> Result<PathBuf> {
+    let path = dir.join("deltars_merge.py");
+    std::fs::write(&path, SCRIPT).map_err(|e| Error::Input(format!("{}: {e}", path.display())))?;
+    Ok(path)
 }
 
 /// The script's `--format` for the batch files' format.
@@ -26,7 +28,7 @@ fn format_args(format: Format) -> [&'static str; 2] {
 /// Runs the delta-rs side (copy of the loaded table, then every batch) and reads its timings.
 pub fn run(dir: &Path, ours: &str, files: &[PathBuf], format: Format) -> Result<serde_json::Value> {
     let mut c = std::process::Command::new("python3");
-    c.arg(script())
+    c.arg(script(dir)?)
         .arg("merge")
         .arg("--ours")
         .arg(ours.trim_start_matches("file://"))
@@ -56,7 +58,7 @@ pub fn compare(
     format: Format,
 ) -> Result<serde_json::Value> {
     let out = std::process::Command::new("python3")
-        .arg(script())
+        .arg(script(dir)?)
         .arg("compare")
         .args(format_args(format))
         .arg("--ours")
