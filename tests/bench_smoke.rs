@@ -11,6 +11,8 @@ fn bench(dir: &std::path::Path, args: &[&str]) -> serde_json::Value {
         .arg("--dir")
         .arg(dir)
         .args(args)
+        // Outside the checkout: the bench brings its delta-rs script along.
+        .current_dir(dir)
         .output()
         .expect("run changelake bench");
     let stdout = String::from_utf8_lossy(&out.stdout);
