@@ -15,6 +15,8 @@
 
 mod apply;
 pub mod brief;
+mod classify;
+mod prepare;
 pub mod scd1;
 pub mod scd2;
 mod unavailable;
@@ -22,6 +24,8 @@ mod unavailable;
 use std::cmp::Ordering;
 
 pub use self::apply::apply;
+pub use self::classify::classify;
+pub use self::prepare::prepare;
 
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -490,204 +494,6 @@ impl Spec {
         }
         Some((xxh3_64(&buf) >> 1) as i64)
     }
-}
-
-/// docs/batch.md: drop NULL keys, drop deletes under `delete_mode: ignore`,
-/// keep the row with the highest sequence per key (ties: later position).
-pub fn prepare(spec: &Spec, mut rows: Vec<InRow>) -> Prepared {
-    use rayon::prelude::*;
-    let mut p = Prepared::default();
-    p.stats.rows_in = rows.len() as u64;
-    let hash = |k: &Key| std::hash::BuildHasher::hash_one(&rustc_hash::FxBuildHasher, k);
-    // Each row's key bytes and their hash on all cores (encoding a key
-    // allocates it); only grouping is serial. A live row's change hashes
-    // are taken in the same pass, while its cells are in cache: reading
-    // them again at classification missed the cache for most rows, and
-    // classification compares them, the merge stores them (whatever
-    // changes a row's cells later clears them: `unavailable`).
-    let keys: Vec<Option<(Key, u64)>> = rows
-        .par_iter_mut()
-        .with_min_len(4096)
-        .map(|r| {
-            if !r.delete && r.hashes.is_none() {
-                r.hashes = Some(spec.hashes(&r.data));
-            }
-            spec.key_of(&r.data).map(|k| {
-                let h = hash(&k);
-                (k, h)
-            })
-        })
-        .collect();
-    // Each key's group, found by the key's hash: the table holds positions
-    // in `p.keys`, so a key is stored once (no copy for a map), and both
-    // are sized for the batch up front (no rehash while they grow).
-    p.keys.reserve(rows.len());
-    let mut at: hashbrown::HashTable<u32> = hashbrown::HashTable::with_capacity(rows.len());
-    let mut dup_keys = 0u64;
-    for (row, key) in rows.into_iter().zip(keys) {
-        let Some((key, h)) = key else {
-            p.stats.null_keys += 1;
-            continue;
-        };
-        if row.delete && spec.delete_mode == DeleteMode::Ignore {
-            p.stats.deletes_ignored += 1;
-            continue;
-        }
-        let keys = &mut p.keys;
-        match at.entry(h, |&i| keys[i as usize].0 == key, |&i| hash(&keys[i as usize].0)) {
-            hashbrown::hash_table::Entry::Vacant(e) => {
-                e.insert(keys.len() as u32);
-                keys.push((key, vec![row]));
-            }
-            hashbrown::hash_table::Entry::Occupied(e) => {
-                dup_keys += 1;
-                keys[*e.get() as usize].1.push(row);
-            }
-        }
-    }
-    if spec.reject_duplicates && dup_keys > 0 {
-        p.rejected = Some(format!(
-            "reject_duplicates: {dup_keys} duplicate business key row(s) in the batch"
-        ));
-    }
-    let all = spec.intra_batch_all && spec.strategy == Strategy::Scd2 && !spec.seq.is_empty();
-    let removed: usize =
-        p.keys.par_iter_mut().with_min_len(1024).map(|(_, group)| dedupe(spec, group, all)).sum();
-    p.stats.duplicates += removed as u64;
-    p
-}
-
-/// Orders a key's rows by (sequence, position) and keeps the winner, or
-/// with `all` one row per distinct sequence value (the later position
-/// winning ties). Returns how many rows it dropped.
-fn dedupe(spec: &Spec, group: &mut Vec<InRow>, all: bool) -> usize {
-    if group.len() == 1 {
-        return 0;
-    }
-    // Ascending by (sequence, position): the last row is the winner.
-    group.sort_by(|a, b| spec.cmp_seq(&a.data, &b.data).then(a.order.cmp(&b.order)));
-    unavailable::carry(group);
-    let before = group.len();
-    if all {
-        let mut kept: Vec<InRow> = Vec::with_capacity(group.len());
-        for r in group.drain(..) {
-            if let Some(last) = kept.last() {
-                if spec.cmp_seq(&last.data, &r.data) == Ordering::Equal {
-                    kept.pop();
-                }
-            }
-            kept.push(r);
-        }
-        *group = kept;
-    } else {
-        let last = group.pop().expect("non-empty group");
-        group.clear();
-        group.push(last);
-    }
-    before - group.len()
-}
-
-/// Decides from the key index alone what stored data a key's rows need.
-/// Returns `None` when every row is settled without touching the table
-/// (older than stored, exact replay, late delete).
-pub fn classify(
-    spec: &Spec,
-    stored: Option<&Summary>,
-    rows: &[InRow],
-    stats: &mut Stats,
-) -> Option<Need> {
-    // An already-applied row (replay --reapply) may only re-merge onto the
-    // very version it produced: the first pass's batch boundaries decided
-    // which intermediate versions and keys exist, and a reapply must not
-    // second-guess them (docs/replay.md: the result equals a single pass).
-    if rows.iter().all(|r| r.replayed) {
-        let same = stored.is_some_and(|s| {
-            !s.deleted
-                && rows
-                    .iter()
-                    .any(|r| s.seq.with(|seq| spec.cmp_seq_to(&r.data, seq)) == Ordering::Equal)
-        });
-        if !same {
-            stats.unchanged += rows.len() as u64;
-            return None;
-        }
-    }
-    let Some(s) = stored else {
-        // New key (or hard-deleted): insert / ignore without stored rows.
-        return Some(Need::Nothing);
-    };
-    if rows.len() > 1 {
-        return Some(Need::History);
-    }
-    let row = &rows[0];
-    let older =
-        !spec.seq.is_empty() && s.seq.with(|seq| spec.cmp_seq_to(&row.data, seq)) == Ordering::Less;
-    let business = spec.valid_time != ValidTime::Processing;
-    match spec.strategy {
-        Strategy::Scd1 => {
-            if older {
-                stats.older_ignored += 1;
-                return None;
-            }
-            // A row with unchanged (unavailable) values is compared only
-            // once the stored values are in: the stored row is needed.
-            if !row.delete && !s.deleted && row.unavailable.is_empty() {
-                match tracked_change(spec, row, s, stats) {
-                    None => return None,
-                    Some(true) => return Some(Need::Replace),
-                    Some(false) => {}
-                }
-            }
-            if row.delete && spec.delete_mode == crate::config::DeleteMode::Hard {
-                // A newer hard delete of a stored key: removed without reading it.
-                return Some(Need::Replace);
-            }
-            Some(Need::Current)
-        }
-        Strategy::Scd2 if business => Some(Need::History),
-        Strategy::Scd2 => {
-            if older {
-                if row.delete {
-                    stats.late_deletes_ignored += 1;
-                    return None;
-                }
-                return Some(Need::History);
-            }
-            if s.deleted {
-                // The key has no open version: a delete does nothing, a row reopens it.
-                if row.delete {
-                    stats.deletes_unknown += 1;
-                    return None;
-                }
-                return Some(Need::Reopen);
-            }
-            if row.replayed {
-                return Some(Need::Current);
-            }
-            if row.delete {
-                return Some(Need::Close);
-            }
-            if !row.unavailable.is_empty() {
-                return Some(Need::Current);
-            }
-            match tracked_change(spec, row, s, stats)? {
-                true => Some(Need::Close),
-                false => Some(Need::Current),
-            }
-        }
-    }
-}
-
-/// A live row against the stored live version, by their hashes: None when
-/// they are identical (counted as unchanged), else whether a tracked column
-/// changed (false: only untracked columns differ, the stored row is needed).
-fn tracked_change(spec: &Spec, row: &InRow, s: &Summary, stats: &mut Stats) -> Option<bool> {
-    let (row_hash, tracked_hash) = row.hashes.unwrap_or_else(|| spec.hashes(&row.data));
-    if row_hash == s.row_hash {
-        stats.unchanged += 1;
-        return None;
-    }
-    Some(tracked_hash != s.tracked_hash)
 }
 
 #[cfg(test)]
