@@ -204,3 +204,25 @@ fn bench_streams_through_the_in_process_broker() {
     assert!(b["commits"].as_u64().unwrap() >= 1);
     assert!(b["latency_max_seconds"].as_f64().unwrap() > 0.0);
 }
+
+/// Without Python's `deltalake` the delta-rs side cannot run: the bench
+/// says so before it loads anything, and names `--no-deltars`.
+#[test]
+fn bench_without_python_deltalake_stops_before_loading_and_names_the_way_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_changelake"))
+        .args(["bench", "--dir"])
+        .arg(dir.path())
+        .args(["--keys", "100", "--batch", "10", "--runs", "1"])
+        // No python3 to be found.
+        .env("PATH", dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("needs python3 with `deltalake`") && err.contains("--no-deltars"),
+        "{err}"
+    );
+    assert!(!dir.path().join("lake").exists(), "nothing is loaded");
+}

@@ -20,6 +20,25 @@ fn script(dir: &Path) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// What the delta-rs side needs: `python3` with `deltalake` and `pyarrow`.
+pub fn preflight() -> Result<()> {
+    let missing = |why: String| {
+        Error::Input(format!(
+            "the delta-rs comparison needs python3 with `deltalake` and `pyarrow` \
+             (pip install deltalake pyarrow): {why}; --no-deltars runs without it"
+        ))
+    };
+    let out = std::process::Command::new("python3")
+        .args(["-c", "import deltalake, pyarrow"])
+        .output()
+        .map_err(|e| missing(format!("python3: {e}")))?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(missing(err.lines().last().unwrap_or("import failed").trim().to_string()));
+    }
+    Ok(())
+}
+
 /// The script's `--format` for the batch files' format.
 fn format_args(format: Format) -> [&'static str; 2] {
     ["--format", format.name()]

@@ -64,6 +64,10 @@ pub async fn run(opts: BenchOpts) -> Result<()> {
         print!("{md}");
         return Ok(());
     }
+    if opts.deltars && opts.strategies.iter().any(|s| s == "scd1") {
+        // Before minutes of loading, not after them.
+        deltars::preflight()?;
+    }
     let config = prepare(&opts)?;
     let remote = match &opts.remote {
         Some(r) => Some(remote_config(&opts, r).await?),
