@@ -230,7 +230,8 @@ pub struct TableStore {
     unborn_store: std::sync::OnceLock<Arc<dyn ObjectStore>>,
     /// Row companions of current files, for scd2 closes (see `rowstore/`).
     rows: rowstore::RowStore,
-    /// Briefs of deleted scd2 keys, from this process's commits (`briefs.rs`).
+    /// Briefs of deleted scd2 keys, from commits and the saved snapshot
+    /// (`deleted_briefs.rs`).
     deleted_briefs: deleted_briefs::DeletedBriefs,
 }
 
