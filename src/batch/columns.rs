@@ -153,12 +153,11 @@ pub(super) fn plan_columns(
         }
         let t = match type_of(ci, name) {
             Some(t) => t,
-            // A key without values yet: the table cannot exist yet (no row has a key).
-            None if guarded.keys.contains(name) => {
-                plan.target.push(None);
-                continue;
-            }
-            // Provisional text in the schema, in no file, until values arrive.
+            // Provisional text in the schema, in no file, until values
+            // arrive. A key column too: a composite key with some NULL
+            // parts is a key (docs/batch.md), so the other parts' values
+            // create the table (the engine drops the batch as NULL keys
+            // only when every key column is without values).
             None => {
                 plan.untyped.push(name.clone());
                 DType::Str
@@ -167,6 +166,17 @@ pub(super) fn plan_columns(
         plan.target.push(Some(plan.columns.len()));
         plan.columns.push((name.clone(), t));
         plan.new_columns.push((name.clone(), t));
+    }
+    // A key column no row of a new table's first batch mentions is NULL
+    // in every row, as if each row sent it NULL.
+    if !table_exists {
+        for k in guarded.keys {
+            if !plan.columns.iter().any(|(n, _)| n == k) {
+                plan.untyped.push(k.clone());
+                plan.columns.push((k.clone(), DType::Str));
+                plan.new_columns.push((k.clone(), DType::Str));
+            }
+        }
     }
     // Untyped columns this batch does not mention stay untyped.
     for u in table.untyped {

@@ -121,7 +121,7 @@ impl TableRunner {
         let text = raw.text;
         let conformed = self.conform(raw)?;
         run.add_dead(&conformed.dead);
-        if t.business_key.iter().any(|k| !conformed.columns.iter().any(|(c, _)| c == k)) {
+        if t.business_key.iter().all(|k| conformed.untyped.contains(k)) {
             return self.finish_without_key(run, &conformed, &progress).await;
         }
         if !conformed.ignored_columns.is_empty() {
@@ -196,9 +196,9 @@ impl TableRunner {
         })
     }
 
-    /// A new table and no row carrying the key yet: nothing can be merged or
-    /// created. The rows are NULL-key rows; offsets stay uncommitted, so
-    /// they are simply re-read later.
+    /// A new table and no row carrying any part of the key yet: nothing
+    /// can be merged or created. The rows are NULL-key rows; offsets stay
+    /// uncommitted, so they are simply re-read later.
     async fn finish_without_key(
         &self,
         mut run: Run,
