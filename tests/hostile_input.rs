@@ -158,6 +158,62 @@ fn null_keys_a_composite_key_with_a_part_null_in_a_new_table_is_a_key() {
     assert_eq!(history, closed);
 }
 
+/// docs/bad-input.md: a message cannot stop the daemon by its field names
+/// or its schema. A field named as a column is but for case (Delta column
+/// names ignore case), one named as a column changelake writes, and a
+/// schema declaring the key float (as the first message of a new table)
+/// each make their message a dead letter; every other row lands. These
+/// panicked (a Delta schema with two `name` columns) or stopped every run
+/// with a config error.
+#[test]
+fn bad_input_clashing_field_names_and_a_declared_float_key_are_dead_letters() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = write(
+        tmp.path(),
+        "c.yaml",
+        "systems:\n  flat: {type: jsonl, path: 'flat/*.jsonl'}\n  csv: {type: csv, path: 'csv/*.csv'}\n  dbz: {type: jsonl, format: debezium, path: 'dbz/*.jsonl'}\nbronze:\n  tables:\n    account:\n      source: {system: flat, object: account}\n      business_key: [id]\n      strategy: scd2\n      merge: {sequence_by: [lsn]}\n    contact:\n      source: {system: csv, object: contact}\n      business_key: [id]\n      strategy: scd1\n    lead:\n      source: {system: dbz, object: lead}\n      business_key: [id]\n      strategy: scd1\n",
+    );
+    write(
+        tmp.path(),
+        "flat/1.jsonl",
+        r#"{"id":1,"name":"a","lsn":1}
+{"id":2,"name":"x","NAME":"y","lsn":2}
+{"id":3,"name":"z","_is_current":true,"lsn":3}
+{"id":4,"name":"w","_valid_to":null,"lsn":4}
+{"id":5,"_Is_Deleted":false,"lsn":5}
+"#,
+    );
+    write(tmp.path(), "csv/1.csv", "id,name,Name\n1,a,\n2,b,B\n");
+    let wrapped = |id_type: &str, id: &str, v: &str| {
+        format!(
+            r#"{{"schema":{{"type":"struct","fields":[{{"type":"struct","field":"after","optional":true,"fields":[{{"type":"{id_type}","field":"id"}},{{"type":"string","field":"v","optional":true}}]}},{{"type":"string","field":"op"}}]}},"payload":{{"after":{{"id":{id},"v":"{v}"}},"op":"c"}}}}"#
+        )
+    };
+    let dbz = [wrapped("double", "2.0", "float key"), wrapped("int32", "1", "good")];
+    write(tmp.path(), "dbz/1.jsonl", &(dbz.join("\n") + "\n"));
+    let out = cli(&["run", "--once"], &cfg);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let names = |table: &str, column: &str| -> Vec<String> {
+        rows(&cfg, table, "all").iter().map(|r| format!("{}={}", r["id"], r[column])).collect()
+    };
+    // `_valid_to` sent NULL is no value: nothing clashes, the row lands.
+    assert_eq!(names("account", "name"), ["1=\"a\"", "4=\"w\""]);
+    assert_eq!(names("contact", "name"), ["1=\"a\""]);
+    assert_eq!(names("lead", "v"), ["1=\"good\""]);
+    let dead = dead_letters(&cfg);
+    let expect = [
+        "column `NAME` differs from column `name` only in case",
+        "column `_is_current` is a column changelake writes itself",
+        "column `_Is_Deleted` differs from column `_is_deleted` only in case",
+        "column `Name` differs from column `name` only in case",
+        "declared float",
+    ];
+    for e in expect {
+        assert!(dead.iter().any(|d| d.contains(e)), "no dead letter says {e}: {dead:?}");
+    }
+    assert_eq!(dead.len(), 5, "{dead:?}");
+}
+
 /// docs/schema.md: sequence and key columns keep their kind; the odd value
 /// is the dead letter, the rest of the batch commits.
 #[test]

@@ -105,7 +105,7 @@ proptest! {
         let keys = ["id".to_string()];
         let seq = ["source_lsn".to_string()];
         let guarded = Guarded { keys: &keys, sequence: &seq };
-        if let Ok(c) = conform(raw, TableShape { columns: &[], untyped: &NONE, exact: true, unavailable: Some(&PLACEHOLDER), debezium: true }, &[], SchemaPolicy::Additive, guarded) {
+        if let Ok(c) = conform(raw, TableShape { columns: &[], written: &[], untyped: &NONE, exact: true, unavailable: Some(&PLACEHOLDER), debezium: true }, &[], SchemaPolicy::Additive, guarded) {
             prop_assert_eq!(c.rows.len() + c.dead.len(), rows);
         }
         let _ = read_jsonl(Path::new("f.jsonl"), &text);
@@ -115,7 +115,7 @@ proptest! {
     fn csv_takes_any_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..512), delim in prop_oneof![Just(b','), Just(b';'), Just(b'\t')]) {
         if let Ok(raw) = read_csv(Path::new("f.csv"), &bytes, delim) {
             let keys = vec![];
-            let _ = conform(raw, TableShape { columns: &[], untyped: &NONE, exact: true, unavailable: Some(&PLACEHOLDER), debezium: true }, &[], SchemaPolicy::Additive, Guarded { keys: &keys, sequence: &[] });
+            let _ = conform(raw, TableShape { columns: &[], written: &[], untyped: &NONE, exact: true, unavailable: Some(&PLACEHOLDER), debezium: true }, &[], SchemaPolicy::Additive, Guarded { keys: &keys, sequence: &[] });
         }
     }
 

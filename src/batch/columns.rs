@@ -50,8 +50,10 @@ pub(super) struct ColumnPlan {
     pub(super) ignored_columns: Vec<String>,
     /// Per raw column: its index in `columns`, or None (dropped / unknown).
     pub(super) target: Vec<Option<usize>>,
-    /// Raw columns unknown to a `schema_policy: strict` table.
-    pub(super) unknown_strict: Vec<usize>,
+    /// Raw columns the table does not take: unknown to a `schema_policy:
+    /// strict` table, or named as another column is (see [`Taken`]). A row
+    /// with a value in one is a dead letter.
+    pub(super) refused: Vec<Refused>,
     /// New columns without a non-NULL value yet.
     pub(super) untyped: Vec<String>,
     /// Per column of `columns`: values must keep their kind (see [`Guarded`]).
@@ -83,7 +85,7 @@ pub(super) fn plan_columns(
         new_columns: vec![],
         ignored_columns: vec![],
         target: vec![],
-        unknown_strict: vec![],
+        refused: vec![],
         untyped: vec![],
         strict_kind: vec![],
         configured: vec![],
@@ -119,6 +121,8 @@ pub(super) fn plan_columns(
     let type_of = |ci: usize, name: &String| -> Option<DType> {
         declared.of(name).or_else(|| inferred[ci].as_ref().and_then(Inference::result))
     };
+    // Built at the first new column: most batches of a table bring none.
+    let mut taken: Option<Taken> = None;
     for (ci, name) in raw.columns.iter().enumerate() {
         if let Some(&i) = stored.get(name.as_str()) {
             let stored = plan.columns[i].1;
@@ -147,7 +151,14 @@ pub(super) fn plan_columns(
             continue;
         }
         if table_exists && policy == SchemaPolicy::Strict {
-            plan.unknown_strict.push(ci);
+            let why = format!("unknown column `{name}` (schema_policy: strict)");
+            plan.refused.push(Refused { column: ci, why });
+            plan.target.push(None);
+            continue;
+        }
+        let taken = taken.get_or_insert_with(|| Taken::of(&plan.columns, table.written, guarded));
+        if let Some(why) = taken.clash(name) {
+            plan.refused.push(Refused { column: ci, why });
             plan.target.push(None);
             continue;
         }
@@ -166,6 +177,7 @@ pub(super) fn plan_columns(
         plan.target.push(Some(plan.columns.len()));
         plan.columns.push((name.clone(), t));
         plan.new_columns.push((name.clone(), t));
+        taken.insert(name);
     }
     // A key column no row of a new table's first batch mentions is NULL
     // in every row, as if each row sent it NULL.
@@ -191,6 +203,46 @@ pub(super) fn plan_columns(
         .map(|((n, _), &conf)| !conf && (guarded.keys.contains(n) || guarded.sequence.contains(n)))
         .collect();
     plan
+}
+
+/// A raw column the table does not take, and why (the dead letter's error).
+pub(super) struct Refused {
+    pub(super) column: usize,
+    pub(super) why: String,
+}
+
+/// The names a new column must not take: Delta column names ignore case
+/// (a table with `name` and `NAME` is not a Delta table), and the columns
+/// changelake writes are its own. Keyed by lower case, each with the name
+/// that holds it; the business key's columns count as taken even before
+/// the table has them.
+struct Taken<'a> {
+    names: HashMap<String, String>,
+    written: &'a [String],
+}
+
+impl<'a> Taken<'a> {
+    fn of(columns: &[(String, DType)], written: &'a [String], guarded: Guarded) -> Taken<'a> {
+        let names = columns.iter().map(|(n, _)| n).chain(written).chain(guarded.keys);
+        Taken { names: names.map(|n| (n.to_lowercase(), n.clone())).collect(), written }
+    }
+
+    fn insert(&mut self, name: &str) {
+        self.names.insert(name.to_lowercase(), name.to_string());
+    }
+
+    /// Why `name` cannot be a new column, if it cannot.
+    fn clash(&self, name: &str) -> Option<String> {
+        if self.written.iter().any(|w| w == name) {
+            return Some(format!(
+                "column `{name}` is a column changelake writes itself (rename it at the source, or rename the table's with `columns:`)"
+            ));
+        }
+        let other = self.names.get(&name.to_lowercase()).filter(|other| *other != name)?;
+        Some(format!(
+            "column `{name}` differs from column `{other}` only in case, and Delta column names ignore case"
+        ))
+    }
 }
 
 /// What a batch's cells say a column's type is (see [`plan_columns`]).

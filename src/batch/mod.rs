@@ -61,6 +61,9 @@ pub struct Conformed {
 #[derive(Debug, Clone, Copy)]
 pub struct TableShape<'a> {
     pub columns: &'a [(String, DType)],
+    /// The columns changelake writes itself (`TableMeta::written_columns`):
+    /// a source column of one of their names is refused.
+    pub written: &'a [String],
     pub untyped: &'a std::collections::BTreeSet<String>,
     pub exact: bool,
     pub unavailable: Option<&'a Unavailable>,
@@ -123,7 +126,8 @@ pub enum ConformError {
     /// A text extract (CSV) without a business-key column: bad input.
     #[error("business key column `{column}` is missing from the input {input} (key columns can never be added or dropped)")]
     MissingKey { column: String, input: String },
-    /// A business key typed float: the config's key does not fit the data.
+    /// A business key declared float by `columns:`: the config's key does
+    /// not fit the data.
     #[error("business key column `{column}` has type float; floating-point business keys have no stable identity")]
     FloatKey { column: String },
 }
@@ -145,7 +149,15 @@ pub fn conform<'a>(
             return Err(ConformError::MissingKey { column: k.clone(), input: raw.source.clone() });
         }
     }
-    let schema_types = declared::batch_types(raw.rows.iter().map(|r| &*r.declared), declared);
+    let mut schema_types = declared::batch_types(raw.rows.iter().map(|r| &*r.declared), declared);
+    // A message whose schema declares a float key is bad input, not the
+    // table's type: the key is typed by the other messages (or its values),
+    // and that message is a dead letter for declaring another type
+    // (`declarations_refused`). Only `columns:` can make a float key, a
+    // config error.
+    schema_types.retain(|(n, t)| {
+        *t != DType::Float || !keys.contains(n) || declared.iter().any(|(c, _)| c == n)
+    });
     let plan = plan_columns(
         &raw,
         table,
@@ -383,7 +395,7 @@ impl Typer<'_> {
     ) -> Result<TypedRow, Unparsable> {
         let (plan, table, names, text) = (self.plan, self.table, self.names, self.text);
         let columns = &plan.columns;
-        let (target, unknown_strict) = (&plan.target, &plan.unknown_strict);
+        let (target, refused) = (&plan.target, &plan.refused);
         let dead = |reason: &'static str, error: String| Unparsable {
             partition: r.partition,
             pos: r.pos,
@@ -391,12 +403,9 @@ impl Typer<'_> {
             error,
             reason,
         };
-        for &ci in unknown_strict {
-            if cells.get(ci).is_some_and(|c| !c.is_null()) {
-                return Err(dead(
-                    "schema",
-                    format!("unknown column `{}` (schema_policy: strict)", names[ci]),
-                ));
+        for refused in refused {
+            if cells.get(refused.column).is_some_and(|c| !c.is_null()) {
+                return Err(dead("schema", refused.why.clone()));
             }
         }
         // Rows of one schema share their declarations: a pointer compare.

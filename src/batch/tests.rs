@@ -169,7 +169,14 @@ fn json_rows_without_the_key_column_are_null_keys_not_an_error() {
 static NO_UNTYPED: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
 
 fn shape(columns: &[(String, DType)]) -> TableShape<'_> {
-    TableShape { columns, untyped: &NO_UNTYPED, exact: true, unavailable: None, debezium: false }
+    TableShape {
+        columns,
+        written: &[],
+        untyped: &NO_UNTYPED,
+        exact: true,
+        unavailable: None,
+        debezium: false,
+    }
 }
 
 fn guard(keys: &[String]) -> Guarded<'_> {
@@ -285,6 +292,7 @@ fn schema_a_column_with_only_nulls_has_no_type_yet() {
         raw(&["id", "seq"], &[&["1", "4"], &["2", "11"]]),
         TableShape {
             columns: &table2,
+            written: &[],
             untyped: &untyped,
             exact: true,
             unavailable: None,

@@ -181,8 +181,10 @@ impl TableRunner {
             .flat_map(|c| [c.clone(), crate::decode::stored_name(c)])
             .collect();
         let guarded = Guarded { keys: &t.business_key, sequence: &sequence };
+        let written = self.store.meta.written_columns();
         let table = TableShape {
             columns: &self.store.columns,
+            written: &written,
             untyped: &self.store.untyped,
             exact: self.store.exact_types,
             unavailable: self.unavailable.as_ref(),

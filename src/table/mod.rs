@@ -196,6 +196,14 @@ impl TableMeta {
     fn is_system(&self, name: &str) -> bool {
         self.reserved.all().contains(&name)
     }
+
+    /// The columns changelake itself writes into this table (its system
+    /// columns and its partition column): no source column may take one
+    /// of their names.
+    pub fn written_columns(&self) -> Vec<String> {
+        let system = self.system_fields().into_iter().map(|(n, _)| n);
+        system.chain(self.partition().map(str::to_string)).collect()
+    }
 }
 
 pub struct TableStore {
