@@ -35,6 +35,9 @@ pub struct RunReport {
     /// Source bytes of the batch.
     pub bytes: u64,
     pub rejected: Option<String>,
+    /// The newest source timestamp of the batch's rows (Unix milliseconds),
+    /// when the table has a source time (docs/metrics.md, freshness).
+    pub newest_source_ms: Option<i64>,
     /// Milliseconds per phase of the merge (conform ... commit, upkeep), in order.
     pub phases: Vec<(&'static str, f64)>,
 }
@@ -62,6 +65,7 @@ impl Default for RunReport {
             bytes: 0,
             phases: vec![],
             rejected: None,
+            newest_source_ms: None,
         }
     }
 }

@@ -9,7 +9,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::*;
 
@@ -185,6 +185,12 @@ fn live_scrape_moves_with_the_stream_and_readyz_follows_the_broker() {
         sum(&s, "changelake_rows_dropped_total", &[("table", "account"), ("reason", "null_key")]),
         3.0
     );
+    assert_eq!(sum(&s, "changelake_rows_null_key_total", &a), 3.0);
+    // Freshness: the stream's newest `source.ts_ms` is about 1,699,999,999.3 s.
+    let lag = sum(&s, "changelake_source_lag_seconds", &a);
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();
+    let behind = now - 1_699_999_999.0;
+    assert!(lag > behind - 5.0 && lag <= behind + 1.0, "source lag {lag}, expected about {behind}");
     assert!(
         sum(&s, "changelake_rows_dropped_total", &[("table", "account"), ("reason", "duplicate")])
             >= 1.0

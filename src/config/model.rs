@@ -242,6 +242,11 @@ pub struct TableConfig {
     pub system: String,
     pub object: String,
     pub filter: Option<Expr>,
+    /// Where each event's source timestamp is (`source.time_column`, a
+    /// column or a dotted envelope path; Debezium's `source.ts_ms` by
+    /// default): the newest one committed gives
+    /// `changelake_source_lag_seconds` (docs/metrics.md, freshness).
+    pub source_time: Option<Vec<String>>,
     pub business_key: Vec<String>,
     pub strategy: Strategy,
     pub sequence_by: Vec<String>,

@@ -26,6 +26,8 @@ struct Source {
     system: String,
     object: String,
     filter: Option<Expr>,
+    /// `time_column`, split at its dots.
+    time: Option<Vec<String>>,
 }
 
 impl Cx {
@@ -76,11 +78,16 @@ impl Cx {
             reserved: &reserved,
         };
         let merge = self.merge_options(&m, &path, &facts);
+        // Debezium envelopes say when the source committed each change.
+        let source_time = source
+            .time
+            .or_else(|| facts.is_debezium.then(|| vec!["source".to_string(), "ts_ms".to_string()]));
         TableConfig {
             name: name.to_string(),
             system: source.system,
             object: source.object,
             filter: source.filter,
+            source_time,
             business_key,
             strategy,
             sequence_by: merge.sequence_by,
@@ -110,12 +117,13 @@ impl Cx {
         systems: &BTreeMap<String, System>,
     ) -> Source {
         let sp = format!("{path}.source");
-        let mut source = Source { system: String::new(), object: name.to_string(), filter: None };
+        let mut source =
+            Source { system: String::new(), object: name.to_string(), filter: None, time: None };
         let Some(s) = m.get("source") else {
             self.err(&sp, "missing: `source: {system: ..., object: ...}`");
             return source;
         };
-        let sm = self.map(s, &sp, &["system", "object", "filter"]);
+        let sm = self.map(s, &sp, &["system", "object", "filter", "time_column"]);
         match self.opt_string(&sm, "system", &sp) {
             None => self.err(&format!("{sp}.system"), "missing"),
             Some(s) if !systems.contains_key(&s) => {
@@ -138,6 +146,16 @@ impl Cx {
             match expr::parse(&f) {
                 Ok(e) => source.filter = Some(e),
                 Err(e) => self.err(&format!("{sp}.filter"), format!("cannot parse `{f}`: {e}")),
+            }
+        }
+        if let Some(c) = self.opt_string(&sm, "time_column", &sp) {
+            let path: Vec<String> = c.split('.').map(str::to_string).collect();
+            match path.iter().any(String::is_empty) {
+                true => self.err(
+                    &format!("{sp}.time_column"),
+                    format!("`{c}` is not a column or a dotted path"),
+                ),
+                false => source.time = Some(path),
             }
         }
         source

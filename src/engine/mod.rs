@@ -6,6 +6,7 @@
 //! must carry. This module holds the runner itself: opening and locking a
 //! table, truncates, dead letters and upkeep after a commit.
 
+mod freshness;
 mod run;
 mod spec;
 

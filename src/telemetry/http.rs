@@ -15,6 +15,8 @@ use super::LOG_TARGET;
 pub fn render() -> String {
     let m = metrics();
     m.ready.set(readiness().is_ok() as i64);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    m.refresh_source_lag(now.map_or(0, |d| d.as_millis() as i64));
     let mut out = vec![];
     TextEncoder::new().encode(&m.registry.gather(), &mut out).expect("text encoding");
     String::from_utf8(out).expect("utf-8 metrics")

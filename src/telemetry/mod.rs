@@ -308,6 +308,10 @@ pub fn run_committed(r: &RunReport) {
     ] {
         m.rows_dropped.with_label_values(&[t, reason]).inc_by(v);
     }
+    m.rows_null_key.with_label_values(&[t]).inc_by(s.null_keys);
+    if let Some(ms) = r.newest_source_ms {
+        m.note_source_time(t, ms);
+    }
     let scd2 = r.strategy == Strategy::Scd2;
     let (new_versions, in_place) = if scd2 {
         (s.updated, s.updated_in_place + s.restated)

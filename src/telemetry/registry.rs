@@ -40,6 +40,11 @@ pub struct Metrics {
     pub rows_unavailable_values: IntCounterVec,
     pub log_files_removed: IntCounterVec,
     pub rows_dropped: IntCounterVec,
+    pub rows_null_key: IntCounterVec,
+    pub source_lag: GaugeVec,
+    /// Per table, the newest source timestamp committed (Unix ms): the
+    /// lag is computed from it at each scrape ([`Metrics::refresh_source_lag`]).
+    newest_source_ms: std::sync::Mutex<std::collections::HashMap<String, i64>>,
     pub dead_letters: IntCounterVec,
     pub versions_inserted: IntCounterVec,
     pub versions_closed: IntCounterVec,
@@ -137,6 +142,19 @@ impl Metrics {
                 "Rows dropped without changing the table, by reason: null_key, duplicate (same key in a batch, older sequence), late (older than the stored sequence), ignored_delete (delete of an unknown or already deleted key), tombstone (Kafka tombstone), filtered (source filter), unchanged (no column changed), truncate (truncate event not applied).",
                 tr,
             ),
+            rows_null_key: counter(&r, "changelake_rows_null_key_total", "Rows dropped because their business key is NULL (every key column NULL for a composite key); also under changelake_rows_dropped_total{reason=\"null_key\"}.", t),
+            source_lag: reg(
+                &r,
+                GaugeVec::new(
+                    Opts::new(
+                        "changelake_source_lag_seconds",
+                        "Now minus the newest source timestamp committed to the table (Debezium source.ts_ms, or the table's source.time_column); NaN until a committed event carried one.",
+                    ),
+                    t,
+                )
+                .expect("valid metric"),
+            ),
+            newest_source_ms: Default::default(),
             dead_letters: counter(
                 &r,
                 "changelake_dead_letters_total",
@@ -226,6 +244,26 @@ impl Metrics {
     }
 }
 
+impl Metrics {
+    /// Records a committed batch's newest source timestamp (Unix ms); the
+    /// table's stays the newest committed so far.
+    pub fn note_source_time(&self, table: &str, newest_ms: i64) {
+        let mut newest = self.newest_source_ms.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = newest.entry(table.to_string()).or_insert(newest_ms);
+        *slot = (*slot).max(newest_ms);
+    }
+
+    /// Sets each table's `changelake_source_lag_seconds` to now minus its
+    /// newest committed source timestamp (called at each scrape: the lag
+    /// grows while nothing newer commits).
+    pub fn refresh_source_lag(&self, now_ms: i64) {
+        let newest = self.newest_source_ms.lock().unwrap_or_else(|e| e.into_inner());
+        for (table, ms) in newest.iter() {
+            self.source_lag.with_label_values(&[table]).set((now_ms - ms) as f64 / 1000.0);
+        }
+    }
+}
+
 /// The `operation` label of the storage metrics.
 pub const STORAGE_OPERATIONS: &[&str] = &["get", "head", "put", "list", "delete", "copy", "rename"];
 /// Directions of `changelake_storage_bytes_total`.
@@ -289,6 +327,13 @@ pub fn register_table(table: &str, strategy: &str) {
     }
     m.table_version.with_label_values(&[table]);
     m.buffered_bytes.with_label_values(&[table]);
+    m.rows_null_key.with_label_values(&[table]);
+    // Unknown until a committed event carries a source time (not 0: a
+    // table that never committed is not fresh).
+    let lag = m.source_lag.with_label_values(&[table]);
+    if !m.newest_source_ms.lock().unwrap_or_else(|e| e.into_inner()).contains_key(table) {
+        lag.set(f64::NAN);
+    }
 }
 
 /// Creates a partition's series; the offset is the stored next offset, if any.

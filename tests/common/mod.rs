@@ -318,10 +318,10 @@ pub fn debezium_stream(n: usize, keys: u64, partitions: i32) -> Vec<(i32, String
             let delete = alive.contains(&id) && (x >> 20).is_multiple_of(9);
             let value = if delete {
                 alive.remove(&id);
-                format!("{{\"before\":{{\"id\":{id},\"name\":null,\"city\":null}},\"after\":null,\"source\":{{\"connector\":\"postgresql\",\"db\":\"crm\",\"schema\":\"public\",\"table\":\"account\",\"lsn\":{lsn},\"txId\":{i}}},\"op\":\"d\",\"ts_ms\":{}}}", 1_700_000_000_000u64 + i as u64)
+                format!("{{\"before\":{{\"id\":{id},\"name\":null,\"city\":null}},\"after\":null,\"source\":{{\"connector\":\"postgresql\",\"db\":\"crm\",\"schema\":\"public\",\"table\":\"account\",\"lsn\":{lsn},\"txId\":{i},\"ts_ms\":{}}},\"op\":\"d\",\"ts_ms\":{}}}", 1_699_999_999_000u64 + i as u64, 1_700_000_000_000u64 + i as u64)
             } else {
                 let op = if alive.insert(id) { "c" } else { "u" };
-                format!("{{\"before\":null,\"after\":{{\"id\":{id},\"name\":\"Account {id}\",\"city\":\"{city}\",\"score\":{}}},\"source\":{{\"connector\":\"postgresql\",\"db\":\"crm\",\"schema\":\"public\",\"table\":\"account\",\"lsn\":{lsn},\"txId\":{i}}},\"op\":\"{op}\",\"ts_ms\":{}}}", x % 100, 1_700_000_000_000u64 + i as u64)
+                format!("{{\"before\":null,\"after\":{{\"id\":{id},\"name\":\"Account {id}\",\"city\":\"{city}\",\"score\":{}}},\"source\":{{\"connector\":\"postgresql\",\"db\":\"crm\",\"schema\":\"public\",\"table\":\"account\",\"lsn\":{lsn},\"txId\":{i},\"ts_ms\":{}}},\"op\":\"{op}\",\"ts_ms\":{}}}", x % 100, 1_699_999_999_000u64 + i as u64, 1_700_000_000_000u64 + i as u64)
             };
             (part, key, Some(value))
         })

@@ -502,13 +502,16 @@ bronze:
     let tables = &cfg.tables;
     assert_eq!(
         env_paths(&tables[0], Format::Debezium),
-        ["source.lsn", "source.table", "op", "source.snapshot"]
+        ["source.lsn", "source.table", "op", "source.snapshot", "source.ts_ms"]
     );
     assert_eq!(
         tables_env_paths(tables, Format::Debezium),
-        ["source.lsn", "source.table", "op", "source.snapshot"]
+        ["source.lsn", "source.table", "op", "source.snapshot", "source.ts_ms"]
     );
-    assert_eq!(env_paths(&tables[1], Format::Debezium), ["source.lsn", "source.table", "op"]);
+    assert_eq!(
+        env_paths(&tables[1], Format::Debezium),
+        ["source.lsn", "source.table", "op", "source.ts_ms"]
+    );
 }
 
 mod schema_wrapper;
