@@ -254,6 +254,16 @@ fn replay_from_beginning_commits_nothing_and_reapply_keeps_the_table() {
         &cfg,
     ));
     assert_eq!(show(&cfg, "account_history", &[]), t0);
+    // A partition the table does not read (a typo: it would replay every
+    // partition from the beginning) or a negative offset is a usage error.
+    let v1 = versions(&dir);
+    for bad in ["crm.public.acount:0=5", "crm.public.account:9=0", "crm.public.account:0=-5"] {
+        let out = cli(&["replay", "--table", "account_history", "--from-offsets", bad], &cfg);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {err}");
+        assert!(err.contains("--from-offsets"), "{bad}: {err}");
+    }
+    assert_eq!(versions(&dir), v1, "a refused replay commits nothing");
 }
 
 #[test]

@@ -59,7 +59,7 @@ fn parse_offsets(s: &str) -> Result<Vec<StartOffset>> {
             Ok(StartOffset {
                 topic: topic.to_string(),
                 partition: p.parse().map_err(|_| bad())?,
-                offset: o.parse().map_err(|_| bad())?,
+                offset: o.parse().ok().filter(|o: &i64| *o >= 0).ok_or_else(bad)?,
             })
         })
         .collect()

@@ -43,6 +43,9 @@ pub(super) async fn start_positions(
         position: HashMap::new(),
         high_at_start: HashMap::new(),
     };
+    if let Some(StartAt::Offsets(list)) = &opts.start {
+        unknown_start(list, topic_parts)?;
+    }
     let ts_offsets = match &opts.start {
         Some(StartAt::Timestamp(ms)) => timestamp_offsets(cc, topic_parts, *ms).await?,
         _ => HashMap::new(),
@@ -81,6 +84,27 @@ pub(super) async fn start_positions(
         }
     }
     Ok(a)
+}
+
+/// `--from-offsets` naming a partition this run does not read: a typo in
+/// a topic would otherwise replay every partition from its beginning
+/// (docs/replay.md). A usage error, before anything is read.
+fn unknown_start(list: &[super::StartOffset], topic_parts: &TopicPartitions) -> Result<()> {
+    for s in list {
+        let read = topic_parts.iter().any(|(t, ps)| *t == s.topic && ps.contains(&s.partition));
+        if !read {
+            let known: Vec<String> = (topic_parts.iter())
+                .flat_map(|(t, ps)| ps.iter().map(move |p| format!("{t}:{p}")))
+                .collect();
+            return Err(Error::Usage(format!(
+                "--from-offsets: {}:{} is not a partition this table reads ({})",
+                s.topic,
+                s.partition,
+                known.join(", ")
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// `--from-timestamp`: the first offset at or after `ms` in every partition.
