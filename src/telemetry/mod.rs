@@ -133,7 +133,10 @@ pub fn storage_retried(
     error: &dyn std::fmt::Display,
 ) {
     metrics().storage_retries.with_label_values(&[table, operation]).inc();
-    tracing::warn!(target: LOG_TARGET, table, operation, path, attempt, error = %error, "storage request failed, retrying");
+    // Once per interval per table and operation, with how many since.
+    if let Some(repeated) = repeat::STORAGE_RETRIES.admit(&format!("{table} {operation}")) {
+        tracing::warn!(target: LOG_TARGET, table, operation, path, attempt, repeated, error = %error, "storage request failed, retrying");
+    }
 }
 
 pub fn commit_failed(table: &str, error: &dyn std::fmt::Display) {

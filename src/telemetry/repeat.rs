@@ -12,6 +12,11 @@ pub const INTERVAL: Duration = Duration::from_secs(10);
 /// Kafka client errors, from librdkafka's callback and the consume loop.
 pub static CLIENT_ERRORS: RepeatFilter = RepeatFilter::new();
 
+/// Storage requests retried, by table and operation: during a store's
+/// outage every request of every run retries (each its own path and
+/// error text, so they are keyed by what repeats).
+pub static STORAGE_RETRIES: RepeatFilter = RepeatFilter::new();
+
 /// The distinct texts seen lately: when each was last logged, and how often
 /// it occurred since. Bounded: the oldest is forgotten past 64.
 pub struct RepeatFilter(std::sync::Mutex<Vec<(String, Instant, u64)>>);
