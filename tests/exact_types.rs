@@ -277,3 +277,88 @@ fn types_decimal_and_date_business_keys_match_exactly() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The Delta type of each column, read by an independent reader.
+fn delta_types(table: &Path) -> String {
+    let py = "import sys, os; from deltalake import DeltaTable; print(sorted((f.name, str(f.type.type)) for f in DeltaTable(sys.argv[1]).schema().fields)); sys.stdout.flush(); os._exit(0)";
+    let out = Command::new("python3").args(["-c", py]).arg(table).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// A wrapped Debezium create of `id` with one more field `v` of `schema`.
+fn wrapped(id: i64, schema: &str, v: &str) -> String {
+    format!(
+        r#"{{"schema":{{"type":"struct","fields":[{{"type":"struct","field":"after","optional":true,"fields":[{{"type":"int64","field":"id"}},{schema}]}},{{"type":"string","field":"op"}}]}},"payload":{{"after":{{"id":{id},"v":{v}}},"op":"c"}}}}"#
+    )
+}
+
+/// docs/types.md and docs/schema.md, found by a black-box hunt: flat JSON
+/// infers timestamps from their text as CSV does (so a `sequence_by` of
+/// ISO times orders by instant, offsets included); a timestamp or date
+/// beyond the years 1-9999 a Delta column holds is a dead letter (it was
+/// stored as the milliseconds taken for microseconds, or written where
+/// readers fail on it); and a decimal wider than 38 digits, which no Delta
+/// decimal holds, lands as its exact text where `columns:` declares the
+/// column `string` (it was NULL, or JSON text).
+#[test]
+fn types_flat_json_times_times_beyond_delta_and_wide_decimals_declared_text() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = write(
+        tmp.path(),
+        "c.yaml",
+        "storage: {root: ./lake}\nsystems:\n  flat: {type: jsonl, path: 'flat/*.jsonl'}\n  dbz: {type: jsonl, format: debezium, path: 'dbz/{object}/*.jsonl'}\n  text: {type: jsonl, format: debezium, path: 'dbz/{object}/*.jsonl', columns: {v: string}}\nbronze:\n  tables:\n    flat:\n      source: {system: flat, object: flat}\n      business_key: [id]\n      strategy: scd1\n      merge: {sequence_by: [upd]}\n    times:\n      source: {system: dbz, object: times}\n      business_key: [id]\n      strategy: scd1\n    dates:\n      source: {system: dbz, object: dates}\n      business_key: [id]\n      strategy: scd1\n    wide:\n      source: {system: text, object: wide}\n      business_key: [id]\n      strategy: scd1\n",
+    );
+    write(
+        tmp.path(),
+        "flat/1.jsonl",
+        "{\"id\":1,\"upd\":\"2024-01-01T06:00:00Z\",\"v\":\"newer\"}\n",
+    );
+    // 10:00+05:00 is 05:00Z: older than the stored 06:00Z, as text it sorts after.
+    write(
+        tmp.path(),
+        "flat/2.jsonl",
+        "{\"id\":1,\"upd\":\"2024-01-01T10:00:00+05:00\",\"v\":\"older\"}\n",
+    );
+    let ts =
+        |name: &str| format!(r#"{{"type":"int64","field":"v","optional":true,"name":"{name}"}}"#);
+    let date = r#"{"type":"int32","field":"v","optional":true,"name":"io.debezium.time.Date"}"#;
+    let times = [
+        wrapped(1, &ts("io.debezium.time.Timestamp"), "9223372036854776"),
+        wrapped(2, &ts("io.debezium.time.Timestamp"), "9223372036854775807"),
+        wrapped(3, &ts("io.debezium.time.MicroTimestamp"), "-9223372036854775808"),
+        wrapped(5, &ts("io.debezium.time.Timestamp"), "1700000000123"),
+    ];
+    write(tmp.path(), "dbz/times/1.jsonl", &(times.join("\n") + "\n"));
+    let dates = [wrapped(1, date, "-2147483648"), wrapped(2, date, "19000")];
+    write(tmp.path(), "dbz/dates/1.jsonl", &(dates.join("\n") + "\n"));
+    let decimal = r#"{"type":"bytes","field":"v","optional":true,"name":"org.apache.kafka.connect.data.Decimal","parameters":{"scale":"2","connect.decimal.precision":"40"}}"#;
+    let vsd = r#"{"type":"struct","field":"v","optional":true,"name":"io.debezium.data.VariableScaleDecimal","fields":[{"type":"int32","field":"scale"},{"type":"bytes","field":"value"}]}"#;
+    let wide = [
+        wrapped(1, decimal, r#""BQ==""#),
+        wrapped(2, vsd, r#"{"scale":2,"value":"u5PE6gZtmXgtO/rLAkqb////////"}"#),
+    ];
+    write(tmp.path(), "dbz/wide/1.jsonl", &(wide.join("\n") + "\n"));
+    ok(cli(&["run", "--once"], &cfg));
+    let lake = tmp.path().join("lake/bronze");
+    let show = |t: &str| stdout_of(cli(&["show", t, "--format", "jsonl"], &cfg));
+    assert!(
+        delta_types(&lake.join("flat")).contains("('upd', 'timestamp')"),
+        "{}",
+        delta_types(&lake.join("flat"))
+    );
+    assert!(show("flat").contains("\"v\":\"newer\""), "{}", show("flat"));
+    let times = show("times");
+    assert_eq!(times.lines().count(), 1, "{times}");
+    assert!(times.contains("2023-11-14T22:13:20.123Z"), "{times}");
+    assert!(show("dates").contains("2022-01-08"), "{}", show("dates"));
+    let dead = dead_letters(&cfg);
+    let beyond = dead.iter().filter(|(_, e)| e.contains("outside the years 1-9999")).count();
+    assert_eq!(beyond, 4, "{dead:?}");
+    let wide = show("wide");
+    assert!(wide.contains("\"v\":\"0.05\""), "{wide}");
+    assert!(
+        wide.contains("\"v\":\"-1000000000000000000000000000000000000000000000000.01\""),
+        "{wide}"
+    );
+    assert_eq!(dead.len(), 4, "{dead:?}");
+}

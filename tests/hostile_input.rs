@@ -214,6 +214,79 @@ fn bad_input_clashing_field_names_and_a_declared_float_key_are_dead_letters() {
     assert_eq!(dead.len(), 5, "{dead:?}");
 }
 
+/// The raw bytes of every dead letter (`raw_base64`), with its error.
+fn dead_letter_bytes(cfg: &Path) -> Vec<(Vec<u8>, String)> {
+    use base64::Engine;
+    let out = stdout_of(cli(&["show", "_dead_letters", "--format", "jsonl"], cfg));
+    out.lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let raw = base64::engine::general_purpose::STANDARD
+                .decode(v["raw_base64"].as_str().unwrap())
+                .unwrap();
+            (raw, v["error"].as_str().unwrap().to_string())
+        })
+        .collect()
+}
+
+/// docs/bad-input.md: a file line or record is refused as a Kafka message
+/// would be (not UTF-8, NUL raw or escaped, a field given twice, a field
+/// count other than the header's), as a dead letter holding its bytes
+/// exactly. A CSV file whose header cannot name its columns makes each of
+/// its records a dead letter, and the files after it still load; an empty
+/// file is nothing to apply. Before, such JSON lines landed (the bytes made
+/// UTF-8 with replacement characters, the NUL kept, the last field of a
+/// name winning), CSV dead letters held the fields re-joined or nothing,
+/// and a bad header stopped every run.
+#[test]
+fn bad_input_file_lines_and_records_are_refused_as_messages_are_and_keep_their_bytes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = write(
+        tmp.path(),
+        "c.yaml",
+        "systems:\n  flat: {type: jsonl, path: 'flat/*.jsonl'}\n  csv: {type: csv, path: 'csv/{object}_*.csv'}\nbronze:\n  tables:\n    account:\n      source: {system: flat, object: account}\n      business_key: [id]\n      strategy: scd1\n    contact:\n      source: {system: csv, object: contact}\n      business_key: [id]\n      strategy: scd1\n",
+    );
+    let flat: &[&[u8]] = &[
+        b"{\"id\":1,\"name\":\"\xff\xfe\"}",
+        br#"{"id":2,"name":"a\u0000b"}"#,
+        br#"{"id":3,"name":"x","id":4}"#,
+        br#"{"id":5,"name":"ok"}"#,
+    ];
+    std::fs::create_dir_all(tmp.path().join("flat")).unwrap();
+    std::fs::write(tmp.path().join("flat/1.jsonl"), flat.join(&b'\n')).unwrap();
+    std::fs::create_dir_all(tmp.path().join("csv")).unwrap();
+    let csv = |name: &str, bytes: &[u8]| std::fs::write(tmp.path().join("csv").join(name), bytes);
+    csv("contact_0.csv", b"").unwrap();
+    csv("contact_1.csv", b"id,name,seq\n1,\"q\"\n3,a\xff,1\n4,\"a\x00b\",1\n5,ok,1\r\n").unwrap();
+    csv("contact_2.csv", b"id,id,name\n6,6,x\n").unwrap();
+    csv("contact_3.csv", b"id,name,seq\n7,\"later, quoted\",1\n").unwrap();
+    let out = cli(&["run", "--once"], &cfg);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ids = |table: &str| -> Vec<i64> {
+        rows(&cfg, table, "all").iter().map(|r| r["id"].as_i64().unwrap()).collect()
+    };
+    assert_eq!(ids("account"), [5]);
+    assert_eq!(ids("contact"), [5, 7]);
+    let dead = dead_letter_bytes(&cfg);
+    let expect: [(&[u8], &str); 7] = [
+        (flat[0], "not JSON"),
+        (flat[1], "NUL"),
+        (flat[2], "a field appears twice"),
+        (b"1,\"q\"", "has 2 fields, the header has 3"),
+        (b"3,a\xff,1", "not UTF-8"),
+        (b"4,\"a\x00b\",1", "contains a NUL character"),
+        (b"6,6,x", "header names column `id` twice"),
+    ];
+    for (raw, error) in expect {
+        assert!(
+            dead.iter().any(|(r, e)| r == raw && e.contains(error)),
+            "no dead letter of {:?} saying {error}: {dead:?}",
+            String::from_utf8_lossy(raw)
+        );
+    }
+    assert_eq!(dead.len(), expect.len(), "{dead:?}");
+}
+
 /// docs/schema.md: sequence and key columns keep their kind; the odd value
 /// is the dead letter, the rest of the batch commits.
 #[test]

@@ -10,10 +10,13 @@ use crate::config::SchemaPolicy;
 use crate::source::RawBatch;
 use crate::value::{infer, unify, DType, Value};
 
-/// The type a cell infers to (text cells of CSV by their content).
+/// The type a cell infers to: text cells of CSV by their content, JSON
+/// text that is a timestamp as one (docs/schema.md: flat JSON infers
+/// timestamps as CSV does; its numbers and booleans are typed already).
 fn cell_type(v: &Value, text: bool) -> Option<DType> {
     match v {
         Value::Str(s) if text => infer(s),
+        Value::Str(s) if crate::value::looks_like_ts(s) => Some(DType::Ts),
         // Only a VariableScaleDecimal without its schema brings a decimal
         // without a declaration: its column takes that rule's type.
         Value::Decimal(..) => {

@@ -145,7 +145,9 @@ pub fn conform<'a>(
     for k in keys {
         // A CSV header without the key is a malformed extract; JSON rows
         // without it simply have a NULL key (dropped and counted downstream).
-        if raw.text && !raw.columns.contains(k) {
+        // A file without columns (empty, or a header naming none it can
+        // trust: its records are dead letters) has no row needing a key.
+        if raw.text && !raw.columns.is_empty() && !raw.columns.contains(k) {
             return Err(ConformError::MissingKey { column: k.clone(), input: raw.source.clone() });
         }
     }
@@ -183,6 +185,8 @@ pub fn conform<'a>(
 fn convert_strict(v: Value, t: DType, text: bool) -> Result<Value, String> {
     let kind = match &v {
         Value::Str(s) if text => infer(s),
+        // JSON text of a timestamp is a timestamp's kind (it typed the column).
+        Value::Str(s) if t == DType::Ts && crate::value::looks_like_ts(s) => Some(DType::Ts),
         other => other.dtype(),
     };
     let same_kind = |k: DType| {
@@ -355,9 +359,10 @@ fn settled(v: &Value, t: DType, text: bool, placeholders: bool) -> bool {
         (Value::Str(_), DType::Str) => !text && !placeholders,
         (Value::Bool(_), DType::Bool)
         | (Value::Int(_), DType::Int)
-        | (Value::Float(_), DType::Float)
-        | (Value::Ts(_), DType::Ts)
-        | (Value::Date(_), DType::Date) => !text,
+        | (Value::Float(_), DType::Float) => !text,
+        // Within what Delta holds, else `convert` refuses it.
+        (Value::Ts(us), DType::Ts) => !text && crate::value::temporal::TS_RANGE.contains(us),
+        (Value::Date(d), DType::Date) => !text && crate::value::temporal::DATE_RANGE.contains(d),
         _ => false,
     }
 }

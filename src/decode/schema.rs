@@ -116,7 +116,9 @@ impl Logical {
     /// [`variable_scale_decimal`], not here.
     pub(super) fn cell(self, scale: i32, int: Option<i64>, text: Option<&str>) -> Option<Value> {
         match self {
-            Logical::TsMillis => int.and_then(|ms| ms.checked_mul(1000)).map(Value::Ts),
+            // Beyond i64 microseconds is beyond what Delta holds: saturated,
+            // the typing refuses it (never the milliseconds taken for micros).
+            Logical::TsMillis => int.map(|ms| Value::Ts(ms.saturating_mul(1000))),
             Logical::TsMicros => int.map(Value::Ts),
             Logical::TsNanos => int.map(|ns| Value::Ts(ns.div_euclid(1000))),
             Logical::ZonedTs => text.and_then(parse_ts).map(Value::Ts),
@@ -126,9 +128,7 @@ impl Logical {
             }
             Logical::TimeMicros => int.map(|us| Value::Str(format_time(us).into())),
             Logical::TimeNanos => int.map(|ns| Value::Str(format_time(ns.div_euclid(1000)).into())),
-            Logical::Decimal => {
-                text.and_then(decimal::from_base64).map(|u| Value::decimal(u, scale))
-            }
+            Logical::Decimal => text.and_then(|t| exact_decimal(t, scale)),
             Logical::VariableScaleDecimal => None,
         }
     }
@@ -177,12 +177,20 @@ pub(super) fn declaration(s: &J) -> Declared {
 /// does not convert and dead-letters its row (reason `type`).
 pub(super) fn typed(v: &J, schema: Option<&J>) -> Value {
     let Some(s) = schema else { return json_cell(v) };
-    // A type no Delta column holds exactly: its declaration dead-letters the row.
-    let Ok(decl) = declared(s) else { return Value::Null };
+    let name = s.get("name").and_then(J::as_str).unwrap_or("");
+    // A type no Delta column holds exactly: its declaration dead-letters the
+    // row, unless `columns:` declares the column, which then takes the
+    // value exactly (a decimal beyond 38 digits as its text) or refuses it.
+    let Ok(decl) = declared(s) else {
+        let scale = parameter(s, "scale").unwrap_or(0) as i32;
+        return match Logical::of(name) {
+            Some(l @ Logical::Decimal) => l.cell(scale, None, v.as_str()).unwrap_or(Value::Null),
+            _ => Value::Null,
+        };
+    };
     if v.is_null() {
         return Value::Null;
     }
-    let name = s.get("name").and_then(J::as_str).unwrap_or("");
     let int = v.as_i64();
     let cell = match Logical::of(name) {
         Some(Logical::VariableScaleDecimal) => variable_scale_decimal(v),
@@ -216,6 +224,14 @@ pub fn variable_scale_decimal(v: &J) -> Option<Value> {
         return None;
     }
     let scale = i32::try_from(m.get("scale")?.as_i64()?).ok()?;
-    let unscaled = decimal::from_base64(m.get("value")?.as_str()?)?;
-    Some(Value::decimal(unscaled, scale))
+    exact_decimal(m.get("value")?.as_str()?, scale)
+}
+
+/// Base64 unscaled bytes at `scale` as a decimal cell, or beyond 38 digits
+/// as their exact text ([`decimal::big_text`]); None when not base64.
+fn exact_decimal(b64: &str, scale: i32) -> Option<Value> {
+    match decimal::from_base64(b64) {
+        Some(unscaled) => Some(Value::decimal(unscaled, scale)),
+        None => decimal::big_text(b64, scale).map(|t| Value::Str(t.into())),
+    }
 }

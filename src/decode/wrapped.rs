@@ -56,9 +56,11 @@ enum Fallback {
 enum Rule {
     /// No field schema (a payload field the schema does not list): kept as parsed.
     Untyped,
-    /// A type no Delta column holds: the value is NULL (its declaration
-    /// dead-letters the row).
-    Unstorable,
+    /// A type no Delta column holds: its declaration dead-letters the row
+    /// unless `columns:` declares the column. A decimal beyond 38 digits
+    /// becomes its exact text (a `string` column stores it, a decimal one
+    /// refuses it), any other value NULL.
+    Unstorable { decimal_scale: Option<i32> },
     /// By the logical type, if any (with a decimal's scale), then by the
     /// declared type.
     Typed { logical: Option<Logical>, scale: i32, fallback: Fallback },
@@ -69,11 +71,12 @@ struct General;
 
 impl Rule {
     fn of(s: &J) -> Rule {
-        if declared(s).is_err() {
-            return Rule::Unstorable;
-        }
         let logical = Logical::of(s.get("name").and_then(J::as_str).unwrap_or(""));
         let scale = parameter(s, "scale").unwrap_or(0) as i32;
+        if declared(s).is_err() {
+            let decimal_scale = (logical == Some(Logical::Decimal)).then_some(scale);
+            return Rule::Unstorable { decimal_scale };
+        }
         let fallback = match declaration(s) {
             Declared::Exact(DType::Float) => Fallback::Float,
             Declared::Exact(DType::Binary) => Fallback::Binary,
@@ -92,8 +95,13 @@ impl Rule {
     fn apply(self, v: &mut Value) -> Result<(), General> {
         let (logical, scale, fallback) = match self {
             Rule::Untyped => return Ok(()),
-            Rule::Unstorable => {
-                *v = Value::Null;
+            Rule::Unstorable { decimal_scale } => {
+                let text = match &*v {
+                    Value::Str(s) => Some(s.as_str()),
+                    _ => None,
+                };
+                let exact = decimal_scale.and_then(|s| Logical::Decimal.cell(s, None, text));
+                *v = exact.unwrap_or(Value::Null);
                 return Ok(());
             }
             Rule::Typed { logical, scale, fallback } => (logical, scale, fallback),

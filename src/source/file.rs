@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::{DecodedRows, RawBatch, RawRow, RawText, Unparsable};
-use crate::decode::{json_cell, Fields};
 use crate::value::Value;
 
 #[derive(Debug, thiserror::Error)]
@@ -68,70 +67,107 @@ pub fn version_of_hash(hash: u64) -> i64 {
 
 pub fn read_csv(path: &Path, bytes: &[u8], delimiter: u8) -> Result<RawBatch, FileError> {
     let err = |msg: String| FileError::Read { path: path.display().to_string(), msg };
-    let mut rdr = csv::ReaderBuilder::new().delimiter(delimiter).flexible(true).from_reader(bytes);
-    let columns: Vec<String> = rdr
-        .headers()
-        .map_err(|e| err(e.to_string()))?
-        .iter()
-        .map(|h| h.trim().trim_start_matches('\u{feff}').to_string())
-        .collect();
-    // A set, not a search of the columns before: a header of a million
-    // names would otherwise take 10^12 comparisons.
-    let mut seen = std::collections::HashSet::with_capacity(columns.len());
-    for (i, c) in columns.iter().enumerate() {
-        if c.is_empty() {
-            return Err(err(format!("header column {} is empty", i + 1)));
-        }
-        if !seen.insert(c.as_str()) {
-            return Err(err(format!("header names column `{c}` twice")));
-        }
+    let source = path.display().to_string();
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        // An empty extract: no header, nothing to apply.
+        return Ok(RawBatch { source, text: true, ..Default::default() });
     }
-    let mut batch =
-        RawBatch { source: path.display().to_string(), columns, text: true, ..Default::default() };
-    for rec in rdr.records() {
-        match rec {
-            Err(e) => {
-                let pos = e.position().map(|p| p.line()).unwrap_or(0);
-                batch.unparsable.push(Unparsable {
-                    partition: 0,
-                    pos,
-                    raw: vec![],
-                    error: format!("malformed CSV: {e}"),
-                    reason: "malformed",
-                });
-            }
-            Ok(r) => {
-                let pos = r.position().map(|p| p.line()).unwrap_or(0);
-                let raw = r.iter().collect::<Vec<_>>().join(&(delimiter as char).to_string());
-                if r.len() != batch.columns.len() {
-                    let error =
-                        format!("has {} fields, the header has {}", r.len(), batch.columns.len());
-                    batch.unparsable.push(Unparsable {
-                        partition: 0,
-                        pos,
-                        raw: raw.into_bytes(),
-                        error,
-                        reason: "malformed",
-                    });
-                    continue;
-                }
-                let cells = r
-                    .iter()
-                    .map(|c| if c.is_empty() { Value::Null } else { Value::Str(c.into()) })
-                    .collect();
-                batch.rows.push(RawRow {
-                    cells,
-                    pos,
-                    partition: 0,
-                    raw: raw.into(),
-                    extra: vec![],
-                    replayed: false,
-                    declared: Default::default(),
-                });
-            }
+    let mut rdr = csv::ReaderBuilder::new().delimiter(delimiter).flexible(true).from_reader(bytes);
+    let header = rdr.byte_headers().map_err(|e| err(e.to_string()))?.clone();
+    let header_error = header_error(&header);
+    let columns: Vec<String> = match header_error {
+        Some(_) => vec![],
+        None => header
+            .iter()
+            .map(|h| String::from_utf8_lossy(h).trim().trim_start_matches('\u{feff}').to_string())
+            .collect(),
+    };
+    let mut batch = RawBatch { source, columns, text: true, ..Default::default() };
+    let mut rec = csv::ByteRecord::new();
+    loop {
+        let read = rdr.read_byte_record(&mut rec);
+        let start = match &read {
+            Ok(_) => rec.position().map_or(0, |p| p.byte()),
+            Err(e) => e.position().map_or(0, |p| p.byte()),
+        } as usize;
+        let end = rdr.position().byte() as usize;
+        // The record's own bytes, as they are in the file (dead letters keep
+        // them exactly), without the line end.
+        let raw = bytes.get(start..end.max(start)).unwrap_or_default();
+        let line_end = |b: &u8| matches!(b, b'\r' | b'\n');
+        let from = raw.iter().position(|b| !line_end(b)).unwrap_or(raw.len());
+        let to = raw.iter().rposition(|b| !line_end(b)).map_or(from, |i| i + 1);
+        let raw = &raw[from..to.max(from)];
+        let pos = match &read {
+            Ok(_) => rec.position().map_or(0, |p| p.line()),
+            Err(e) => e.position().map_or(0, |p| p.line()),
+        };
+        let why = match read {
+            Ok(false) => break,
+            Err(e) => Some(format!("malformed CSV: {e}")),
+            Ok(true) => header_error.clone().or_else(|| record_error(&rec, batch.columns.len())),
+        };
+        if let Some(error) = why {
+            batch.unparsable.push(Unparsable {
+                partition: 0,
+                pos,
+                raw: raw.to_vec(),
+                error,
+                reason: "malformed",
+            });
+            continue;
         }
+        // UTF-8: checked by `record_error`.
+        let cell = |c: &[u8]| match std::str::from_utf8(c).unwrap_or_default() {
+            "" => Value::Null,
+            text => Value::Str(text.into()),
+        };
+        batch.rows.push(RawRow {
+            cells: rec.iter().map(cell).collect(),
+            pos,
+            partition: 0,
+            raw: String::from_utf8_lossy(raw).into_owned().into(),
+            extra: vec![],
+            replayed: false,
+            declared: Default::default(),
+        });
     }
     Ok(batch)
+}
+
+/// Why a CSV header cannot name a file's columns: every record of the file
+/// is then a dead letter saying so (no column can be trusted), and the
+/// file's progress is committed like any other's, so one bad extract does
+/// not stop the tables and files after it.
+fn header_error(header: &csv::ByteRecord) -> Option<String> {
+    let mut seen = std::collections::HashSet::with_capacity(header.len());
+    for (i, h) in header.iter().enumerate() {
+        let Ok(name) = std::str::from_utf8(h) else {
+            return Some(format!("the file's header column {} is not UTF-8", i + 1));
+        };
+        let name = name.trim().trim_start_matches('\u{feff}');
+        if name.is_empty() {
+            return Some(format!("the file's header column {} is empty", i + 1));
+        }
+        // A set, not a search of the columns before: a header of a million
+        // names would otherwise take 10^12 comparisons.
+        if !seen.insert(name) {
+            return Some(format!("the file's header names column `{name}` twice"));
+        }
+    }
+    None
+}
+
+/// Why a CSV record is not a row: a field count other than the header's,
+/// text that is not UTF-8, or a NUL character (docs/bad-input.md).
+fn record_error(rec: &csv::ByteRecord, columns: usize) -> Option<String> {
+    if rec.len() != columns {
+        return Some(format!("has {} fields, the header has {columns}", rec.len()));
+    }
+    if rec.iter().any(|field| std::str::from_utf8(field).is_err()) {
+        return Some("not UTF-8".into());
+    }
+    memchr::memchr(0, rec.as_slice()).map(|_| "contains a NUL character".into())
 }
 
 /// `decode` of a file's lines in chunks on all cores, results in line
@@ -319,9 +355,9 @@ fn decode_debezium_lines(
 }
 
 /// A file of flat JSON objects, one per line: every field a column. Lines
-/// are decoded in chunks on all cores (the SIMD parser straight into cells,
-/// see `decode::flat_object`), joined in line order; lines that are not a
-/// JSON object are dead letters.
+/// are decoded in chunks on all cores, each as a Kafka message of flat JSON
+/// is (`decode::decode_keeping`), joined in line order; lines that are not
+/// a JSON object, or that it refuses, are dead letters.
 pub fn read_jsonl(path: &Path, bytes: &bytes::Bytes) -> Result<RawBatch, FileError> {
     let source = path.display().to_string();
     let parts = in_line_chunks(bytes, |lines| {
@@ -333,60 +369,37 @@ pub fn read_jsonl(path: &Path, bytes: &bytes::Bytes) -> Result<RawBatch, FileErr
 /// Decodes some lines of a flat JSONL file (positions within them). Text that is not UTF-8 is
 /// read with replacement characters, as it always was.
 fn decode_json_lines(Lines { source, file, lines }: Lines<'_, '_>) -> RawBatch {
+    use crate::config::Format;
+    use crate::decode::{decode_keeping, within_width, Decoded};
     let file = &RawText::job_buffer(file);
     let mut objects = DecodedRows::with_capacity(lines.estimate());
     let mut unparsable = vec![];
     for (i, line) in lines.enumerate() {
         let pos = i as u64 + 1;
-        // `from_utf8` checks a word at a time; the lossy path (which keeps
-        // such lines readable, as they always were) a character at a time.
-        let (line, utf8) = match std::str::from_utf8(line) {
-            Ok(text) => (std::borrow::Cow::Borrowed(text), true),
-            Err(_) => (String::from_utf8_lossy(line), false),
-        };
-        let line = line.trim_end_matches('\r');
-        if line.trim().is_empty() {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.iter().all(|b| b.is_ascii_whitespace()) {
             continue;
         }
-        let bad = |error: String| Unparsable {
-            partition: 0,
-            pos,
-            raw: line.as_bytes().to_vec(),
-            error,
-            reason: "malformed",
-        };
-        let data = match crate::decode::flat_object(line.as_bytes()) {
-            Some(data) => data,
-            // Not the common shape: the general parser decides and says why.
-            None => match serde_json::from_str::<serde_json::Value>(line) {
-                Ok(serde_json::Value::Object(m)) => {
-                    Fields::from_pairs(m.iter().map(|(k, v)| (k.as_str().into(), json_cell(v))))
-                }
-                Ok(_) => {
-                    unparsable.push(bad("not a JSON object".into()));
-                    continue;
-                }
-                Err(e) => {
-                    unparsable.push(bad(format!("not JSON: {e}")));
-                    continue;
-                }
-            },
-        };
-        if let Some(error) = crate::decode::width_error(&data, 0) {
-            unparsable.push(bad(error));
-            continue;
-        }
-        objects.push(
-            data,
-            // The line as it is in the file, unless it had to be made UTF-8.
-            RawRow::decoded(
-                0,
-                pos,
-                if utf8 { RawText::within(file, line.as_bytes()) } else { line.into() },
-                vec![],
-                Default::default(),
+        // The decoder of a Kafka message of flat JSON: a line it refuses
+        // (not UTF-8, not an object, a field twice, NUL, too deep, too
+        // wide) is a dead letter holding the line's bytes as they are,
+        // never a row made of a lossy copy of them (docs/bad-input.md).
+        match within_width(decode_keeping(Format::Json, None, Some(line), &[], None), 0) {
+            Ok(Decoded::Row { data, declared, .. }) => objects.push(
+                data,
+                // A line that decoded is UTF-8 (both JSON parsers check).
+                RawRow::decoded(0, pos, RawText::within(file, line), vec![], declared),
             ),
-        );
+            // A wrapped line whose payload is null: nothing to apply.
+            Ok(Decoded::Tombstone | Decoded::Truncate) => {}
+            Err(r) => unparsable.push(Unparsable {
+                partition: 0,
+                pos,
+                raw: line.to_vec(),
+                error: r.error,
+                reason: r.reason,
+            }),
+        }
     }
     let mut batch = objects.into_batch(source.to_string());
     batch.unparsable = unparsable;
@@ -507,7 +520,8 @@ mod tests {
         for r in &b.rows {
             let line = &*r.raw.text();
             let v: serde_json::Value = serde_json::from_str(line).unwrap();
-            let general: Vec<Value> = v.as_object().unwrap().values().map(json_cell).collect();
+            let general: Vec<Value> =
+                v.as_object().unwrap().values().map(crate::decode::json_cell).collect();
             assert_eq!(general.len(), r.cells.len(), "{line}");
             for (g, c) in general.iter().zip(&r.cells) {
                 assert!(g.same(c), "{line}: {g:?} vs {c:?}");

@@ -205,6 +205,61 @@ pub fn from_base64(b64: &str) -> Option<i128> {
     from_be_bytes(&bytes)
 }
 
+/// The exact decimal text of base64 big-endian two's complement bytes at
+/// `scale`, however many digits: a value beyond what [`from_base64`]
+/// reads (38 digits, the most a Delta decimal holds) is kept as text,
+/// which a column declared `string` stores and any decimal column refuses
+/// as not fitting, never as NULL or as the JSON it came in (docs/types.md).
+pub fn big_text(b64: &str, scale: i32) -> Option<String> {
+    let mut mag = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
+    let neg = mag.first().is_some_and(|b| b & 0x80 != 0);
+    if neg {
+        // Two's complement: invert, add one.
+        mag.iter_mut().for_each(|b| *b = !*b);
+        for b in mag.iter_mut().rev() {
+            let (v, carry) = b.overflowing_add(1);
+            *b = v;
+            if !carry {
+                break;
+            }
+        }
+    }
+    // Decimal digits, least significant first, by long division.
+    let mut digits = vec![];
+    while mag.iter().any(|&b| b != 0) {
+        let mut rem = 0u32;
+        for b in mag.iter_mut() {
+            let cur = (rem << 8) | u32::from(*b);
+            *b = (cur / 10) as u8;
+            rem = cur % 10;
+        }
+        digits.push(b'0' + rem as u8);
+    }
+    let zero = digits.is_empty();
+    if scale.unsigned_abs() > MAX_PLAIN_SCALE as u32 {
+        return None;
+    }
+    // A negative scale multiplies by ten: zeros after the digits.
+    if scale < 0 && !zero {
+        digits.splice(0..0, std::iter::repeat_n(b'0', scale.unsigned_abs() as usize));
+    }
+    let scale = usize::try_from(scale).unwrap_or(0);
+    while digits.len() <= scale {
+        digits.push(b'0');
+    }
+    let mut text = String::with_capacity(digits.len() + 2);
+    if neg {
+        text.push('-');
+    }
+    for (i, d) in digits.iter().rev().enumerate() {
+        if i == digits.len() - scale {
+            text.push('.');
+        }
+        text.push(char::from(*d));
+    }
+    Some(text)
+}
+
 /// The decimal nearest to a float, by its shortest round-trip text (a JSON
 /// number such as 12.34 arrives as a float; its text is what was sent).
 pub fn from_f64(f: f64) -> Option<(i128, i32)> {
@@ -222,6 +277,26 @@ pub fn to_f64(v: i128, scale: i32) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decimal_big_text_is_exact_beyond_38_digits() {
+        use base64::Engine;
+        let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+        // -10^48 - 0.01 at scale 2 (helper found it stored as JSON text).
+        assert_eq!(
+            big_text("u5PE6gZtmXgtO/rLAkqb////////", 2).unwrap(),
+            "-1000000000000000000000000000000000000000000000000.01"
+        );
+        assert_eq!(big_text(&b64(&[0x05]), 2).unwrap(), "0.05");
+        assert_eq!(big_text(&b64(&[0xff]), 0).unwrap(), "-1");
+        assert_eq!(big_text(&b64(&[]), 3).unwrap(), "0.000");
+        // Within 38 digits it agrees with the exact decimal's text.
+        for v in [0i128, 7, -7, 123_456_789, -99_999_999_999_999_999_999_999_999_999_999_999_999] {
+            assert_eq!(big_text(&b64(&to_be_bytes(v)), 4).unwrap(), format(v, 4), "{v}");
+        }
+        assert_eq!(big_text(&b64(&[0x05]), -3).unwrap(), "5000");
+        assert!(big_text("not base64!", 0).is_none());
+    }
 
     #[test]
     fn decimal_text_round_trips_exactly() {

@@ -404,7 +404,15 @@ impl Value {
             (v, DType::Str) => Str(v.to_compact_string()),
             (v, t) => return Err(format!("{v} cannot be converted to {t}")),
         };
-        Ok(out)
+        match out {
+            Ts(us) if !temporal::TS_RANGE.contains(&us) => Err(format!(
+                "{us} microseconds since 1970 is outside the years 1-9999 a Delta timestamp holds"
+            )),
+            Date(d) if !temporal::DATE_RANGE.contains(&d) => {
+                Err(format!("{d} days since 1970 is outside the years 1-9999 a Delta date holds"))
+            }
+            out => Ok(out),
+        }
     }
 }
 
@@ -509,6 +517,13 @@ pub fn parse_bool(s: &str) -> Option<bool> {
 }
 
 /// Infers the narrowest type of a text cell (empty cells are NULL and carry no type).
+/// JSON text that is a timestamp (what [`infer`] calls one): a cheap look
+/// at its shape first, since most text is not.
+pub fn looks_like_ts(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() >= 10 && b[4] == b'-' && b[7] == b'-' && b[0].is_ascii_digit() && parse_ts(s).is_some()
+}
+
 pub fn infer(s: &str) -> Option<DType> {
     if s.is_empty() {
         None

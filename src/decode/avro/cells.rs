@@ -21,7 +21,8 @@ pub(super) fn cell(v: A, conv: Conv) -> Value {
     let converted = match (conv, &v) {
         (Conv::Plain, _) => None,
         (Conv::TsMillis, A::Long(x) | A::TimestampMillis(x) | A::LocalTimestampMillis(x)) => {
-            x.checked_mul(1000).map(Value::Ts)
+            // Saturated beyond i64 microseconds: refused where typed.
+            Some(Value::Ts(x.saturating_mul(1000)))
         }
         (Conv::TsMicros, A::Long(x) | A::TimestampMicros(x) | A::LocalTimestampMicros(x)) => {
             Some(Value::Ts(*x))
@@ -99,9 +100,7 @@ pub(super) fn plain(v: A) -> Value {
         A::Date(d) => Value::Date(d),
         A::TimeMillis(ms) => Value::Str(format_time(ms as i64 * 1000).into()),
         A::TimeMicros(us) => Value::Str(format_time(us).into()),
-        A::TimestampMillis(ms) | A::LocalTimestampMillis(ms) => {
-            ms.checked_mul(1000).map_or(Value::Int(ms), Value::Ts)
-        }
+        A::TimestampMillis(ms) | A::LocalTimestampMillis(ms) => Value::Ts(ms.saturating_mul(1000)),
         A::TimestampMicros(us) | A::LocalTimestampMicros(us) => Value::Ts(us),
         A::TimestampNanos(ns) | A::LocalTimestampNanos(ns) => Value::Ts(ns.div_euclid(1000)),
         other => Value::Str(json(other).to_compact_string()),

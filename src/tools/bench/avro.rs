@@ -29,9 +29,25 @@ fn kind(v: &J) -> Option<&'static str> {
         J::Bool(_) => Some("boolean"),
         J::Number(n) if n.is_i64() => Some("long"),
         J::Number(_) => Some("double"),
+        // ISO text of an instant, as Debezium sends a timestamptz
+        // (`io.debezium.time.ZonedTimestamp`): declared so, it types the
+        // column as the same text without a schema infers it (timestamp).
+        J::String(s) if changelake::value::looks_like_ts(s) => Some("timestamp"),
         _ => Some("string"),
     }
 }
+
+/// The Avro type of a [`kind`]: a ZonedTimestamp is text with Kafka
+/// Connect's name for it.
+fn avro_type(kind: &str) -> J {
+    match kind {
+        "timestamp" => json!({"type": "string", "connect.name": ZONED}),
+        other => json!(other),
+    }
+}
+
+/// Kafka Connect's name of ISO timestamp text with an offset.
+pub(super) const ZONED: &str = "io.debezium.time.ZonedTimestamp";
 
 /// Field types of the records found at `path` in the events (`after` and
 /// `before` of envelopes, `source`, or the flat row itself).
@@ -62,7 +78,7 @@ impl Record {
         let fields: Vec<J> = self
             .fields()
             .iter()
-            .map(|(n, t)| json!({"name": n, "type": ["null", t], "default": null}))
+            .map(|(n, t)| json!({"name": n, "type": ["null", avro_type(t)], "default": null}))
             .collect();
         json!({"type": "record", "name": name, "fields": fields})
     }

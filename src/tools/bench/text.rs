@@ -9,8 +9,8 @@
 //!   JSON converter writes it with `schemas.enable=true`:
 //!   `{"schema": ..., "payload": <the envelope>}`, the schema derived from
 //!   the events as the Avro writer schema is (integers int64, other numbers
-//!   float64, text string), so the run merges exactly what its plain twin
-//!   merges.
+//!   float64, ISO instants ZonedTimestamp, text string), so the run merges
+//!   exactly what its plain twin merges.
 //!
 //! Re-encoding happens before the timer starts; only decoding is timed.
 
@@ -39,7 +39,12 @@ fn connect_struct(r: &Record, name: &str, field: &str) -> J {
     let fields: Vec<J> = r
         .fields()
         .iter()
-        .map(|(n, t)| json!({"type": connect_type(t), "optional": true, "field": n}))
+        .map(|(n, t)| match *t {
+            "timestamp" => {
+                json!({"type": "string", "optional": true, "field": n, "name": super::avro::ZONED})
+            }
+            t => json!({"type": connect_type(t), "optional": true, "field": n}),
+        })
         .collect();
     json!({"type": "struct", "fields": fields, "optional": true, "name": name, "field": field})
 }
