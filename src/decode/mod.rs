@@ -265,7 +265,7 @@ pub fn decode(
 }
 
 /// Envelope fields one table reads: its stored envelope columns, the columns
-/// its `filter` and `delete_when` name, its source time, and `op`.
+/// its `filter` and `delete_when` name, and `op`.
 pub fn env_paths(t: &crate::config::TableConfig, format: Format) -> Vec<String> {
     tables_env_paths(std::slice::from_ref(t), format)
 }
@@ -280,7 +280,6 @@ pub fn tables_env_paths(tables: &[crate::config::TableConfig], format: Format) -
         for e in t.filter.iter().chain(t.delete_when.iter()) {
             e.columns(&mut cols);
         }
-        cols.extend(t.source_time.clone());
         let read = store_paths(t, format).into_iter().chain(cols.into_iter().map(|c| c.join(".")));
         for path in read.chain(["op".to_string()]) {
             if !paths.contains(&path) {

@@ -125,7 +125,7 @@ impl TableRunner {
             return self.finish_without_key(run, &conformed, &progress).await;
         }
         run.report.newest_source_ms =
-            super::freshness::newest_source_ms(&t, &conformed.columns, &conformed.rows, text);
+            super::freshness::newest_source_ms(&t, &conformed.columns, &conformed.rows);
         if !conformed.ignored_columns.is_empty() {
             tracing::info!(target: "changelake::engine", table = %t.name, columns = ?conformed.ignored_columns, "schema_policy ignore: dropped new columns");
         }

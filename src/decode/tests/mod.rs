@@ -528,16 +528,13 @@ bronze:
     let tables = &cfg.tables;
     assert_eq!(
         env_paths(&tables[0], Format::Debezium),
-        ["source.lsn", "source.table", "op", "source.snapshot", "source.ts_ms"]
+        ["source.lsn", "source.table", "op", "source.snapshot"]
     );
     assert_eq!(
         tables_env_paths(tables, Format::Debezium),
-        ["source.lsn", "source.table", "op", "source.snapshot", "source.ts_ms"]
+        ["source.lsn", "source.table", "op", "source.snapshot"]
     );
-    assert_eq!(
-        env_paths(&tables[1], Format::Debezium),
-        ["source.lsn", "source.table", "op", "source.ts_ms"]
-    );
+    assert_eq!(env_paths(&tables[1], Format::Debezium), ["source.lsn", "source.table", "op"]);
 }
 
 mod schema_wrapper;
