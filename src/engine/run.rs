@@ -71,6 +71,8 @@ impl Run {
         }
         *self.report.dead_by_reason.entry("guardrail").or_default() += rows.len() as u64;
         self.report.rejected = Some(reason);
+        // Nothing of the batch was applied: the table is no fresher.
+        self.report.newest_source_ms = None;
     }
 
     fn elapsed(&self) -> f64 {

@@ -205,12 +205,20 @@ pub fn from_base64(b64: &str) -> Option<i128> {
     from_be_bytes(&bytes)
 }
 
+/// The longest unscaled value [`big_text`] writes out, in bytes.
+const BIG_TEXT_BYTES: usize = 128;
+
 /// The exact decimal text of base64 big-endian two's complement bytes at
 /// `scale`, however many digits: a value beyond what [`from_base64`]
 /// reads (38 digits, the most a Delta decimal holds) is kept as text,
 /// which a column declared `string` stores and any decimal column refuses
 /// as not fitting, never as NULL or as the JSON it came in (docs/types.md).
 pub fn big_text(b64: &str, scale: i32) -> Option<String> {
+    // The division below is quadratic in the length: a hostile megabyte
+    // would hold a run for minutes. 128 bytes is over 300 digits.
+    if b64.len() > BIG_TEXT_BYTES * 4 / 3 + 4 || scale.unsigned_abs() > MAX_PLAIN_SCALE as u32 {
+        return None;
+    }
     let mut mag = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
     let neg = mag.first().is_some_and(|b| b & 0x80 != 0);
     if neg {
@@ -236,9 +244,6 @@ pub fn big_text(b64: &str, scale: i32) -> Option<String> {
         digits.push(b'0' + rem as u8);
     }
     let zero = digits.is_empty();
-    if scale.unsigned_abs() > MAX_PLAIN_SCALE as u32 {
-        return None;
-    }
     // A negative scale multiplies by ten: zeros after the digits.
     if scale < 0 && !zero {
         digits.splice(0..0, std::iter::repeat_n(b'0', scale.unsigned_abs() as usize));
@@ -296,6 +301,9 @@ mod tests {
         }
         assert_eq!(big_text(&b64(&[0x05]), -3).unwrap(), "5000");
         assert!(big_text("not base64!", 0).is_none());
+        // Bounded: a hostile length is not written out (quadratic work).
+        assert!(big_text(&b64(&[0x7f; 128]), 0).is_some());
+        assert!(big_text(&b64(&[0x7f; 200]), 0).is_none());
     }
 
     #[test]

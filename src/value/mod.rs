@@ -358,6 +358,16 @@ impl Value {
     /// day or its meaning is refused.
     pub fn convert(self, t: DType) -> Result<Value, String> {
         use Value::*;
+        // An instant or day no Delta column holds is refused whatever the
+        // column (as text it would be a number no reader takes for it).
+        let beyond = match self {
+            Ts(us) => !temporal::TS_RANGE.contains(&us),
+            Date(d) => !temporal::DATE_RANGE.contains(&d),
+            _ => false,
+        };
+        if beyond {
+            return Err(beyond_range(&self));
+        }
         let out = match (self, t) {
             (Null, _) => Null,
             (v @ Bool(_), DType::Bool) => v,
@@ -405,14 +415,25 @@ impl Value {
             (v, t) => return Err(format!("{v} cannot be converted to {t}")),
         };
         match out {
-            Ts(us) if !temporal::TS_RANGE.contains(&us) => Err(format!(
-                "{us} microseconds since 1970 is outside the years 1-9999 a Delta timestamp holds"
-            )),
-            Date(d) if !temporal::DATE_RANGE.contains(&d) => {
-                Err(format!("{d} days since 1970 is outside the years 1-9999 a Delta date holds"))
-            }
+            Ts(us) if !temporal::TS_RANGE.contains(&us) => Err(beyond_range(&out)),
+            Date(d) if !temporal::DATE_RANGE.contains(&d) => Err(beyond_range(&out)),
             out => Ok(out),
         }
+    }
+}
+
+/// Why a timestamp or date beyond the years 1-9999 is refused.
+fn beyond_range(v: &Value) -> String {
+    match v {
+        Value::Date(d) => {
+            format!("{d} days since 1970 is outside the years 1-9999 a Delta date holds")
+        }
+        Value::Ts(us) => {
+            format!(
+                "{us} microseconds since 1970 is outside the years 1-9999 a Delta timestamp holds"
+            )
+        }
+        other => format!("{other} is outside the years 1-9999"),
     }
 }
 
@@ -520,8 +541,9 @@ pub fn parse_bool(s: &str) -> Option<bool> {
 /// JSON text that is a timestamp (what [`infer`] calls one): a cheap look
 /// at its shape first, since most text is not.
 pub fn looks_like_ts(s: &str) -> bool {
+    // Every form `parse_ts` takes starts with a digit and is 8 bytes or more.
     let b = s.as_bytes();
-    b.len() >= 10 && b[4] == b'-' && b[7] == b'-' && b[0].is_ascii_digit() && parse_ts(s).is_some()
+    b.len() >= 8 && b[0].is_ascii_digit() && parse_ts(s).is_some()
 }
 
 pub fn infer(s: &str) -> Option<DType> {

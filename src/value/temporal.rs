@@ -142,7 +142,8 @@ pub fn format_date(days: i32) -> String {
 
 /// Midnight UTC of a date, as a timestamp.
 pub fn date_to_ts(days: i32) -> i64 {
-    days as i64 * MICROS_PER_DAY
+    // Saturated beyond what i64 microseconds hold: outside `TS_RANGE`, refused.
+    i64::from(days).saturating_mul(MICROS_PER_DAY)
 }
 
 /// The date of a timestamp that is exactly midnight UTC (None otherwise:
