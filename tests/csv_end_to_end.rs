@@ -98,6 +98,20 @@ fn glob_runs_files_in_lexical_order_and_skips_unchanged_files() {
         .map(|r| (r["city"].as_str().unwrap().to_string(), r["_is_current"].as_bool().unwrap()))
         .collect();
     assert_eq!(cities, vec![("Berlin".into(), false), ("Hamburg".into(), true)]);
+    // Each commit says what it applied, as JSON a log reader can query.
+    let log = tmp.path().join("lake/bronze/customer/_delta_log");
+    let first = std::fs::read_to_string(log.join(format!("{:020}.json", 0))).unwrap();
+    let info: serde_json::Value = first
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|a| a.get("commitInfo").is_some())
+        .unwrap();
+    let stats = &info["commitInfo"]["changelake"]["stats"];
+    assert_eq!(
+        (stats["rows_in"].as_u64(), stats["inserted"].as_u64()),
+        (Some(1), Some(1)),
+        "{info}"
+    );
     let commits = customer_commits(tmp.path());
     assert!(run(&cfg, &[]).status.success());
     let after = customer_commits(tmp.path());

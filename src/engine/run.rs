@@ -315,8 +315,7 @@ impl TableRunner {
         phases: &mut Phases,
     ) -> Result<()> {
         let changes = out.has_changes();
-        let info =
-            serde_json::json!({ "source": run.report.source, "stats": format!("{:?}", c.stats) });
+        let info = serde_json::json!({ "source": run.report.source, "stats": c.stats });
         let report = &mut run.report;
         if changes || !self.store.exists() {
             self.store.add_columns(&c.columns, &c.untyped);

@@ -205,8 +205,9 @@ pub enum Need {
     History,
 }
 
-/// Counters of one run; the daemon turns them into metrics.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// Counters of one run; the daemon turns them into metrics, and each
+/// commit carries them as JSON (`commitInfo.changelake.stats`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Stats {
     pub rows_in: u64,
     pub null_keys: u64,
