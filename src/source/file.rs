@@ -274,6 +274,12 @@ impl<'a> Iterator for ChunkLines<'a> {
     }
 }
 
+/// The dead letter of a file line the decoder refused: its bytes as they
+/// are in the file, at its line number.
+fn refused_line(pos: u64, line: &[u8], r: crate::decode::Rejected) -> Unparsable {
+    Unparsable { partition: 0, pos, raw: line.to_vec(), error: r.error, reason: r.reason }
+}
+
 /// A file of Debezium envelopes, one per line (a topic dump): decoded as the
 /// Kafka source does; the line number is the position. Truncate events and
 /// empty lines are skipped; lines that do not decode are dead letters.
@@ -340,13 +346,7 @@ fn decode_debezium_lines(
             }
             Ok(Decoded::Tombstone) => {}
             Ok(Decoded::Truncate) => truncates += 1,
-            Err(r) => unparsable.push(Unparsable {
-                partition: 0,
-                pos,
-                raw: line.to_vec(),
-                error: r.error,
-                reason: r.reason,
-            }),
+            Err(r) => unparsable.push(refused_line(pos, line, r)),
         }
     }
     let mut batch = rows.into_batch(source.to_string());
@@ -392,13 +392,7 @@ fn decode_json_lines(Lines { source, file, lines }: Lines<'_, '_>) -> RawBatch {
             ),
             // A wrapped line whose payload is null: nothing to apply.
             Ok(Decoded::Tombstone | Decoded::Truncate) => {}
-            Err(r) => unparsable.push(Unparsable {
-                partition: 0,
-                pos,
-                raw: line.to_vec(),
-                error: r.error,
-                reason: r.reason,
-            }),
+            Err(r) => unparsable.push(refused_line(pos, line, r)),
         }
     }
     let mut batch = objects.into_batch(source.to_string());
