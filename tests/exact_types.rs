@@ -362,3 +362,72 @@ fn types_flat_json_times_times_beyond_delta_and_wide_decimals_declared_text() {
     );
     assert_eq!(dead.len(), 4, "{dead:?}");
 }
+
+/// The rows of a table as an independent reader sees them, sorted, one
+/// JSON object per line with decimals as their exact text.
+fn read_rows(table: &Path, sort: &str) -> String {
+    let py = "import sys, os, json; from deltalake import DeltaTable\nrows = DeltaTable(sys.argv[1]).to_pyarrow_table().to_pylist()\nfor r in sorted(rows, key=lambda r: r[sys.argv[2]]): print(json.dumps({k: v if isinstance(v, (int, float, type(None))) else str(v) for k, v in r.items() if not k.startswith('_')}, sort_keys=True))\nsys.stdout.flush(); os._exit(0)";
+    let out = Command::new("python3").args(["-c", py]).arg(table).arg(sort).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// docs/types.md, "JSON numbers": a JSON number keeps every digit it was
+/// sent with where a decimal or text column takes it (flat JSON with
+/// `columns:`, and Kafka Connect decimals written as numbers,
+/// `decimal.format=NUMERIC`). Read through a double, 12345678901234567.89
+/// was stored as 12345678901234568.00, and two such keys were one.
+#[test]
+fn types_json_numbers_land_exactly_in_decimal_and_text_columns() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = write(
+        tmp.path(),
+        "c.yaml",
+        "storage: {root: ./lake}\nsystems:\n  flat: {type: jsonl, path: 'flat/{object}/*.jsonl', columns: {amount: 'decimal(20,2)', big: 'decimal(38,0)', note: string, code: 'decimal(20,2)'}}\n  dbz: {type: jsonl, format: debezium, path: 'dbz/*.jsonl'}\nbronze:\n  tables:\n    money:\n      source: {system: flat, object: money}\n      business_key: [id]\n      strategy: scd1\n    codes:\n      source: {system: flat, object: codes}\n      business_key: [code]\n      strategy: scd1\n    numeric:\n      source: {system: dbz, object: numeric}\n      business_key: [id]\n      strategy: scd1\n",
+    );
+    write(
+        tmp.path(),
+        "flat/money/1.jsonl",
+        "{\"id\":1,\"amount\":12345678901234567.89,\"big\":99999999999999999999999,\"note\":0.30000000000000004,\"ratio\":0.30000000000000004}\n{\"id\":2,\"amount\":1.5,\"big\":-7,\"note\":12345678901234567890,\"ratio\":2}\n{\"id\":3,\"amount\":1.005,\"big\":1}\n",
+    );
+    write(
+        tmp.path(),
+        "flat/codes/1.jsonl",
+        "{\"code\":12345678901234567.89,\"v\":\"a\"}\n{\"code\":12345678901234567.8,\"v\":\"b\"}\n{\"code\":1.5,\"v\":\"c\"}\n",
+    );
+    let numeric = r#"{"type":"bytes","field":"v","optional":true,"name":"org.apache.kafka.connect.data.Decimal","parameters":{"scale":"2","connect.decimal.precision":"20"}}"#;
+    let events = [wrapped(1, numeric, "12345678901234567.89"), wrapped(2, numeric, "-0.5")];
+    write(tmp.path(), "dbz/1.jsonl", &(events.join("\n") + "\n"));
+    ok(cli(&["run", "--once"], &cfg));
+    let lake = tmp.path().join("lake/bronze");
+    let money = read_rows(&lake.join("money"), "id");
+    let expected = [
+        r#"{"amount": "12345678901234567.89", "big": "99999999999999999999999", "id": 1, "note": "0.30000000000000004", "ratio": 0.30000000000000004}"#,
+        r#"{"amount": "1.50", "big": "-7", "id": 2, "note": "12345678901234567890", "ratio": 2.0}"#,
+    ];
+    assert_eq!(money.lines().take(2).collect::<Vec<_>>(), expected, "{money}");
+    // 1.005 does not fit two decimal places: a dead letter, not a rounding.
+    assert_eq!(money.lines().count(), 2, "{money}");
+    let dead = dead_letters(&cfg);
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert!(dead[0].1.contains("amount"), "{dead:?}");
+    assert!(delta_types(&lake.join("money")).contains("('ratio', 'double')"));
+    let codes = read_rows(&lake.join("codes"), "v");
+    let codes: Vec<&str> = codes.lines().collect();
+    assert_eq!(
+        codes,
+        [
+            r#"{"code": "12345678901234567.89", "v": "a"}"#,
+            r#"{"code": "12345678901234567.80", "v": "b"}"#,
+            r#"{"code": "1.50", "v": "c"}"#
+        ],
+        "three keys"
+    );
+    let numeric = read_rows(&lake.join("numeric"), "id");
+    assert_eq!(
+        numeric.lines().collect::<Vec<_>>(),
+        [r#"{"id": 1, "v": "12345678901234567.89"}"#, r#"{"id": 2, "v": "-0.50"}"#],
+        "{numeric}"
+    );
+    assert!(delta_types(&lake.join("numeric")).contains("('v', 'decimal(20,2)')"));
+}

@@ -189,9 +189,13 @@ fn convert_strict(v: Value, t: DType, text: bool) -> Result<Value, String> {
         Value::Str(s) if t == DType::Ts && crate::value::looks_like_ts(s) => Some(DType::Ts),
         other => other.dtype(),
     };
+    // A JSON number with a fraction is a decimal column's kind: it lands
+    // exactly (up to 15 digits a double is its text; beyond, the text is
+    // kept) or not at all.
     let same_kind = |k: DType| {
         std::mem::discriminant(&k) == std::mem::discriminant(&t)
             || (k == DType::Int && matches!(t, DType::Float | DType::Decimal { .. }))
+            || (k == DType::Float && matches!(t, DType::Decimal { .. }))
     };
     match (kind, t) {
         (None, _) | (_, DType::Str) => convert(v, t, text),

@@ -358,24 +358,52 @@ struct Number {
 
 impl Number {
     /// The cell serde_json's value maps to: an integer within i64, else a
-    /// float; a bare `-0` is the float -0.0. Integers beyond i64 and
-    /// floats beyond f64 are left to the tape path (None).
+    /// float; a bare `-0` is the float -0.0. A number a double would round
+    /// (more than 15 significant digits, an integer beyond i64) is kept as
+    /// its text ([`Value::Number`]): a decimal column takes it exactly.
+    /// Numbers beyond f64 are left to the tape path (None).
     fn cell(&self, text: &str) -> Option<Value> {
+        let number = text.get(self.start..self.end)?;
+        let float = || -> Option<Value> {
+            let v: f64 = number.parse().ok()?;
+            if !v.is_finite() {
+                return None;
+            }
+            // A point or an exponent is one of the characters: 16 or
+            // fewer hold at most 15 digits.
+            let short = number.len() - usize::from(self.negative) <= 16;
+            Some(match short || self.significant_digits(text.as_bytes()) <= 15 {
+                true => Value::Float(v),
+                false => Value::Number(number.into()),
+            })
+        };
         if self.end != self.int_end {
-            let v: f64 = text.get(self.start..self.end)?.parse().ok()?;
-            return v.is_finite().then_some(Value::Float(v));
+            return float();
         }
         let digits = text.as_bytes().get(self.int_start..self.int_end)?;
         if digits.len() > 19 {
-            return None;
+            return float();
         }
         // At most 19 digits: below 10^19, within u64.
         let magnitude = digits.iter().fold(0u64, |m, d| m * 10 + u64::from(d - b'0'));
-        match self.negative {
-            false => i64::try_from(magnitude).ok().map(Value::Int),
-            true if magnitude == 0 => Some(Value::Float(-0.0)),
-            true => 0i64.checked_sub_unsigned(magnitude).map(Value::Int),
-        }
+        let int = match self.negative {
+            false => i64::try_from(magnitude).ok(),
+            true if magnitude == 0 => return Some(Value::Float(-0.0)),
+            true => 0i64.checked_sub_unsigned(magnitude),
+        };
+        int.map(Value::Int).or_else(float)
+    }
+
+    /// Digits of the mantissa from its first non-zero one (a double holds
+    /// any decimal of up to 15 exactly: its shortest text reads back the same).
+    fn significant_digits(&self, b: &[u8]) -> usize {
+        let mantissa = b.get(self.int_start..self.end).unwrap_or_default();
+        let mantissa = match mantissa.iter().position(|c| matches!(c, b'e' | b'E')) {
+            Some(e) => &mantissa[..e],
+            None => mantissa,
+        };
+        let digits = mantissa.iter().filter(|c| c.is_ascii_digit());
+        digits.skip_while(|c| **c == b'0').count()
     }
 }
 
@@ -462,9 +490,20 @@ mod tests {
         assert_eq!(cell("0"), Some(Value::Int(0)));
         assert_eq!(cell("-9223372036854775808"), Some(Value::Int(i64::MIN)));
         assert_eq!(cell("9223372036854775807"), Some(Value::Int(i64::MAX)));
-        assert_eq!(cell("9223372036854775808"), None, "beyond i64: the tape path");
-        assert_eq!(cell("-9223372036854775809"), None);
-        assert_eq!(cell("12345678901234567890123"), None);
+        // Beyond i64, or more digits than a double holds: the text as sent.
+        let number = |t: &str| Some(Value::Number(t.into()));
+        assert_eq!(cell("9223372036854775808"), number("9223372036854775808"));
+        assert_eq!(cell("-9223372036854775809"), number("-9223372036854775809"));
+        assert_eq!(cell("12345678901234567890123"), number("12345678901234567890123"));
+        assert_eq!(cell("12345678901234567.89"), number("12345678901234567.89"));
+        assert_eq!(cell("-0.30000000000000004"), number("-0.30000000000000004"));
+        assert_eq!(cell("1.2345678901234567e-3"), number("1.2345678901234567e-3"));
+        assert_eq!(cell("123456789012345.6"), number("123456789012345.6"));
+        // Up to 15 significant digits a double is exact (leading zeros are
+        // not digits of the value).
+        assert!(matches!(cell("12345678901234.5"), Some(Value::Float(_))));
+        assert!(matches!(cell("-0.000000123456789012345"), Some(Value::Float(_))));
+        assert!(matches!(cell("1.23456789012345e300"), Some(Value::Float(_))));
         assert!(matches!(cell("-0"), Some(Value::Float(z)) if z == 0.0 && z.is_sign_negative()));
         assert_eq!(cell("1.5e3"), Some(Value::Float(1500.0)));
         assert_eq!(cell("2E-2"), Some(Value::Float(0.02)));

@@ -98,6 +98,11 @@ impl Rule {
             Rule::Unstorable { decimal_scale } => {
                 let text = match &*v {
                     Value::Str(s) => Some(s.as_str()),
+                    // A decimal sent as a JSON number is its own exact text.
+                    Value::Number(n) if decimal_scale.is_some() => {
+                        *v = Value::Str(n.as_ref().into());
+                        return Ok(());
+                    }
                     _ => None,
                 };
                 let exact = decimal_scale.and_then(|s| Logical::Decimal.cell(s, None, text));
@@ -132,6 +137,7 @@ impl Rule {
                 }
             }
             (Fallback::Str, Value::Int(i)) => Value::Str(i.to_compact_string()),
+            (Fallback::Str, Value::Number(n)) => Value::Str(n.as_ref().into()),
             (Fallback::Str, Value::Bool(b)) => Value::Str(b.to_compact_string()),
             // A float's text as JSON wrote it is gone (`1e3`, an integer
             // beyond 64 bits); a Decimal cell was a nested object.

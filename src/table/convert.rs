@@ -95,6 +95,7 @@ pub(super) fn build_array<'a>(t: DType, vals: impl Iterator<Item = &'a Value>) -
             vals.map(|v| match v {
                 Value::Float(x) => Some(*x),
                 Value::Int(x) => Some(*x as f64),
+                Value::Number(n) => n.parse().ok(),
                 _ => None,
             })
             .collect::<Float64Array>(),

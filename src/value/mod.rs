@@ -155,6 +155,11 @@ pub enum Value {
     /// Unscaled value and scale (`Decimal(-1, 2)` is -0.01).
     Decimal(Unscaled, i32),
     Bytes(Box<[u8]>),
+    /// A JSON number whose text a double would round (more than 15
+    /// significant digits, or an integer beyond 64 bits), kept as sent: a
+    /// decimal or text column takes it exactly, anything else as the
+    /// double it reads as (docs/types.md, "JSON numbers").
+    Number(Box<str>),
 }
 
 /// A decimal cell's unscaled value, held as four 32-bit words. Why not an
@@ -199,6 +204,21 @@ impl Value {
         Value::Bytes(b.into())
     }
 
+    /// The double a JSON number's text reads as (a [`Value::Number`]'s
+    /// text is a checked JSON number, within a double's range).
+    fn number_as_float(text: &str) -> f64 {
+        text.parse().unwrap_or(f64::NAN)
+    }
+
+    /// A [`Value::Number`] as the cell it compares as: its exact decimal
+    /// within 38 digits, else its double.
+    fn number_as_cell(text: &str) -> Value {
+        match decimal::parse(text) {
+            Some((v, s)) => Value::decimal(v, s),
+            None => Value::Float(Value::number_as_float(text)),
+        }
+    }
+
     pub fn is_null(&self) -> bool {
         matches!(self, Value::Null)
     }
@@ -209,7 +229,7 @@ impl Value {
             Value::Null => return None,
             Value::Bool(_) => DType::Bool,
             Value::Int(_) => DType::Int,
-            Value::Float(_) => DType::Float,
+            Value::Float(_) | Value::Number(_) => DType::Float,
             Value::Str(_) => DType::Str,
             Value::Ts(_) => DType::Ts,
             Value::Date(_) => DType::Date,
@@ -229,7 +249,7 @@ impl Value {
         match self {
             Value::Null => 0,
             Value::Bool(_) => 1,
-            Value::Int(_) | Value::Float(_) | Value::Decimal(..) => 2,
+            Value::Int(_) | Value::Float(_) | Value::Decimal(..) | Value::Number(_) => 2,
             Value::Ts(_) | Value::Date(_) => 3,
             Value::Str(_) => 4,
             Value::Bytes(_) => 5,
@@ -259,6 +279,8 @@ impl Value {
             (Ts(a), Date(b)) => a.cmp(&date_to_ts(*b)),
             (Str(a), Str(b)) => a.cmp(b),
             (Bytes(a), Bytes(b)) => a.cmp(b),
+            (Number(a), _) => Value::number_as_cell(a).total_cmp(other),
+            (_, Number(b)) => self.total_cmp(&Value::number_as_cell(b)),
             _ => self.rank().cmp(&other.rank()),
         }
     }
@@ -306,6 +328,9 @@ impl Value {
                 out.extend_from_slice(&(b.len() as u32).to_be_bytes());
                 out.extend_from_slice(b);
             }
+            // As the double another JSON reader gives (cells are typed
+            // before hashes and keys are taken; this is for completeness).
+            Value::Number(t) => Value::Float(Value::number_as_float(t)).encode(out),
         }
     }
 
@@ -378,6 +403,17 @@ impl Value {
             (v @ Date(_), DType::Date) => v,
             (v @ Bytes(_), DType::Binary) => v,
             (Int(i), DType::Float) => Float(i as f64),
+            // Exactly as sent into decimals, integers and text; a double
+            // elsewhere, as any other JSON number.
+            (Number(n), DType::Decimal { .. }) => {
+                return parse_as(&n, t).ok_or_else(|| format!("{n} does not fit {t}"))
+            }
+            (Number(n), DType::Int) => Int(decimal::parse(&n)
+                .and_then(|(v, s)| decimal::rescale(v, s, 0))
+                .and_then(|v| i64::try_from(v).ok())
+                .ok_or_else(|| format!("{n} is not an integer"))?),
+            (Number(n), DType::Str) => Str(n.as_ref().into()),
+            (Number(n), t) => return Float(Value::number_as_float(&n)).convert(t),
             (Float(f), DType::Int) if f.fract() == 0.0 && f.abs() < 9.0e15 => Int(f as i64),
             (Decimal(v, s), DType::Decimal { precision, scale }) => {
                 Value::decimal(decimal::fit(v.get(), s, precision, scale)?, scale as i32)
@@ -484,6 +520,7 @@ impl fmt::Display for Value {
             Value::Date(d) => f.write_str(&format_date(*d)),
             Value::Decimal(v, s) => f.write_str(&decimal::format(v.get(), *s)),
             Value::Bytes(b) => f.write_str(&base64::engine::general_purpose::STANDARD.encode(b)),
+            Value::Number(n) => f.write_str(n),
         }
     }
 }

@@ -172,3 +172,30 @@ fn a_cell_stays_24_bytes_and_short_text_needs_no_allocation() {
     let ts = Text::from("2026-03-01T21:14:00.123456+00:00".to_string());
     assert!(ts.is_heap_allocated() && ts == "2026-03-01T21:14:00.123456+00:00");
 }
+
+/// docs/types.md, "JSON numbers": a number kept as its text converts
+/// exactly into decimals, integers and text, and compares as the number.
+#[test]
+fn types_json_numbers_convert_exactly_and_compare_as_numbers() {
+    let n = |t: &str| Value::Number(t.into());
+    let dec = DType::Decimal { precision: 20, scale: 2 };
+    assert_eq!(n("12345678901234567.89").convert(dec).unwrap().to_string(), "12345678901234567.89");
+    assert!(n("1.005").convert(dec).is_err(), "a third decimal place is refused, not rounded");
+    assert_eq!(
+        n("1.2345678901234567e2").convert(DType::Str).unwrap().to_string(),
+        "1.2345678901234567e2"
+    );
+    let Value::Int(i) = n("1234567890123456789.0").convert(DType::Int).unwrap() else { panic!() };
+    assert_eq!(i, 1_234_567_890_123_456_789);
+    assert!(n("99999999999999999999").convert(DType::Int).is_err());
+    let Value::Float(f) = n("0.30000000000000004").convert(DType::Float).unwrap() else { panic!() };
+    assert_eq!(f, 0.1 + 0.2);
+    assert_eq!(n("0.30000000000000004").dtype(), Some(DType::Float), "infers as a double");
+    // Ordering: exact against decimals and integers, by value against floats.
+    let a = n("12345678901234567.89");
+    assert!(a.total_cmp(&n("12345678901234567.8")) == std::cmp::Ordering::Greater);
+    assert!(a.total_cmp(&Value::decimal(1234567890123456789, 2)) == std::cmp::Ordering::Equal);
+    assert!(n("9223372036854775808").total_cmp(&Value::Int(i64::MAX)).is_gt());
+    assert!(n("0.30000000000000004").same(&Value::Float(0.1 + 0.2)));
+    assert!(n("-1e30").total_cmp(&Value::Null).is_gt(), "NULL sorts lowest");
+}
