@@ -539,3 +539,46 @@ fn bad_input_a_rewritten_wide_file_is_not_topped_up_beyond_its_own_size() {
         assert_eq!((row["name"].as_str(), row["f3999"].as_i64()), (Some(name), f3999), "{id}");
     }
 }
+
+/// docs/bad-input.md: a file record longer than the largest message (a
+/// line of 65 MiB, a CSV quoted field never closed) is one dead letter
+/// keeping its first megabyte, and the run goes on after it; the file is
+/// then done. Before, it stopped the file's run at every retry, and the
+/// lines after it never loaded.
+#[test]
+fn bad_input_a_record_longer_than_the_largest_message_is_a_dead_letter_and_the_run_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = write(
+        tmp.path(),
+        "c.yaml",
+        "systems:\n  flat: {type: jsonl, path: 'flat/*.jsonl'}\n  csv: {type: csv, path: 'csv/*.csv'}\nbronze:\n  tables:\n    account:\n      source: {system: flat, object: account}\n      business_key: [id]\n      strategy: scd1\n    contact:\n      source: {system: csv, object: contact}\n      business_key: [id]\n      strategy: scd1\nbatching: {max_rows: 2}\n",
+    );
+    let long = format!("{{\"id\":2,\"name\":\"{}\"}}", "x".repeat(65 << 20));
+    write(
+        tmp.path(),
+        "flat/1.jsonl",
+        &format!("{{\"id\":1}}\n{long}\n{{\"id\":3}}\n{{\"id\":4}}\n"),
+    );
+    let unclosed = format!("id,name\n1,a\n2,\"{}\n", "y\n".repeat(33 << 20));
+    write(tmp.path(), "csv/1.csv", &unclosed);
+    for _ in 0..2 {
+        let out = cli(&["run", "--once"], &cfg);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let ids = |table: &str| -> Vec<i64> {
+        rows(&cfg, table, "all").iter().map(|r| r["id"].as_i64().unwrap()).collect()
+    };
+    assert_eq!(ids("account"), [1, 3, 4]);
+    assert_eq!(ids("contact"), [1]);
+    let dead = dead_letter_bytes(&cfg);
+    assert_eq!(dead.len(), 2, "one dead letter each, also after a second run");
+    let json = dead.iter().find(|(_, e)| e.contains("line 2")).expect("the long line's");
+    assert_eq!(json.0, long.as_bytes()[..1 << 20], "its first megabyte");
+    assert!(
+        json.1.contains(&format!("is {} bytes, longer than 64 MiB", long.len() + 1)),
+        "{}",
+        json.1
+    );
+    let csv = dead.iter().find(|(_, e)| e.contains("line 3")).expect("the CSV record's");
+    assert!(csv.0.starts_with(b"2,\"y\ny\n"), "{:?}", String::from_utf8_lossy(&csv.0[..10]));
+}

@@ -208,7 +208,13 @@ async fn run_in_chunks(
             Mark::file_part(&r.cfg.name, rel, version, chunk.end)
         };
         let (bytes, shift) = (bytes::Bytes::from(chunk.bytes), chunk.shift);
-        let decode = || reader.decode(rel, &bytes, shift);
+        // A record too long to read is the chunk's dead letter.
+        let skipped = chunk.oversized.as_ref().map(|o| o.dead_letter());
+        let decode = || {
+            let mut raw = reader.decode(rel, &bytes, shift)?;
+            raw.unparsable.extend(skipped.clone());
+            Ok(raw)
+        };
         let events = run_and_report(c, r, &decode, &[mark]).await?;
         progress::advance(&r.cfg.name, 0, events);
     }

@@ -22,8 +22,45 @@ use std::path::Path;
 
 use crate::decode::MAX_MESSAGE_BYTES;
 
-/// A header or record longer than `limit` bytes: an error naming it, not
-/// the rest of the file read into memory.
+/// What a dead letter keeps of a record too long to read.
+pub const OVERSIZED_KEPT: usize = 1 << 20;
+
+/// A record longer than the largest message (docs/bad-input.md): skipped
+/// without holding it in memory, for its run to dead-letter, as a Kafka
+/// message that large is. Reading goes on after it.
+#[derive(Debug)]
+pub struct Oversized {
+    /// The file's line number where it starts.
+    pub line: u64,
+    /// Its length in bytes.
+    pub len: u64,
+    /// Its first [`OVERSIZED_KEPT`] bytes.
+    pub head: Vec<u8>,
+    /// The length it exceeds.
+    pub limit: usize,
+}
+
+impl Oversized {
+    /// Its dead letter (reason `malformed`).
+    pub fn dead_letter(&self) -> super::Unparsable {
+        super::Unparsable {
+            partition: 0,
+            pos: self.line,
+            raw: self.head.clone(),
+            error: format!(
+                "not decoded: the record at line {} is {} bytes, longer than {} MiB (a quoted field never closed, or no line breaks); its first {} bytes are kept",
+                self.line,
+                self.len,
+                self.limit >> 20,
+                self.head.len()
+            ),
+            reason: "malformed",
+        }
+    }
+}
+
+/// A header longer than `limit` bytes: an error naming it, not the rest of
+/// the file read into memory.
 fn too_long(what: String, limit: usize) -> std::io::Error {
     std::io::Error::new(
         std::io::ErrorKind::InvalidData,
@@ -55,6 +92,8 @@ pub struct Chunk {
     pub end: u64,
     /// The chunk ends the file.
     pub last: bool,
+    /// A record too long to read, skipped: the chunk holds nothing else.
+    pub oversized: Option<Oversized>,
 }
 
 /// The content version and the size of a file, read in one streaming pass.
@@ -241,8 +280,7 @@ impl ChunkReader {
             }
             let longest = max_bytes.max(MAX_MESSAGE_BYTES);
             if records == 0 && self.pending.len() > longest {
-                let what = format!("the record after line {}", self.lines);
-                return Err(too_long(what, longest));
+                return self.skip_oversized(longest).map(Some);
             }
             // Not full yet (or one record longer than `max_bytes`): read on.
             let want = max_bytes.saturating_sub(self.pending.len()).max(1 << 20);
@@ -266,7 +304,54 @@ impl ChunkReader {
         }
         let last = self.eof && self.pending.is_empty();
         let shift = lines_before - self.header_lines;
-        Ok(Some(Chunk { bytes, lines_before, shift, end: self.offset, last }))
+        Ok(Some(Chunk { bytes, lines_before, shift, end: self.offset, last, oversized: None }))
+    }
+
+    /// Reads past the record `pending` starts with, longer than `limit`,
+    /// to its end (or the file's), holding a few megabytes at a time: a
+    /// chunk of no records (the header only, for CSV) that carries it.
+    fn skip_oversized(&mut self, limit: usize) -> std::io::Result<Chunk> {
+        let head = self.pending[..OVERSIZED_KEPT.min(self.pending.len())].to_vec();
+        let lines_before = self.lines;
+        let mut len = 0u64;
+        let mut drop = |r: &mut Self, upto: usize| {
+            r.lines += memchr::memchr_iter(b'\n', &r.pending[..upto]).count() as u64;
+            len += upto as u64;
+            r.pending.drain(..upto);
+        };
+        loop {
+            let (end, records) = self.boundaries(1, usize::MAX);
+            if records == 1 {
+                drop(self, end);
+                break;
+            }
+            if self.eof {
+                drop(self, self.pending.len());
+                break;
+            }
+            // Forget what was scanned, but the byte before where the scan
+            // goes on (whether a quote there starts a field depends on it).
+            let (from, quoted) = self.resume.take().unwrap_or((0, false));
+            let upto = from.saturating_sub(1);
+            drop(self, upto);
+            self.resume = Some((from - upto, quoted));
+            self.fill(4 << 20)?;
+        }
+        self.resume = None;
+        self.offset += len;
+        if self.pending.is_empty() && !self.eof {
+            self.fill(1)?;
+        }
+        let last = self.eof && self.pending.is_empty();
+        let oversized = Oversized { line: lines_before + 1, len, head, limit };
+        Ok(Chunk {
+            bytes: self.header.clone(),
+            lines_before,
+            shift: lines_before - self.header_lines,
+            end: self.offset,
+            last,
+            oversized: Some(oversized),
+        })
     }
 }
 
@@ -337,7 +422,7 @@ mod tests {
     }
 
     #[test]
-    fn large_files_a_record_longer_than_max_bytes_is_read_on_and_one_beyond_64_mib_refused() {
+    fn large_files_a_record_longer_than_max_bytes_is_read_on_and_one_beyond_64_mib_skipped() {
         // A quoted field of 3 MB of line breaks and doubled quotes: read a
         // megabyte at a time (reads end anywhere in the 5-byte unit, also
         // between a doubled quote's two), the scan goes on where it
@@ -350,8 +435,9 @@ mod tests {
         assert_eq!(texts.len(), 2);
         assert_eq!(texts[0], format!("id,note\n1,\"{field}\"\n"));
         assert_eq!(texts[1], "id,note\n2,b\n");
-        // A line longer than the largest message, with more after it: an
-        // error naming it, not the whole file in memory.
+        // A line longer than the largest message, with more after it:
+        // skipped (its first megabyte kept for its dead letter), and the
+        // lines after it read on with their line numbers.
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("f");
         let long = format!("{{\"a\":1}}\n{}\n{{\"a\":2}}\n", "x".repeat(65 << 20));
@@ -359,8 +445,23 @@ mod tests {
         let limits = ChunkLimits { max_rows: 1, max_bytes: 10 };
         let mut r = ChunkReader::open(&p, None, 0, long.len() as u64, limits).unwrap();
         assert_eq!(text(&r.next_chunk().unwrap().unwrap()), "{\"a\":1}\n");
-        let e = r.next_chunk().unwrap_err();
-        assert!(e.to_string().contains("the record after line 1 is longer than 64 MiB"), "{e}");
+        let skipped = r.next_chunk().unwrap().unwrap();
+        assert!(skipped.bytes.is_empty() && !skipped.last);
+        let o = skipped.oversized.as_ref().unwrap();
+        assert_eq!((o.line, o.len, o.head.len()), (2, (65 << 20) + 1, OVERSIZED_KEPT));
+        assert_eq!(skipped.end, 8 + (65 << 20) + 1);
+        let after = r.next_chunk().unwrap().unwrap();
+        assert_eq!((text(&after), after.shift, after.last), ("{\"a\":2}\n", 2, true));
+        // A CSV quoted field never closed: the rest of the file is the
+        // record, each chunk starts with the header.
+        let csv = format!("id,n\n1,a\n2,\"{}\n3,c\n", "y\n".repeat(33 << 20));
+        std::fs::write(&p, &csv).unwrap();
+        let mut r = ChunkReader::open(&p, Some(b','), 0, csv.len() as u64, limits).unwrap();
+        assert_eq!(text(&r.next_chunk().unwrap().unwrap()), "id,n\n1,a\n");
+        let skipped = r.next_chunk().unwrap().unwrap();
+        assert_eq!((text(&skipped), skipped.last), ("id,n\n", true));
+        assert_eq!(skipped.oversized.as_ref().map(|o| o.line), Some(3));
+        assert!(r.next_chunk().unwrap().is_none());
     }
 
     fn chunks(text: &str, csv: bool, start: u64, max_rows: usize, max_bytes: usize) -> Vec<Chunk> {
