@@ -395,6 +395,8 @@ fn types_json_numbers_land_exactly_in_decimal_and_text_columns() {
         "flat/codes/1.jsonl",
         "{\"code\":12345678901234567.89,\"v\":\"a\"}\n{\"code\":12345678901234567.8,\"v\":\"b\"}\n{\"code\":1.5,\"v\":\"c\"}\n",
     );
+    // Tabs and a CRLF line end are JSON whitespace: the same key.
+    write(tmp.path(), "flat/codes/2.jsonl", "{\"code\":\t12345678901234567.89,\t\"v\":\"a2\"}\r\n");
     let numeric = r#"{"type":"bytes","field":"v","optional":true,"name":"org.apache.kafka.connect.data.Decimal","parameters":{"scale":"2","connect.decimal.precision":"20"}}"#;
     let events = [wrapped(1, numeric, "12345678901234567.89"), wrapped(2, numeric, "-0.5")];
     write(tmp.path(), "dbz/1.jsonl", &(events.join("\n") + "\n"));
@@ -417,7 +419,7 @@ fn types_json_numbers_land_exactly_in_decimal_and_text_columns() {
     assert_eq!(
         codes,
         [
-            r#"{"code": "12345678901234567.89", "v": "a"}"#,
+            r#"{"code": "12345678901234567.89", "v": "a2"}"#,
             r#"{"code": "12345678901234567.80", "v": "b"}"#,
             r#"{"code": "1.50", "v": "c"}"#
         ],
@@ -430,4 +432,51 @@ fn types_json_numbers_land_exactly_in_decimal_and_text_columns() {
         "{numeric}"
     );
     assert!(delta_types(&lake.join("numeric")).contains("('v', 'decimal(20,2)')"));
+}
+
+/// docs/types.md, doubles: Kafka Connect's JSON converter (Jackson) writes
+/// a double that is not a number (PostgreSQL `NaN`, `Infinity`) as the
+/// strings `"NaN"`, `"Infinity"`, `"-Infinity"`; a double column stores
+/// them as those doubles (they were dead letters), and its files carry no
+/// bounds a reader could skip them by. In a column with no type yet such
+/// text stays text.
+#[test]
+fn types_doubles_that_are_not_numbers_land_as_doubles() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = write(
+        tmp.path(),
+        "c.yaml",
+        "storage: {root: ./lake}\nsystems:\n  dbz: {type: jsonl, format: debezium, path: 'dbz/*.jsonl'}\n  csv: {type: csv, path: 'csv/*.csv', columns: {f: float}}\nbronze:\n  tables:\n    wrapped:\n      source: {system: dbz, object: wrapped}\n      business_key: [id]\n      strategy: scd1\n    extract:\n      source: {system: csv, object: extract}\n      business_key: [id]\n      strategy: scd1\n",
+    );
+    let double = r#"{"type":"float64","field":"v","optional":true}"#;
+    let events: Vec<String> = ["\"NaN\"", "\"Infinity\"", "\"-Infinity\"", "2.5"]
+        .iter()
+        .enumerate()
+        .map(|(i, v)| wrapped(i as i64 + 1, double, v))
+        .collect();
+    write(tmp.path(), "dbz/1.jsonl", &(events.join("\n") + "\n"));
+    write(tmp.path(), "csv/1.csv", "id,f,note\n1,NaN,NaN\n2,-inf,x\n3,1.5,y\n");
+    ok(cli(&["run", "--once"], &cfg));
+    assert!(dead_letters(&cfg).is_empty(), "{:?}", dead_letters(&cfg));
+    let lake = tmp.path().join("lake/bronze");
+    let wrapped = read_rows(&lake.join("wrapped"), "id");
+    assert_eq!(
+        wrapped.lines().collect::<Vec<_>>(),
+        [
+            r#"{"id": 1, "v": NaN}"#,
+            r#"{"id": 2, "v": Infinity}"#,
+            r#"{"id": 3, "v": -Infinity}"#,
+            r#"{"id": 4, "v": 2.5}"#
+        ]
+    );
+    let extract = read_rows(&lake.join("extract"), "id");
+    assert_eq!(
+        extract.lines().collect::<Vec<_>>(),
+        [
+            r#"{"f": NaN, "id": 1, "note": "NaN"}"#,
+            r#"{"f": -Infinity, "id": 2, "note": "x"}"#,
+            r#"{"f": 1.5, "id": 3, "note": "y"}"#
+        ]
+    );
+    assert!(delta_types(&lake.join("extract")).contains("('note', 'string')"));
 }

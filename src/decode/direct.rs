@@ -13,9 +13,9 @@
 //! its cell as it is read.
 //!
 //! It takes only what it is sure of. Anything else returns None and the
-//! tape path reads the message as before: a control character anywhere
-//! (so a message split over lines, or text the parsers must refuse), a
-//! key with an escape, an integer beyond i64 or a float beyond f64. A
+//! tape path reads the message as before: a control character in a string
+//! (text the parsers must refuse), a key with an escape, a number beyond
+//! f64. A
 //! nested value where a cell is kept (an array column) is parsed on its
 //! own by serde_json, as the general path would. It also gives up on
 //! what the byte scans look for (`scan`: nesting too deep, NUL, a lone
@@ -88,9 +88,10 @@ pub(super) fn envelope(
     Some(e)
 }
 
-/// A position in a message known to be UTF-8. The only whitespace it
-/// passes between tokens is the space: any other is a control character,
-/// which it leaves to the tape path.
+/// A position in a message known to be UTF-8. Between tokens it passes
+/// JSON's whitespace (space, tab, line breaks: a pretty-printed message, a
+/// CRLF line); inside a string any control character is left to the tape
+/// path, which refuses it.
 struct Cursor<'a> {
     text: &'a str,
     at: usize,
@@ -119,7 +120,7 @@ impl<'a> Cursor<'a> {
     }
 
     fn spaces(&mut self) {
-        while self.peek() == Some(b' ') {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
             self.at += 1;
         }
     }
@@ -550,7 +551,10 @@ mod tests {
             assert_eq!(cell(bad), None, "{bad}");
         }
         assert_eq!(cell("\"tab\there\""), None, "control characters: the tape path");
-        assert!(object_fields(b"{\"id\":\n1}", 128).is_none(), "a newline between tokens too");
+        // Between tokens, JSON's whitespace: a pretty-printed row, a CRLF line.
+        let row = object_fields(b"{\r\n\t\"a\": 1,\n \"b\":\t\"x\"\r\n}\r\n", 8).unwrap();
+        assert_eq!(row.len(), 2);
+        assert_eq!(object_fields(b"{\"id\":\n1}", 128).map(|r| r.len()), Some(1));
         assert!(Cursor::new(&[b'"', 0xff, b'"'], 128).is_none(), "not UTF-8");
     }
 

@@ -184,6 +184,8 @@ pub(super) fn typed(v: &J, schema: Option<&J>) -> Value {
     let Ok(decl) = declared(s) else {
         let scale = parameter(s, "scale").unwrap_or(0) as i32;
         return match Logical::of(name) {
+            // Sent as a JSON number (`decimal.format=NUMERIC`): its text.
+            Some(Logical::Decimal) if v.is_number() => Value::Str(v.to_string().into()),
             Some(l @ Logical::Decimal) => l.cell(scale, None, v.as_str()).unwrap_or(Value::Null),
             _ => Value::Null,
         };

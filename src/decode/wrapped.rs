@@ -98,11 +98,18 @@ impl Rule {
             Rule::Unstorable { decimal_scale } => {
                 let text = match &*v {
                     Value::Str(s) => Some(s.as_str()),
-                    // A decimal sent as a JSON number is its own exact text.
+                    // A decimal sent as a JSON number (`decimal.format=
+                    // NUMERIC`) is its own exact text; a double's text as
+                    // sent is gone: the general path writes it.
                     Value::Number(n) if decimal_scale.is_some() => {
                         *v = Value::Str(n.as_ref().into());
                         return Ok(());
                     }
+                    Value::Int(i) if decimal_scale.is_some() => {
+                        *v = Value::Str(i.to_compact_string());
+                        return Ok(());
+                    }
+                    Value::Float(_) if decimal_scale.is_some() => return Err(General),
                     _ => None,
                 };
                 let exact = decimal_scale.and_then(|s| Logical::Decimal.cell(s, None, text));

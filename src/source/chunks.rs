@@ -234,7 +234,11 @@ impl ChunkReader {
                 Some(_) => memchr::memchr2(b'\n', b'"', &buf[from..]),
                 None => memchr::memchr(b'\n', &buf[from..]),
             };
-            let Some(i) = next else { break };
+            // Nothing more in what is read: the next scan goes on from its end.
+            let Some(i) = next else {
+                from = buf.len();
+                break;
+            };
             let at = from + i;
             if buf[at] == b'"' {
                 if quoted {

@@ -533,7 +533,7 @@ pub fn parse_as(s: &str, t: DType) -> Option<Value> {
     Some(match t {
         DType::Str => Value::Str(s.into()),
         DType::Int => Value::Int(parse_int(s)?),
-        DType::Float => Value::Float(parse_float(s)?),
+        DType::Float => Value::Float(parse_float(s).or_else(|| non_finite(s))?),
         DType::Bool => Value::Bool(parse_bool(s)?),
         DType::Ts => Value::Ts(parse_ts(s)?),
         DType::Date => Value::Date(parse_date(s).or_else(|| ts_to_date(parse_ts(s)?))?),
@@ -562,6 +562,25 @@ pub fn parse_float(s: &str) -> Option<f64> {
         return None;
     }
     s.parse().ok()
+}
+
+/// A double that is not a number, as text: Jackson (so Kafka Connect's JSON
+/// converter) writes a PostgreSQL `NaN` or `Infinity` as the strings
+/// `"NaN"`, `"Infinity"`, `"-Infinity"`. Taken only where the column is
+/// a double already: inference keeps such text a string ([`parse_float`]).
+fn non_finite(s: &str) -> Option<f64> {
+    let (negative, word) = match s.as_bytes().first()? {
+        b'-' => (true, &s[1..]),
+        b'+' => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let infinite = word.eq_ignore_ascii_case("infinity") || word.eq_ignore_ascii_case("inf");
+    match (infinite, negative) {
+        (true, false) => Some(f64::INFINITY),
+        (true, true) => Some(f64::NEG_INFINITY),
+        (false, _) if word.eq_ignore_ascii_case("nan") && word.len() == s.len() => Some(f64::NAN),
+        _ => None,
+    }
 }
 
 pub fn parse_bool(s: &str) -> Option<bool> {
