@@ -398,7 +398,11 @@ fn types_json_numbers_land_exactly_in_decimal_and_text_columns() {
     // Tabs and a CRLF line end are JSON whitespace: the same key.
     write(tmp.path(), "flat/codes/2.jsonl", "{\"code\":\t12345678901234567.89,\t\"v\":\"a2\"}\r\n");
     let numeric = r#"{"type":"bytes","field":"v","optional":true,"name":"org.apache.kafka.connect.data.Decimal","parameters":{"scale":"2","connect.decimal.precision":"20"}}"#;
-    let events = [wrapped(1, numeric, "12345678901234567.89"), wrapped(2, numeric, "-0.5")];
+    // The third as another tool writes it: spaces between the wrapper's tokens.
+    let spaced = wrapped(3, numeric, "98765432109876543.21")
+        .replace("{\"schema\":", "{\"schema\": ")
+        .replace(",\"payload\":", ", \"payload\": ");
+    let events = [wrapped(1, numeric, "12345678901234567.89"), wrapped(2, numeric, "-0.5"), spaced];
     write(tmp.path(), "dbz/1.jsonl", &(events.join("\n") + "\n"));
     ok(cli(&["run", "--once"], &cfg));
     let lake = tmp.path().join("lake/bronze");
@@ -428,7 +432,11 @@ fn types_json_numbers_land_exactly_in_decimal_and_text_columns() {
     let numeric = read_rows(&lake.join("numeric"), "id");
     assert_eq!(
         numeric.lines().collect::<Vec<_>>(),
-        [r#"{"id": 1, "v": "12345678901234567.89"}"#, r#"{"id": 2, "v": "-0.50"}"#],
+        [
+            r#"{"id": 1, "v": "12345678901234567.89"}"#,
+            r#"{"id": 2, "v": "-0.50"}"#,
+            r#"{"id": 3, "v": "98765432109876543.21"}"#
+        ],
         "{numeric}"
     );
     assert!(delta_types(&lake.join("numeric")).contains("('v', 'decimal(20,2)')"));

@@ -29,9 +29,35 @@ use super::schema::{declaration, declared, parameter, section_fields, Logical};
 use super::{scan, Declared, DeclaredTypes, Fields, Layout};
 use crate::value::{DType, Value};
 
-/// How a wrapped message starts (the converter writes no whitespace).
-pub(super) const PREFIX: &[u8] = b"{\"schema\":";
-const PAYLOAD: &[u8] = b",\"payload\":";
+/// JSON's whitespace before `v`'s first token (the converter writes none;
+/// a message written by hand or by another tool may).
+fn token(v: &[u8]) -> &[u8] {
+    let at = v.iter().position(|b| !is_space(*b));
+    &v[at.unwrap_or(v.len())..]
+}
+
+fn is_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r')
+}
+
+/// `v` after the tokens `{"schema":`, or None.
+fn schema_start(v: &[u8]) -> Option<&[u8]> {
+    let v = token(v).strip_prefix(b"{")?;
+    let v = token(v).strip_prefix(b"\"schema\"")?;
+    Some(token(token(v).strip_prefix(b":")?))
+}
+
+/// The payload's bytes in `v`, the message after its schema
+/// (`,"payload":P}`), or None.
+fn payload_of(v: &[u8]) -> Option<&[u8]> {
+    let v = token(v).strip_prefix(b",")?;
+    let v = token(v).strip_prefix(b"\"payload\"")?;
+    let p = token(token(v).strip_prefix(b":")?);
+    let end = p.iter().rposition(|b| !is_space(*b))?;
+    let p = p[..=end].strip_suffix(b"}")?;
+    // A payload that is itself wrapped is the general path's to judge.
+    schema_start(p).is_none().then_some(p)
+}
 /// Distinct schemas remembered per thread (a topic's schema changes
 /// rarely; a file or a fetch may hold a few versions side by side).
 const CACHED: usize = 4;
@@ -269,12 +295,8 @@ pub(super) struct Split<'a> {
 /// gets (nesting depth, NUL): a message with a cached schema then needs
 /// only its payload checked (`decode_keeping`).
 pub(super) fn split(value: &[u8]) -> Option<Split<'_>> {
-    let rest = value.strip_prefix(PREFIX)?;
-    let payload = |len: usize| {
-        let p = rest.get(len..)?.strip_prefix(PAYLOAD)?.trim_ascii_end().strip_suffix(b"}")?;
-        // A payload that is itself wrapped is the general path's to judge.
-        (!p.starts_with(PREFIX)).then_some(p)
-    };
+    let rest = schema_start(value)?;
+    let payload = |len: usize| payload_of(rest.get(len..)?);
     let hit = SCHEMAS.with_borrow(|cache| {
         let c = cache.iter().find(|c| rest.starts_with(&c.text))?;
         Some(Split { schema: c.clone(), payload: payload(c.text.len())? })
@@ -326,6 +348,14 @@ mod tests {
         let b = split(msg).unwrap();
         assert!(Rc::ptr_eq(&a.schema, &b.schema), "the second message reuses the compiled schema");
         assert!(split(br#"{"payload":{"id":1},"schema":{}}"#).is_none());
+        // JSON's whitespace between the wrapper's tokens (a message another
+        // tool wrote, e.g. Python's json.dumps): split all the same.
+        let spaced = b"{ \"schema\" :\t{\"type\": \"struct\", \"fields\": []} ,\r\n\"payload\": {\"id\": 2} }\n";
+        assert_eq!(split(spaced).unwrap().payload, b"{\"id\": 2} ");
+        assert!(
+            split(b"{\"schema\":{},\"payload\":{}}\x0c").is_none(),
+            "a form feed is no JSON space"
+        );
         // Whatever follows the payload stays in it, for its parser to refuse.
         let extra = split(br#"{"schema":{"fields":[]},"payload":{"id":1},"x":2}"#).unwrap();
         assert_eq!(extra.payload, br#"{"id":1},"x":2"#);
