@@ -120,7 +120,12 @@ impl<'a> Cursor<'a> {
     }
 
     fn spaces(&mut self) {
-        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        // One comparison for the usual case, a token right here: JSON's
+        // whitespace is all at or below the space.
+        while let Some(b) = self.peek().filter(|b| *b <= b' ') {
+            if !matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+                return;
+            }
             self.at += 1;
         }
     }
@@ -364,35 +369,33 @@ impl Number {
     /// its text ([`Value::Number`]): a decimal column takes it exactly.
     /// Numbers beyond f64 are left to the tape path (None).
     fn cell(&self, text: &str) -> Option<Value> {
-        let number = text.get(self.start..self.end)?;
-        let float = || -> Option<Value> {
-            let v: f64 = number.parse().ok()?;
-            if !v.is_finite() {
-                return None;
+        if self.end == self.int_end {
+            let digits = text.as_bytes().get(self.int_start..self.int_end)?;
+            if digits.len() <= 19 {
+                // At most 19 digits: below 10^19, within u64.
+                let magnitude = digits.iter().fold(0u64, |m, d| m * 10 + u64::from(d - b'0'));
+                let int = match self.negative {
+                    false => i64::try_from(magnitude).ok(),
+                    true if magnitude == 0 => return Some(Value::Float(-0.0)),
+                    true => 0i64.checked_sub_unsigned(magnitude),
+                };
+                if let Some(i) = int {
+                    return Some(Value::Int(i));
+                }
             }
-            // A point or an exponent is one of the characters: 16 or
-            // fewer hold at most 15 digits.
-            let short = number.len() - usize::from(self.negative) <= 16;
-            Some(match short || self.significant_digits(text.as_bytes()) <= 15 {
-                true => Value::Float(v),
-                false => Value::Number(number.into()),
-            })
-        };
-        if self.end != self.int_end {
-            return float();
         }
-        let digits = text.as_bytes().get(self.int_start..self.int_end)?;
-        if digits.len() > 19 {
-            return float();
+        let number = text.get(self.start..self.end)?;
+        let v: f64 = number.parse().ok()?;
+        if !v.is_finite() {
+            return None;
         }
-        // At most 19 digits: below 10^19, within u64.
-        let magnitude = digits.iter().fold(0u64, |m, d| m * 10 + u64::from(d - b'0'));
-        let int = match self.negative {
-            false => i64::try_from(magnitude).ok(),
-            true if magnitude == 0 => return Some(Value::Float(-0.0)),
-            true => 0i64.checked_sub_unsigned(magnitude),
-        };
-        int.map(Value::Int).or_else(float)
+        // A point or an exponent is one of the characters: 16 or fewer
+        // hold at most 15 digits.
+        let short = number.len() - usize::from(self.negative) <= 16;
+        if short || self.significant_digits(text.as_bytes()) <= 15 {
+            return Some(Value::Float(v));
+        }
+        Some(long_number(number))
     }
 
     /// Digits of the mantissa from its first non-zero one (a double holds
@@ -406,6 +409,13 @@ impl Number {
         let digits = mantissa.iter().filter(|c| c.is_ascii_digit());
         digits.skip_while(|c| **c == b'0').count()
     }
+}
+
+/// A number kept as its text: rare, and out of the hot loop.
+#[cold]
+#[inline(never)]
+fn long_number(text: &str) -> Value {
+    Value::Number(text.into())
 }
 
 /// The first quote or backslash at or after `b[from]`: where a string
