@@ -243,3 +243,21 @@ fn every_command_has_help_with_an_example_and_version_names_the_storage_backends
         assert!(!help.contains("SPEC") && !help.contains("../"), "{cmd}: outside references");
     }
 }
+
+/// docs/replay.md: replay re-reads a Kafka topic; a table that reads files
+/// has no offsets, and the command says so (exit 2) instead of reading
+/// nothing and reporting "0 commit(s)" as if it had replayed.
+#[test]
+fn replay_of_a_table_that_reads_files_is_a_usage_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(tmp.path(), "data/t.csv", "id,name\n1,a\n");
+    let cfg = write(
+        tmp.path(),
+        "c.yaml",
+        "systems:\n  crm: {type: csv, path: 'data/{object}.csv'}\nbronze:\n  tables:\n    t:\n      source: {system: crm, object: t}\n      business_key: [id]\n      strategy: scd1\n",
+    );
+    let out = cli(&["replay", "--table", "t", "--from-beginning"], &cfg);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("table `t` reads files") && err.contains("run --once"), "{err}");
+}

@@ -15,8 +15,15 @@ pub async fn replay(
     from_timestamp: Option<String>,
     reapply: bool,
 ) -> Result<()> {
-    if c.table(&table).is_none() {
+    let Some(t) = c.table(&table) else {
         return Err(Error::Usage(format!("no table `{table}` in the config")));
+    };
+    if !c.reads_kafka(t) {
+        // It would read nothing and say "0 commit(s)", as if done.
+        return Err(Error::Usage(format!(
+            "table `{table}` reads files (system `{}`), and replay re-reads a Kafka topic: `changelake run --once` loads its files, each new or changed one once (docs/replay.md)",
+            t.system
+        )));
     }
     let start = start_at(from_beginning, from_offsets, from_timestamp)?;
     let opts = RunOpts { once: true, only_table: Some(table), start: Some(start), reapply };

@@ -214,12 +214,20 @@ const BIG_TEXT_BYTES: usize = 128;
 /// which a column declared `string` stores and any decimal column refuses
 /// as not fitting, never as NULL or as the JSON it came in (docs/types.md).
 pub fn big_text(b64: &str, scale: i32) -> Option<String> {
-    // The division below is quadratic in the length: a hostile megabyte
-    // would hold a run for minutes. 128 bytes is over 300 digits.
-    if b64.len() > BIG_TEXT_BYTES * 4 / 3 + 4 || scale.unsigned_abs() > MAX_PLAIN_SCALE as u32 {
+    if b64.len() > BIG_TEXT_BYTES * 4 / 3 + 4 {
         return None;
     }
-    let mut mag = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
+    big_text_of(&base64::engine::general_purpose::STANDARD.decode(b64).ok()?, scale)
+}
+
+/// [`big_text`] of the bytes themselves (Avro holds decimals as bytes).
+pub fn big_text_of(bytes: &[u8], scale: i32) -> Option<String> {
+    // The division below is quadratic in the length: a hostile megabyte
+    // would hold a run for minutes. 128 bytes is over 300 digits.
+    if bytes.len() > BIG_TEXT_BYTES || scale.unsigned_abs() > MAX_PLAIN_SCALE as u32 {
+        return None;
+    }
+    let mut mag = bytes.to_vec();
     let neg = mag.first().is_some_and(|b| b & 0x80 != 0);
     if neg {
         // Two's complement: invert, add one.

@@ -409,7 +409,7 @@ fn cell(node: &Node, c: &mut Cursor<'_>, conv: Conv) -> Option<Value> {
         (Node::String, _) => {
             let s = c.str()?;
             match conv {
-                Conv::Unstorable => Value::Null,
+                Conv::Unstorable | Conv::WideDecimal(_) => Value::Null,
                 Conv::ZonedTs => parse_ts(s).map_or_else(|| Value::Str(s.into()), Value::Ts),
                 _ => Value::Str(s.into()),
             }
@@ -418,6 +418,7 @@ fn cell(node: &Node, c: &mut Cursor<'_>, conv: Conv) -> Option<Value> {
             let b = c.bytes()?;
             match conv {
                 Conv::Unstorable => Value::Null,
+                Conv::WideDecimal(scale) => cells::wide(b, scale),
                 Conv::Decimal(scale) => match decimal::from_be_bytes(b) {
                     Some(u) => Value::decimal(u, scale),
                     None => Value::bytes(b.to_vec()),

@@ -38,6 +38,10 @@ pub(super) enum Conv {
     Decimal(i32),
     /// `io.debezium.data.VariableScaleDecimal`: a record of scale and value.
     VariableScaleDecimal,
+    /// A decimal declared beyond 38 digits: no Delta decimal holds it, so
+    /// its declaration dead-letters the row unless `columns:` declares the
+    /// column; the value is its exact text at this scale (docs/types.md).
+    WideDecimal(i32),
     /// A type no Delta column holds (its declaration dead-letters the row).
     Unstorable,
 }
@@ -170,10 +174,16 @@ pub(super) fn record_plan(names: &Names<'_>, fields: &[J]) -> Vec<FieldPlan> {
 fn field_type(t: &J) -> (Declared, Conv) {
     let connect = connect_schema(t);
     let declared = declaration(&connect);
+    let logical = Logical::of(connect.get("name").and_then(J::as_str).unwrap_or(""));
+    let scale = || connect["parameters"]["scale"].as_str().and_then(|s| s.parse().ok());
     if let Declared::Unstorable(_) = declared {
-        return (declared, Conv::Unstorable);
+        let conv = match logical {
+            Some(Logical::Decimal) => Conv::WideDecimal(scale().unwrap_or(0)),
+            _ => Conv::Unstorable,
+        };
+        return (declared, conv);
     }
-    let conv = match Logical::of(connect.get("name").and_then(J::as_str).unwrap_or("")) {
+    let conv = match logical {
         None => Conv::Plain,
         Some(Logical::TsMillis) => Conv::TsMillis,
         Some(Logical::TsMicros) => Conv::TsMicros,
@@ -183,10 +193,7 @@ fn field_type(t: &J) -> (Declared, Conv) {
         Some(Logical::TimeMillis) => Conv::TimeMillis,
         Some(Logical::TimeMicros) => Conv::TimeMicros,
         Some(Logical::TimeNanos) => Conv::TimeNanos,
-        Some(Logical::Decimal) => {
-            let scale = connect["parameters"]["scale"].as_str().and_then(|s| s.parse().ok());
-            Conv::Decimal(scale.unwrap_or(0))
-        }
+        Some(Logical::Decimal) => Conv::Decimal(scale().unwrap_or(0)),
         Some(Logical::VariableScaleDecimal) => Conv::VariableScaleDecimal,
     };
     (declared, conv)
@@ -326,6 +333,7 @@ mod tests {
         assert_eq!(by("v").declared, Declared::VariableScaleDecimal);
         assert_eq!(by("v2").conv, Conv::VariableScaleDecimal, "a named reference resolves");
         assert!(matches!(by("wide").declared, Declared::Unstorable(_)));
+        assert_eq!(by("wide").conv, Conv::WideDecimal(2));
         assert_eq!(by("f").declared, Declared::Exact(DType::Float));
         assert_eq!(by("b").declared, Declared::Exact(DType::Binary));
         assert_eq!(by("e").declared, Declared::Exact(DType::Str));
