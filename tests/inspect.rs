@@ -261,3 +261,29 @@ fn replay_of_a_table_that_reads_files_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("table `t` reads files") && err.contains("run --once"), "{err}");
 }
+
+/// docs/cli.md, run: a table whose path matches no file (an extract that
+/// has not arrived) does not hold up the others: they load, and `--once`
+/// exits 1 naming the path. It stopped the whole run before any other
+/// table had loaded.
+#[test]
+fn run_a_table_without_input_files_does_not_hold_up_the_others() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(tmp.path(), "data/b.csv", "id,name\n1,a\n");
+    let cfg = write(
+        tmp.path(),
+        "c.yaml",
+        "systems:\n  crm: {type: csv, path: 'data/{object}.csv'}\nbronze:\n  tables:\n    a:\n      source: {system: crm, object: a}\n      business_key: [id]\n      strategy: scd1\n    b:\n      source: {system: crm, object: b}\n      business_key: [id]\n      strategy: scd1\n",
+    );
+    let out = cli(&["run", "--once"], &cfg);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("no input file matches") && err.contains("a.csv"), "{err}");
+    let rows = stdout_of(cli(&["show", "b", "--format", "jsonl"], &cfg));
+    assert_eq!(rows.lines().count(), 1, "b loaded: {rows}");
+    // Once the extract arrives, both load and the run succeeds.
+    write(tmp.path(), "data/a.csv", "id,name\n7,z\n");
+    let out = cli(&["run", "--once"], &cfg);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout_of(cli(&["show", "a", "--format", "jsonl"], &cfg)).contains("\"z\""));
+}

@@ -9,7 +9,7 @@ use changelake::engine::{Mark, RunReport, TableRunner};
 use changelake::error::{Error, Result};
 use changelake::source::chunks::{scan, ChunkLimits, ChunkReader};
 use changelake::source::file::{
-    expand, read_csv, read_debezium_jsonl, read_jsonl, version_and_lines,
+    expand, read_csv, read_debezium_jsonl, read_jsonl, version_and_lines, FileError,
 };
 use changelake::telemetry::progress;
 
@@ -18,13 +18,46 @@ pub async fn run(c: &Config, once: bool) -> Result<()> {
     probe_store(c).await?;
     let has_kafka = c.tables.iter().any(|t| c.reads_kafka(t));
     let has_files = c.tables.iter().any(|t| !c.reads_kafka(t));
+    let mut missing = Missing::default();
     if has_files {
-        run_files(c, once || has_kafka).await?;
+        missing = run_files(c, once || has_kafka).await?;
     }
     if has_kafka {
         daemon::run(c, RunOpts { once, ..Default::default() }, daemon::signals()).await?;
     }
-    Ok(())
+    match missing.paths() {
+        // `--once` says so by its exit status, after every other table ran.
+        Some(paths) if once => Err(FileError::NoMatch(paths).into()),
+        _ => Ok(()),
+    }
+}
+
+/// File tables whose path matched no file (docs/operations.md, file
+/// sources): each warned about once while it lasts, and the other tables
+/// go on — one extract that has not arrived must not hold up the rest, nor
+/// stop a polling `run` or the Kafka daemon after it.
+#[derive(Default)]
+struct Missing {
+    /// Table and the path it looked for, in config order.
+    now: Vec<(String, String)>,
+}
+
+impl Missing {
+    fn note(&mut self, table: &str, path: String) {
+        if !self.now.iter().any(|(t, _)| t == table) {
+            tracing::warn!(table, path = %path, "no input file matches the table's path; the other tables go on");
+            self.now.push((table.to_string(), path));
+        }
+    }
+
+    fn found(&mut self, table: &str) {
+        self.now.retain(|(t, _)| t != table);
+    }
+
+    fn paths(&self) -> Option<String> {
+        let paths: Vec<&str> = self.now.iter().map(|(_, p)| p.as_str()).collect();
+        (!paths.is_empty()).then(|| paths.join(", "))
+    }
 }
 
 /// On an object store, refuses a store that would silently lose commits
@@ -42,7 +75,7 @@ pub async fn probe_store(c: &Config) -> Result<()> {
 
 /// One pass over every file source (or, without `--once`, a pass per `max_age`
 /// until interrupted: unchanged files are skipped by their content version).
-async fn run_files(c: &Config, once: bool) -> Result<()> {
+async fn run_files(c: &Config, once: bool) -> Result<Missing> {
     let mut runners = vec![];
     for t in &c.tables {
         if c.reads_kafka(t) {
@@ -60,9 +93,14 @@ async fn run_files(c: &Config, once: bool) -> Result<()> {
         changelake::telemetry::set_assigned("files", 0);
         Some(daemon::signals())
     };
+    let mut missing = Missing::default();
     loop {
         for r in runners.iter_mut() {
-            run_table_files(c, r, once).await?;
+            match run_table_files(c, r, once).await {
+                Ok(()) => missing.found(&r.cfg.name),
+                Err(Error::File(FileError::NoMatch(path))) => missing.note(&r.cfg.name, path),
+                Err(e) => return Err(e),
+            }
         }
         let stopped = match shutdown.as_mut() {
             None => true,
@@ -75,7 +113,7 @@ async fn run_files(c: &Config, once: bool) -> Result<()> {
             for r in runners.iter_mut() {
                 r.save_index().await;
             }
-            return Ok(());
+            return Ok(missing);
         }
     }
 }
