@@ -488,3 +488,37 @@ fn types_doubles_that_are_not_numbers_land_as_doubles() {
     );
     assert!(delta_types(&lake.join("extract")).contains("('note', 'string')"));
 }
+
+/// A bare Debezium event (no schema wrapper) of `id` with `after` fields.
+fn bare(op: &str, lsn: i64, after: &str) -> String {
+    format!(r#"{{"before":null,"after":{after},"op":"{op}","source":{{"lsn":{lsn}}}}}"#)
+}
+
+/// docs/types.md (unchanged values): the TOAST placeholder is no value, so
+/// a column it alone has filled so far has no type yet and takes the type
+/// of its first real values. It made the column text for good: 9 and 10
+/// were stored as '9' and '10', and compared as text.
+#[test]
+fn types_a_toast_placeholder_does_not_type_a_column() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = "\"__debezium_unavailable_value\"";
+    for (i, events) in [
+        vec![bare("c", 1, &format!(r#"{{"id":1,"n":{p}}}"#)), bare("c", 1, r#"{"id":2,"n":null}"#)],
+        vec![bare("u", 2, r#"{"id":1,"n":9}"#), bare("u", 2, r#"{"id":2,"n":10}"#)],
+    ]
+    .iter()
+    .enumerate()
+    {
+        write(tmp.path(), &format!("data/{i}.jsonl"), &(events.join("\n") + "\n"));
+    }
+    let cfg = write(
+        tmp.path(),
+        "c.yaml",
+        "storage: {root: ./lake}\nsystems:\n  dbz: {type: jsonl, format: debezium, path: 'data/*.jsonl'}\nbronze:\n  tables:\n    t:\n      source: {system: dbz, object: t}\n      business_key: [id]\n      strategy: scd1\n      merge: {sequence_by: [source.lsn]}\n",
+    );
+    ok(cli(&["run", "--once"], &cfg));
+    let lake = tmp.path().join("lake/bronze/t");
+    assert!(delta_types(&lake).contains("('n', 'long')"), "{}", delta_types(&lake));
+    let rows = read_rows(&lake, "id");
+    assert!(rows.contains(r#""id": 1, "n": 9"#) && rows.contains(r#""id": 2, "n": 10"#), "{rows}");
+}

@@ -112,10 +112,18 @@ pub(super) fn plan_columns(
         })
         .collect();
     if inferred.iter().any(Option::is_some) {
+        // The unavailable-value placeholder (TOAST) is no value: a column
+        // it alone fills stays untyped (docs/types.md), never text. Key
+        // and sequence columns take it as data, as typing does.
+        let placeholder = |inf: &Inference, c: &Value| {
+            matches!(inf, Inference::Values(_)) && table.unavailable.is_some_and(|u| u.matches(c))
+        };
         for r in &raw.rows {
             for (slot, c) in inferred.iter_mut().zip(&r.cells) {
                 if let Some(inf) = slot.as_mut().filter(|inf| !inf.settled()) {
-                    inf.add(cell_type(c, raw.text));
+                    if !placeholder(inf, c) {
+                        inf.add(cell_type(c, raw.text));
+                    }
                 }
             }
         }
