@@ -3,7 +3,7 @@
 
 use crate::config::{Strategy, TableConfig, ValidTime as CfgValidTime};
 use crate::error::{Error, Result};
-use crate::merge::{Spec, ValidTime};
+use crate::merge::{Spec, TimeColumn, ValidTime};
 use crate::value::DType;
 
 /// The `sequence_by` columns a batch carries neither as a typed column
@@ -67,7 +67,9 @@ pub fn build_spec(t: &TableConfig, columns: &[(String, DType)]) -> Result<Spec> 
     let valid_time = match &t.valid_time {
         CfgValidTime::Processing => ValidTime::Processing,
         CfgValidTime::Date(d) => ValidTime::Date(*d),
-        CfgValidTime::Column(c) => ValidTime::Column(find(c, "merge.valid_time")?),
+        CfgValidTime::Column(c) => {
+            ValidTime::Column(TimeColumn::named(find(c, "merge.valid_time")?, c))
+        }
     };
     Ok(Spec {
         strategy: t.strategy,

@@ -52,7 +52,46 @@ pub fn key_from<'a>(vals: impl Iterator<Item = &'a Value> + Clone) -> Option<Key
 
 /// How `_valid_from/_valid_to` are stamped (scd2): the config's rule with
 /// its column resolved to a position in the data.
-pub type ValidTime = crate::config::ValidTime<usize>;
+pub type ValidTime = crate::config::ValidTime<TimeColumn>;
+
+/// A business-time column (docs/scd2.md, business time): its index, and
+/// the unit of an integer value, which its name says: `source.ts_ms` and
+/// any `…_ms` are epoch milliseconds (as Debezium and Kafka Connect write
+/// them), `…_ns` nanoseconds, anything else microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeColumn {
+    pub index: usize,
+    pub int_unit: IntUnit,
+}
+
+/// What one unit of an integer timestamp is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IntUnit {
+    Millis,
+    Micros,
+    Nanos,
+}
+
+impl TimeColumn {
+    pub fn named(index: usize, name: &str) -> TimeColumn {
+        let name = name.to_ascii_lowercase();
+        let int_unit = match () {
+            _ if name.ends_with("_ms") => IntUnit::Millis,
+            _ if name.ends_with("_ns") => IntUnit::Nanos,
+            _ => IntUnit::Micros,
+        };
+        TimeColumn { index, int_unit }
+    }
+
+    /// An integer value of the column as microseconds (saturated).
+    fn micros(&self, v: i64) -> i64 {
+        match self.int_unit {
+            IntUnit::Millis => v.saturating_mul(1000),
+            IntUnit::Micros => v,
+            IntUnit::Nanos => v.div_euclid(1000),
+        }
+    }
+}
 
 /// The merge rules of one table, resolved against its current columns.
 #[derive(Debug, Clone)]
@@ -470,10 +509,10 @@ impl Spec {
         match &self.valid_time {
             ValidTime::Processing => None,
             ValidTime::Date(d) => Some(*d),
-            ValidTime::Column(i) => Some(match cell(data, *i) {
+            ValidTime::Column(c) => Some(match cell(data, c.index) {
                 Value::Ts(t) => *t,
                 Value::Date(d) => crate::value::temporal::date_to_ts(*d),
-                Value::Int(t) => *t,
+                Value::Int(t) => c.micros(*t),
                 Value::Str(s) => crate::value::parse_ts(s).unwrap_or(ctx.now),
                 _ => ctx.now,
             }),

@@ -408,7 +408,7 @@ fn scd2_business_time_two_backdated_rows_in_one_run_split_a_stored_version_in_tu
     // days 7 and then 4 split the stored version of day 1 in one run,
     // the later date first (its sequence is lower).
     let mut t = table(Strategy::Scd2, |s| {
-        s.valid_time = ValidTime::Column(MOD);
+        s.valid_time = ValidTime::Column(crate::merge::TimeColumn::named(MOD, "modified"));
         s.intra_batch_all = true;
     });
     t.run(vec![up_mod(1, "jan", 5, DAY), up_mod(1, "oct", 9, 10 * DAY)]);
@@ -541,4 +541,23 @@ fn scd2_deleted_key_late_rows_compare_with_its_kept_brief_and_changes_are_handed
     let all = [kept.clone(), vec![closed("c", 30, 3)]].concat();
     let want: std::sync::Arc<[u8]> = brief::encode(&all, fp).unwrap().into();
     assert_eq!(out.deleted_briefs, vec![(key, Some(want))]);
+}
+
+/// docs/scd2.md, business time: an integer time column's unit is the one
+/// its name says (`source.ts_ms` is Debezium's epoch milliseconds; it was
+/// read as microseconds, dating 2026 events to January 1970).
+#[test]
+fn scd2_business_time_integers_take_the_unit_their_column_names() {
+    use crate::merge::{IntUnit, TimeColumn};
+    let unit = |name: &str| TimeColumn::named(0, name).int_unit;
+    assert_eq!(unit("source.ts_ms"), IntUnit::Millis);
+    assert_eq!(unit("ts_ms"), IntUnit::Millis);
+    assert_eq!(unit("source.ts_ns"), IntUnit::Nanos);
+    assert_eq!(unit("source.ts_us"), IntUnit::Micros);
+    assert_eq!(unit("effective_date"), IntUnit::Micros);
+    let mut t = table(Strategy::Scd2, |s| {
+        s.valid_time = ValidTime::Column(TimeColumn::named(MOD, "modified_ms"));
+    });
+    t.run(vec![up_mod(1, "a", 1, 20_000 * 86_400_000)]);
+    assert_eq!(days(&t), vec![(20_000, None, "a".into(), true, false)], "day 20,000: 2024-10-04");
 }
