@@ -522,3 +522,73 @@ fn types_a_toast_placeholder_does_not_type_a_column() {
     let rows = read_rows(&lake, "id");
     assert!(rows.contains(r#""id": 1, "n": 9"#) && rows.contains(r#""id": 2, "n": 10"#), "{rows}");
 }
+
+/// docs/types.md (unchanged values), scd2: a row that leaves a value
+/// unchanged takes it from the version valid at its sequence. A late row
+/// took the open version's value (a state that never existed, and a
+/// spurious version where the late row was a no-op), and a key coming back
+/// after a soft delete got NULL; both layouts.
+#[test]
+fn types_toast_placeholders_in_scd2_late_rows_and_returning_keys() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = "\"__debezium_unavailable_value\"";
+    let runs = [
+        vec![
+            bare("c", 10, r#"{"id":1,"name":"a","bio":"B1","status":"on"}"#),
+            bare("c", 10, r#"{"id":2,"name":"a","bio":"B1","status":"on"}"#),
+            bare("c", 10, r#"{"id":3,"name":"a","bio":"L","status":"on"}"#),
+        ],
+        vec![
+            bare("u", 20, r#"{"id":1,"name":"b","bio":"B2","status":"on"}"#),
+            bare("u", 20, r#"{"id":2,"name":"b","bio":"B2","status":"on"}"#),
+            bare("u", 20, &format!(r#"{{"id":3,"name":"a","bio":{p},"status":"off"}}"#)),
+        ],
+        vec![
+            bare("u", 15, &format!(r#"{{"id":1,"name":"late","bio":{p},"status":"on"}}"#)),
+            bare("u", 15, &format!(r#"{{"id":2,"name":"a","bio":{p},"status":"on"}}"#)),
+            bare("u", 30, &format!(r#"{{"id":3,"name":"a","bio":{p},"status":"on"}}"#)),
+        ],
+    ];
+    for (i, events) in runs.iter().enumerate() {
+        write(tmp.path(), &format!("data/{i}.jsonl"), &(events.join("\n") + "\n"));
+    }
+    let table = |name: &str, dv: bool| {
+        format!("    {name}:\n      source: {{system: dbz, object: t}}\n      business_key: [id]\n      strategy: scd2\n      merge: {{sequence_by: [source.lsn], delete_when: \"status = 'off'\"}}\n      layout: {{deletion_vectors: {dv}}}\n")
+    };
+    let cfg = write(
+        tmp.path(),
+        "c.yaml",
+        &format!(
+            "storage: {{root: ./lake}}\nsystems:\n  dbz: {{type: jsonl, format: debezium, path: 'data/*.jsonl'}}\nbronze:\n  tables:\n{}{}",
+            table("cow", false),
+            table("dv", true)
+        ),
+    );
+    ok(cli(&["run", "--once"], &cfg));
+    for name in ["cow", "dv"] {
+        let py = "import sys, os, polars as pl\nt = pl.read_delta(sys.argv[1]).sort(['id', 'source_lsn'])\nfor r in t.select(['id', 'name', 'bio', 'source_lsn', '_is_current', '_is_deleted']).iter_rows(): print(r)\nsys.stdout.flush(); os._exit(0)";
+        let out = Command::new("python3")
+            .args(["-c", py])
+            .arg(tmp.path().join("lake/bronze").join(name))
+            .output()
+            .unwrap();
+        let rows = String::from_utf8_lossy(&out.stdout);
+        let expected = [
+            "(1, 'a', 'B1', 10, False, False)",
+            "(1, 'late', 'B1', 15, False, False)",
+            "(1, 'b', 'B2', 20, True, False)",
+            // Key 2's late row equals the version valid at its sequence: no-op.
+            "(2, 'a', 'B1', 10, False, False)",
+            "(2, 'b', 'B2', 20, True, False)",
+            // Key 3 deleted at 20, back at 30 with the deleted version's bio.
+            "(3, 'a', 'L', 10, False, True)",
+            "(3, 'a', 'L', 30, True, False)",
+        ];
+        assert_eq!(
+            rows.lines().collect::<Vec<_>>(),
+            expected,
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -295,7 +295,7 @@ impl TableRunner {
                 // Only keys whose stored rows must be read go through the
                 // table, and reopened ones for their brief (table/deleted_briefs.rs);
                 // the rest are settled from the key index.
-                if matches!(n, Need::Current | Need::History | Need::Reopen) {
+                if matches!(n, Need::Current | Need::Reopen) || n.history() {
                     c.needs.insert(k.clone(), n);
                 }
                 c.keys.push((k, rs, n));

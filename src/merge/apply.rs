@@ -32,7 +32,9 @@ pub fn apply(
             let state = match need {
                 Need::Close => closing.next().or_else(|| states.remove(&k)),
                 // A reopened key's state holds its brief, when the table kept it.
-                Need::Current | Need::History | Need::Reopen => states.remove(&k),
+                Need::Current | Need::History | Need::HistoryRows | Need::Reopen => {
+                    states.remove(&k)
+                }
                 _ => None,
             };
             (k, rows, need, state.map(Box::new))
@@ -105,7 +107,7 @@ fn apply_keys(spec: &Spec, ctx: &RunCtx, keys: Vec<Keyed>) -> Output {
             },
             |s| *s,
         );
-        unavailable::fill(&mut rows, state.current.as_ref(), &mut out.stats);
+        unavailable::fill(spec, &mut rows, &state, &mut out.stats);
         match spec.strategy {
             Strategy::Scd1 => scd1::apply_key(spec, &ctx, key, rows, state, &mut out),
             Strategy::Scd2 => scd2::apply_key(spec, &ctx, key, rows, state, &mut out),

@@ -17,6 +17,23 @@ pub fn classify(
     rows: &[InRow],
     stats: &mut Stats,
 ) -> Option<Need> {
+    let need = classify_key(spec, stored, rows, stats)?;
+    // scd2 rows leaving values unchanged (TOAST) take them from the version
+    // valid at their sequence (`unavailable::fill`): a late row or a
+    // deleted key's needs the closed versions' rows, not only their briefs.
+    let toast = spec.strategy == Strategy::Scd2 && rows.iter().any(|r| !r.unavailable.is_empty());
+    Some(match need {
+        Need::History | Need::Reopen if toast => Need::HistoryRows,
+        need => need,
+    })
+}
+
+fn classify_key(
+    spec: &Spec,
+    stored: Option<&Summary>,
+    rows: &[InRow],
+    stats: &mut Stats,
+) -> Option<Need> {
     // An already-applied row (replay --reapply) may only re-merge onto the
     // very version it produced: the first pass's batch boundaries decided
     // which intermediate versions and keys exist, and a reapply must not

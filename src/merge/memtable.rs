@@ -113,7 +113,7 @@ impl MemTable {
             return st;
         }
         st.current = self.current.get(k).cloned();
-        if need == Need::History {
+        if need.history() {
             for (i, v) in self.history.iter().enumerate() {
                 if self.spec.key_of(&v.data).as_ref() == Some(k) {
                     let mut v = v.clone();

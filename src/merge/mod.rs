@@ -242,6 +242,17 @@ pub enum Need {
     Close,
     /// Current plus every closed version (scd2 late rows, business-time backdating).
     History,
+    /// scd2: [`Need::History`] with the closed versions' rows read even when
+    /// the key's briefs would do: a row leaving a value unchanged (TOAST)
+    /// takes it from the version valid at its sequence, a deleted one too.
+    HistoryRows,
+}
+
+impl Need {
+    /// The key's closed versions are needed (in brief, or read).
+    pub fn history(self) -> bool {
+        matches!(self, Need::History | Need::HistoryRows)
+    }
 }
 
 /// Counters of one run; the daemon turns them into metrics, and each

@@ -3,7 +3,10 @@
 //! value — from an earlier event of the batch, else from the stored row —
 //! before the scd1/scd2 rules compare anything.
 
-use super::{InRow, Stats, Version};
+use std::cmp::Ordering;
+
+use super::{InRow, KeyState, Spec, Stats, Version};
+use crate::config::Strategy;
 use crate::value::{cell, set_cell};
 
 /// Within one key's rows in order, an unchanged (unavailable) value is the
@@ -27,11 +30,13 @@ pub(super) fn carry(group: &mut [InRow]) {
 }
 
 /// The key's stored value for every column a row left out as unchanged
-/// (scd1: the row; scd2: the open version). Without one those columns
-/// stay NULL, and the row is counted (docs/types.md, unchanged values).
-pub(super) fn fill(rows: &mut [InRow], current: Option<&Version>, stats: &mut Stats) {
+/// (scd1: the row; scd2: the version valid at the row's sequence — the
+/// open one for a newer row, the deleted one for a key coming back, the
+/// one a late row follows). Without one those columns stay NULL, and the
+/// row is counted (docs/types.md, unchanged values).
+pub(super) fn fill(spec: &Spec, rows: &mut [InRow], state: &KeyState, stats: &mut Stats) {
     for r in rows.iter_mut().filter(|r| !r.unavailable.is_empty()) {
-        match current {
+        match valid_at(spec, state, &r.data) {
             Some(v) => {
                 for &c in &r.unavailable {
                     set_cell(&mut r.data, c, cell(&v.data, c).clone());
@@ -42,4 +47,21 @@ pub(super) fn fill(rows: &mut [InRow], current: Option<&Version>, stats: &mut St
         r.unavailable.clear();
         r.hashes = None;
     }
+}
+
+/// The stored version a row's unchanged values come from (see [`fill`]).
+fn valid_at<'a>(
+    spec: &Spec,
+    state: &'a KeyState,
+    row: &[crate::value::Value],
+) -> Option<&'a Version> {
+    let latest = state.current.as_ref().or(state.latest_closed.as_ref());
+    if spec.strategy == Strategy::Scd1 || spec.seq.is_empty() {
+        return latest;
+    }
+    // Versions not newer than the row, the last of them (ties: the later run).
+    let versions = state.current.iter().chain(&state.history).chain(&state.latest_closed);
+    versions
+        .filter(|v| spec.cmp_seq(&v.data, row) != Ordering::Greater)
+        .max_by(|a, b| spec.cmp_versions(a, b))
 }

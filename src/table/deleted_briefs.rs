@@ -186,7 +186,7 @@ impl TableStore {
         }
         let Some((fingerprint, types)) = self.brief_decoding(spec) else { return };
         for (k, need) in needs {
-            if !matches!(need, Need::History | Need::Reopen)
+            if !(need.history() || *need == Need::Reopen)
                 || !self.index.get(k).is_some_and(|e| !e.has_row() && e.summary.deleted())
             {
                 continue;

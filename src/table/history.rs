@@ -243,11 +243,12 @@ impl TableStore {
         let late: Vec<(&[u8], Option<Vec<Value>>)> = needs
             .iter()
             .filter(|(k, n)| {
-                **n == Need::History && states.get(*k).is_none_or(|s| s.brief.is_none())
+                **n == Need::HistoryRows
+                    || **n == Need::History && states.get(*k).is_none_or(|s| s.brief.is_none())
             })
             .map(|(k, _)| (&k[..], Value::decode_all(k)))
             .collect();
-        let in_brief = needs.values().filter(|n| **n == Need::History).count() - late.len();
+        let in_brief = needs.values().filter(|n| n.history()).count() - late.len();
         if late.is_empty() {
             tracing::debug!(target: "changelake::table", in_brief, "late rows: every key's history in brief");
             return Ok(());
@@ -297,7 +298,11 @@ impl TableStore {
             "late rows: history files scanned"
         );
         for (k, _) in &late {
-            states.entry(Key::from(*k)).or_default().history_read = true;
+            let st = states.entry(Key::from(*k)).or_default();
+            st.history_read = true;
+            // Read whole, its brief is made again from what was read: one
+            // account of the key's closed versions, not two.
+            st.brief = None;
         }
         for found in par_map(todo, |(id, bytes, wanted, groups)| {
             self.history_rows(id, spec, bytes, &wanted, groups.as_deref())

@@ -315,7 +315,7 @@ impl TableStore {
                     states.insert(k.clone(), KeyState { replace: true, ..Default::default() });
                 }
                 _ => {
-                    late_rows |= *need == Need::History;
+                    late_rows |= need.history();
                     look.push(k);
                 }
             }
