@@ -55,6 +55,11 @@ impl Error {
         }
     }
 
+    /// A commit lost to another writer's (see [`TableError::lost_race`]).
+    pub fn lost_race(&self) -> bool {
+        matches!(self, Error::Table(t) if t.lost_race())
+    }
+
     pub fn retryable(&self) -> bool {
         match self {
             Error::Table(t) => t.retryable(),

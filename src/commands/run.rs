@@ -292,33 +292,31 @@ async fn run_with_retries(
     again: &dyn Fn() -> Result<changelake::source::RawBatch>,
     marks: &[Mark],
 ) -> Result<Option<RunReport>> {
-    let mut attempt = 0;
+    let mut retries = changelake::engine::Retries::default();
     let mut first = Some(first);
     loop {
         let raw = match first.take() {
             Some(raw) => raw,
             None => again()?,
         };
-        match r.run_batch(raw, marks.to_vec()).await {
+        let e = match r.run_batch(raw, marks.to_vec()).await {
             Ok(report) => return Ok(Some(report)),
-            Err(e) if e.retryable() && attempt < changelake::engine::BATCH_RETRIES => {
-                attempt += 1;
-                changelake::telemetry::commit_retried(&r.cfg.name, attempt, &e);
-                tokio::time::sleep(changelake::engine::retry_backoff(attempt)).await;
-                // Re-reading can fail like the run did; the next attempt retries it.
-                match r.reopen(c).await {
-                    Ok(()) => {}
-                    Err(e) if e.retryable() => continue,
-                    Err(e) => return Err(e),
-                }
-                if r.already_applied(marks).await? {
-                    return Ok(None);
-                }
-            }
-            Err(e) => {
-                changelake::telemetry::commit_failed(&r.cfg.name, &e);
-                return Err(e);
-            }
+            Err(e) => e,
+        };
+        let Some(pause) = retries.after(&e) else {
+            changelake::telemetry::commit_failed(&r.cfg.name, &e);
+            return Err(e);
+        };
+        changelake::telemetry::commit_retried(&r.cfg.name, retries.attempts(), &e);
+        tokio::time::sleep(pause).await;
+        // Re-reading can fail like the run did; the next attempt retries it.
+        match r.reopen(c).await {
+            Ok(()) => {}
+            Err(e) if e.retryable() => continue,
+            Err(e) => return Err(e),
+        }
+        if r.already_applied(marks).await? {
+            return Ok(None);
         }
     }
 }

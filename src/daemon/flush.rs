@@ -70,27 +70,26 @@ async fn commit_with_retries(
     span: &Span,
 ) -> Result<RunReport> {
     let table = s.runner.cfg.name.clone();
-    let mut attempt = 0;
+    let mut retries = crate::engine::Retries::default();
     loop {
         // A retry needs the rows again: the batch stays here.
-        match s.runner.run_batch_kept(&batch, marks.to_vec()).instrument(span.clone()).await {
+        let e = match s.runner.run_batch_kept(&batch, marks.to_vec()).instrument(span.clone()).await
+        {
             Ok(r) => {
                 // Freeing every cell of the batch is real work: off the loop.
                 crate::par::drop_later(batch);
                 return Ok(r);
             }
-            Err(e) if e.retryable() && attempt < crate::engine::BATCH_RETRIES => {
-                attempt += 1;
-                span.in_scope(|| telemetry::commit_retried(&table, attempt, &e));
-                tokio::time::sleep(crate::engine::retry_backoff(attempt)).await;
-                s.runner.reopen(config).await?;
-                catch_up_with_table(s, marks, &mut batch).await?;
-            }
-            Err(e) => {
-                span.in_scope(|| telemetry::commit_failed(&table, &e));
-                return Err(e);
-            }
-        }
+            Err(e) => e,
+        };
+        let Some(pause) = retries.after(&e) else {
+            span.in_scope(|| telemetry::commit_failed(&table, &e));
+            return Err(e);
+        };
+        span.in_scope(|| telemetry::commit_retried(&table, retries.attempts(), &e));
+        tokio::time::sleep(pause).await;
+        s.runner.reopen(config).await?;
+        catch_up_with_table(s, marks, &mut batch).await?;
     }
 }
 

@@ -210,7 +210,12 @@ impl SystemLoop<'_> {
                     None => break,
                     Some(ev) => stopping = self.on_event(ev).await? == Flow::Stop,
                 },
-                _ = tick.tick() => self.on_tick(rx.len()).await?,
+                _ = tick.tick() => {
+                    stopping = self.take_waiting_if_due(rx).await? == Flow::Stop;
+                    if !stopping {
+                        self.on_tick(rx.len()).await?;
+                    }
+                }
                 _ = &mut shutdown => stopping = true,
             }
         }
@@ -424,6 +429,25 @@ impl SystemLoop<'_> {
             self.reports.push(r?);
         }
         Ok(())
+    }
+
+    /// Before a batch closes on age, the messages already waiting in the
+    /// channel are routed (at most [`BACKLOG_MESSAGES`]): after a commit
+    /// slower than `max_age` (an object store) they were all older than it,
+    /// and closing first committed the few routed so far, 1-4 rows a
+    /// commit while catching up on S3 (docs/operations.md, the daemon).
+    async fn take_waiting_if_due(&mut self, rx: &mut mpsc::Receiver<Ev>) -> Result<Flow> {
+        let max_age = self.config.batching.max_age;
+        if !self.slots.iter().any(|s| s.buf.since.is_some_and(|t| t.elapsed() >= max_age)) {
+            return Ok(Flow::Continue);
+        }
+        for _ in 0..rx.len().min(BACKLOG_MESSAGES) {
+            let Ok(ev) = rx.try_recv() else { break };
+            if self.on_event(ev).await? == Flow::Stop {
+                return Ok(Flow::Stop);
+            }
+        }
+        Ok(Flow::Continue)
     }
 
     /// The periodic tick: due probes, buffer gauges, batches at `max_age`.

@@ -29,6 +29,45 @@ pub use crate::progress::Mark;
 /// non-zero; a restart resumes from the table's stored positions.
 pub const BATCH_RETRIES: u32 = 8;
 
+/// Commits lost to another writer before giving up. Each loss means the
+/// other writer's commit landed, so the table moves on; the bound only
+/// ends a livelock between writers.
+pub const RACE_RETRIES: u32 = 200;
+
+/// How a run that failed is retried (docs/commit-protocol.md, concurrent
+/// writers): a storage failure after a growing pause, at most
+/// [`BATCH_RETRIES`] times; a lost commit race after a short random one,
+/// on its own budget. Backing off exponentially after lost races made a
+/// writer racing a busy one wait seconds while the other committed
+/// twenty times a second, so it kept losing until its retries ran out.
+#[derive(Debug, Default)]
+pub struct Retries {
+    storage: u32,
+    races: u32,
+}
+
+impl Retries {
+    /// The pause before the next attempt after `e`, or None: `e` is final,
+    /// or its budget is spent.
+    pub fn after(&mut self, e: &crate::error::Error) -> Option<std::time::Duration> {
+        if !e.retryable() {
+            return None;
+        }
+        if e.lost_race() {
+            self.races += 1;
+            let pause = std::time::Duration::from_millis(fastrand::u64(5..=150));
+            return (self.races <= RACE_RETRIES).then_some(pause);
+        }
+        self.storage += 1;
+        (self.storage <= BATCH_RETRIES).then(|| retry_backoff(self.storage))
+    }
+
+    /// Attempts retried so far.
+    pub fn attempts(&self) -> u32 {
+        self.storage + self.races
+    }
+}
+
 /// The pause before retry `attempt` (1-based): exponential from 200 ms,
 /// capped at 10 s, with jitter so that racing writers fall out of step.
 pub fn retry_backoff(attempt: u32) -> std::time::Duration {
@@ -332,5 +371,39 @@ impl TableRunner {
         }
         self.store = store;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::TableError;
+    use deltalake::DeltaTableError;
+
+    fn delta(source: DeltaTableError) -> Error {
+        TableError::Delta { uri: "t".into(), source }.into()
+    }
+
+    /// docs/commit-protocol.md, concurrent writers: lost races are retried
+    /// soon and on their own budget; storage failures back off, at most
+    /// BATCH_RETRIES times; a final error is not retried.
+    #[test]
+    fn retries_lost_races_soon_and_apart_from_storage_failures() {
+        let race = delta(DeltaTableError::VersionAlreadyExists(3));
+        let storage = delta(DeltaTableError::Generic("the store did not answer".into()));
+        assert!(race.lost_race() && race.retryable() && !storage.lost_race());
+        let mut r = Retries::default();
+        for _ in 0..BATCH_RETRIES - 1 {
+            assert!(r.after(&storage).is_some());
+        }
+        for _ in 0..RACE_RETRIES {
+            let pause = r.after(&race).expect("a lost race is retried");
+            assert!(pause <= std::time::Duration::from_millis(150));
+        }
+        assert!(r.after(&race).is_none(), "a livelock ends");
+        assert!(r.after(&storage).is_some(), "the storage budget is its own");
+        assert!(r.after(&storage).is_none());
+        let refused = Error::from(TableError::Refused { uri: "t".into(), msg: "no".into() });
+        assert!(Retries::default().after(&refused).is_none());
     }
 }

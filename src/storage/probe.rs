@@ -21,6 +21,13 @@ pub enum ProbeError {
          be lost. Use a store that honours If-None-Match (AWS S3, MinIO, Azure, GCS)"
     )]
     Unsafe { uri: String },
+    /// The first write of the probe failed: nothing can be written there.
+    #[error("storage {uri}: cannot write to the lake root (does the bucket or container exist, and may these credentials write to it?): {source}")]
+    Unwritable {
+        uri: String,
+        #[source]
+        source: object_store::Error,
+    },
     #[error("storage {uri}: the conditional-PUT probe failed: {source}")]
     Failed {
         uri: String,
@@ -42,7 +49,7 @@ pub async fn conditional_put(root: &Location) -> Result<(), ProbeError> {
     store
         .put_opts(&path, bytes::Bytes::from_static(b"1").into(), create())
         .await
-        .map_err(failed)?;
+        .map_err(|source| ProbeError::Unwritable { uri: uri.clone(), source })?;
     let second = store.put_opts(&path, bytes::Bytes::from_static(b"2").into(), create()).await;
     let _ = store.delete(&path).await;
     match second {

@@ -146,6 +146,23 @@ impl TableError {
             TableError::Refused { .. } | TableError::Data { .. } => false,
         }
     }
+
+    /// Another writer committed the version this commit was for: the
+    /// table moved on, so the run is merged again on it at once
+    /// ([`crate::engine::Retries`]).
+    pub fn lost_race(&self) -> bool {
+        use deltalake::kernel::transaction::TransactionError as T;
+        matches!(
+            self,
+            TableError::Delta {
+                source: DeltaTableError::VersionAlreadyExists(_)
+                    | DeltaTableError::Transaction {
+                        source: T::MaxCommitAttempts(_) | T::VersionAlreadyExists(_)
+                    },
+                ..
+            }
+        )
+    }
 }
 
 impl From<StorageError> for TableError {
