@@ -189,25 +189,10 @@ fn convert_strict(v: Value, t: DType, text: bool) -> Result<Value, String> {
         Value::Str(s) if t == DType::Ts && crate::value::looks_like_ts(s) => Some(DType::Ts),
         other => other.dtype(),
     };
-    // A JSON number with a fraction is a decimal column's kind where it is
-    // known exactly: kept as its text (`Value::Number`), or a double of at
-    // most 15 significant digits, which is its text. A longer double may
-    // have been rounded when it was read (docs/types.md, JSON numbers):
-    // as a key or sequence it is refused, never matched as another value.
-    let exact_number = match &v {
-        Value::Number(_) => true,
-        Value::Float(f) => crate::value::decimal::from_f64(*f).is_some_and(|(mut u, _)| {
-            while u != 0 && u % 10 == 0 {
-                u /= 10;
-            }
-            crate::value::decimal::digits(u) <= 15
-        }),
-        _ => false,
-    };
     let same_kind = |k: DType| {
         std::mem::discriminant(&k) == std::mem::discriminant(&t)
             || (k == DType::Int && matches!(t, DType::Float | DType::Decimal { .. }))
-            || (k == DType::Float && matches!(t, DType::Decimal { .. }) && exact_number)
+            || (k == DType::Float && matches!(t, DType::Decimal { .. }) && exact_number(&v))
     };
     match (kind, t) {
         (None, _) | (_, DType::Str) => convert(v, t, text),
@@ -217,6 +202,25 @@ fn convert_strict(v: Value, t: DType, text: bool) -> Result<Value, String> {
             k.name(),
             t.name()
         )),
+    }
+}
+
+/// A JSON number with a fraction is a decimal column's kind where it is
+/// known exactly: kept as its text (`Value::Number`), or a double of at
+/// most 15 significant digits, which is its text. A longer double may have
+/// been rounded when it was read (docs/types.md, JSON numbers): as a key
+/// or sequence it is refused, never matched as another value. Asked only
+/// of a double meeting a decimal column (its shortest text is formatted).
+fn exact_number(v: &Value) -> bool {
+    match v {
+        Value::Number(_) => true,
+        Value::Float(f) => crate::value::decimal::from_f64(*f).is_some_and(|(mut u, _)| {
+            while u != 0 && u % 10 == 0 {
+                u /= 10;
+            }
+            crate::value::decimal::digits(u) <= 15
+        }),
+        _ => false,
     }
 }
 

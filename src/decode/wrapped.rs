@@ -127,12 +127,8 @@ impl Rule {
                     // A decimal sent as a JSON number (`decimal.format=
                     // NUMERIC`) is its own exact text; a double's text as
                     // sent is gone: the general path writes it.
-                    Value::Number(n) if decimal_scale.is_some() => {
-                        *v = Value::Str(n.as_ref().into());
-                        return Ok(());
-                    }
-                    Value::Int(i) if decimal_scale.is_some() => {
-                        *v = Value::Str(i.to_compact_string());
+                    Value::Number(_) | Value::Int(_) if decimal_scale.is_some() => {
+                        *v = Value::Str(v.to_compact_string());
                         return Ok(());
                     }
                     Value::Float(_) if decimal_scale.is_some() => return Err(General),
